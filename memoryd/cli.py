@@ -1,0 +1,327 @@
+"""The `memoryd` command."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from memoryd import projects, queue
+from memoryd.config import Settings, config_file, load_settings
+from memoryd.errors import MemorydError
+from memoryd.runtime import Runtime
+from memoryd.search import KINDS
+from memoryd.watch.repos import RepoWatcher
+
+app = typer.Typer(
+    name="memoryd",
+    help="Local memory for coding agents: code and agent transcripts as one searchable graph.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+err = Console(stderr=True)
+log = logging.getLogger("memoryd")
+T = TypeVar("T")
+
+DataDir = Annotated[
+    Path | None,
+    typer.Option("--data-dir", help="Data dir (default: $MEMORYD_DATA_DIR or XDG data home)."),
+]
+RedisUrl = Annotated[
+    str | None, typer.Option("--redis-url", help="External Redis (default: private embedded one).")
+]
+SurrealUrl = Annotated[
+    str | None,
+    typer.Option("--surreal-url", help="SurrealDB server ws://… (default: embedded in data dir)."),
+]
+Repos = Annotated[
+    list[Path] | None, typer.Option("--repo", help="Repository to watch (repeatable).")
+]
+AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
+
+
+def _setup_logging(level: str = "INFO") -> None:
+    handler: logging.Handler
+    if sys.stderr.isatty():
+        handler = RichHandler(console=err, show_path=False, rich_tracebacks=True)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler], force=True)
+    # arq logs every job start/finish at INFO; ours already say what matters.
+    logging.getLogger("arq").setLevel(logging.WARNING)
+
+
+def _settings(**overrides: Any) -> Settings:
+    try:
+        return load_settings(**overrides)
+    except MemorydError as exc:
+        _fail(exc)
+        raise  # unreachable; keeps type checkers content
+
+
+def _fail(exc: BaseException) -> None:
+    err.print(f"[bold red]memoryd:[/] {exc}", highlight=False)
+    raise typer.Exit(1)
+
+
+def _run(main: Callable[[], Awaitable[T]]) -> T:
+    try:
+        return asyncio.run(main())
+    except MemorydError as exc:
+        _fail(exc)
+        raise
+
+
+async def _until_signal(*waitables: Awaitable[Any]) -> None:
+    """Wait for SIGINT/SIGTERM (or for one of `waitables` to end)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    tasks = [asyncio.ensure_future(w) for w in waitables]
+    stopper = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
+    for task in [stopper, *tasks]:
+        if task not in done:
+            task.cancel()
+    for task in done:
+        if task is not stopper and task.exception():
+            raise task.exception()  # type: ignore[misc]
+    log.info("stopping")
+
+
+def _describe(rt: Runtime) -> str:
+    s = rt.settings
+    redis = f"private redis {s.redis_socket}" if rt.redis_service else f"redis {rt.redis_url}"
+    return f"data dir {s.data_dir}; {redis}; database {s.database_url}; model {s.model}"
+
+
+@app.command()
+def run(
+    repo: Repos = None,
+    data_dir: DataDir = None,
+    redis_url: RedisUrl = None,
+    surreal_url: SurrealUrl = None,
+) -> None:
+    """Run the daemon: private Redis, database, model, watcher and one worker in one process."""
+    _setup_logging()
+    settings = _settings(
+        data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url, extra_repos=repo
+    )
+    watched = [projects.resolve(p) for p in settings.repos] if settings.repos else []
+
+    async def main() -> None:
+        async with Runtime(settings) as rt:
+            redis = await rt.start_queue(exclusive=True)
+            await rt.serve()
+            watcher = RepoWatcher(redis, watched, settings.debounce_seconds,
+                                  settings.index_batch_files)
+            await watcher.start()
+            log.info("memoryd running: %s; watching %d repos", _describe(rt), len(watched))
+            try:
+                await _until_signal(rt.wait_serving())
+            finally:
+                await watcher.stop()
+
+    _run(main)
+    log.info("memoryd stopped")
+
+
+@app.command()
+def worker(
+    data_dir: DataDir = None, redis_url: RedisUrl = None, surreal_url: SurrealUrl = None
+) -> None:
+    """Run one worker (server mode: many of them against one Redis and one SurrealDB server)."""
+    _setup_logging()
+    settings = _settings(data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url)
+
+    async def main() -> None:
+        async with Runtime(settings) as rt:
+            await rt.start_queue()
+            await rt.serve()
+            log.info("worker running: %s", _describe(rt))
+            await _until_signal(rt.wait_serving())
+
+    _run(main)
+
+
+@app.command()
+def watch(
+    repo: Repos = None, data_dir: DataDir = None, redis_url: RedisUrl = None
+) -> None:
+    """Run the watcher alone: it enqueues jobs for the workers and never touches the database."""
+    _setup_logging()
+    settings = _settings(data_dir=data_dir, redis_url=redis_url, extra_repos=repo)
+    if not settings.repos:
+        _fail(MemorydError("nothing to watch: pass --repo PATH or set repos in the config"))
+    watched = [projects.resolve(p) for p in settings.repos]
+
+    async def main() -> None:
+        async with Runtime(settings) as rt:
+            redis = await rt.start_queue()
+            watcher = RepoWatcher(redis, watched, settings.debounce_seconds,
+                                  settings.index_batch_files)
+            await watcher.start()
+            log.info("watching %d repos; %s", len(watched), _describe(rt))
+            try:
+                await _until_signal()
+            finally:
+                await watcher.stop()
+
+    _run(main)
+
+
+@app.command()
+def index(
+    path: Annotated[Path, typer.Argument(help="A git working tree (or any directory).")],
+    data_dir: DataDir = None,
+    redis_url: RedisUrl = None,
+    surreal_url: SurrealUrl = None,
+    as_json: AsJson = False,
+) -> None:
+    """Index a repository once, through the queue, with a progress bar."""
+    _setup_logging("WARNING")
+    settings = _settings(data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url)
+    try:
+        project = projects.resolve(path)
+    except MemorydError as exc:
+        _fail(exc)
+        raise
+
+    async def main() -> dict[str, Any]:
+        async with Runtime(settings) as rt:
+            redis = await rt.start_queue()
+            await rt.serve_if_needed()
+            jobs = await projects.sync(redis, project, settings.index_batch_files)
+            return await _follow(jobs, settings, quiet=as_json)
+
+    totals = _run(main)
+    totals = {"project": project.id, "root": str(project.root), **totals}
+    if as_json:
+        print(json.dumps(totals))
+    else:
+        err.print(
+            f"indexed {project.root} as {project.id}: {totals['files']} files "
+            f"({totals['indexed']} indexed, {totals['unchanged']} unchanged, "
+            f"{totals['skipped']} skipped, {totals['removed']} removed), "
+            f"{totals['chunks']} chunks, {totals['embedded']} embedded"
+        )
+
+
+async def _follow(
+    jobs: list[tuple[Any, int]], settings: Settings, quiet: bool
+) -> dict[str, Any]:
+    """Wait for index jobs with a progress bar over files; sum their reports."""
+    keys = ("files", "indexed", "unchanged", "skipped", "removed", "chunks", "embedded", "retired")
+    totals: dict[str, Any] = dict.fromkeys(keys, 0)
+    totals["skips"] = {}
+    columns = (TextColumn("indexing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err, disable=quiet or not err.is_terminal) as bar:
+        task = bar.add_task("files", total=sum(n for _, n in jobs))
+        for job, count in jobs:
+            report = await queue.wait_for(job, timeout=settings.job_timeout_seconds)
+            for key in keys:
+                totals[key] += report[key]
+            totals["skips"].update(report["skips"])
+            bar.advance(task, count)
+    return totals
+
+
+@app.command()
+def search(
+    query: Annotated[str, typer.Argument(help="What to look for, in words or code.")],
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=200)] = 10,
+    project: Annotated[str | None, typer.Option(help="Project id, name or root.")] = None,
+    kind: Annotated[str, typer.Option(help=f"One of: {', '.join(KINDS)}.")] = "code",
+    data_dir: DataDir = None,
+    redis_url: RedisUrl = None,
+    surreal_url: SurrealUrl = None,
+    as_json: AsJson = False,
+) -> None:
+    """Hybrid search (vector k-NN + BM25, reciprocal rank fusion): `path:start-end  score  name`."""
+    _setup_logging("WARNING")
+    settings = _settings(data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url)
+
+    async def main() -> Any:
+        async with Runtime(settings) as rt:
+            redis = await rt.start_queue()
+            await rt.serve_if_needed()
+            return await queue.call(redis, "search", query, limit, project, kind)
+
+    results = _run(main)
+    if isinstance(results, dict) and "error" in results:
+        _fail(MemorydError(results["error"]))
+    if as_json:
+        print(json.dumps({"query": query, "results": results}, indent=2))
+        return
+    if not results:
+        err.print("no results")
+    for r in results:
+        print(f"{r['path']}:{r['start_line']}-{r['end_line']}  {r['score']:.4f}  {r['name'] or '-'}")
+
+
+@app.command()
+def status(
+    data_dir: DataDir = None,
+    redis_url: RedisUrl = None,
+    surreal_url: SurrealUrl = None,
+    as_json: AsJson = False,
+) -> None:
+    """Queue depth, rows per table, data dir, and which Redis and SurrealDB are in use."""
+    _setup_logging("WARNING")
+    settings = _settings(data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url)
+
+    async def main() -> dict[str, Any]:
+        async with Runtime(settings) as rt:
+            redis = await rt.start_queue()
+            daemon = await queue.live_workers(redis) > 0
+            await rt.serve_if_needed()
+            info = await queue.call(redis, "status")
+            return {
+                "data_dir": str(settings.data_dir),
+                "config_file": str(config_file()),
+                "redis": rt.redis_url,
+                "redis_mode": "embedded" if settings.embedded_redis else "external",
+                "surreal": settings.database_url,
+                "surreal_mode": "embedded" if settings.embedded_db else "server",
+                "daemon_running": daemon,
+                "queue": {
+                    "jobs": await queue.queue_depth(redis, queue.JOBS_QUEUE),
+                    "queries": await queue.queue_depth(redis, queue.QUERY_QUEUE),
+                },
+                **info,
+            }
+
+    info = _run(main)
+    if as_json:
+        print(json.dumps(info, indent=2, default=str))
+        return
+    print(f"data dir      {info['data_dir']}")
+    print(f"config file   {info['config_file']}")
+    print(f"redis         {info['redis']} ({info['redis_mode']})")
+    print(f"surrealdb     {info['surreal']} ({info['surreal_mode']})")
+    print(f"daemon        {'running' if info['daemon_running'] else 'not running'}")
+    print(f"model         {info['model']}")
+    print(f"schema        {info['schema_version']}")
+    print(f"queue         {info['queue']['jobs']} jobs waiting, {info['queue']['queries']} queries")
+    for table, n in info["counts"].items():
+        print(f"  {table:<12}{n}")
+    print(f"  {'valid chunks':<12}{info['valid_chunks']}")
+    for p in info["projects"]:
+        print(f"project       {p['id']}  {p['root']}")
+
+
+def main() -> None:  # pragma: no cover - console entry point alias
+    app()

@@ -1,0 +1,123 @@
+"""Settings: defaults < TOML config file < MEMORYD_* environment < command-line flags."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from memoryd.errors import MemorydError
+
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def _xdg(var: str, fallback: str) -> Path:
+    value = os.environ.get(var)
+    return Path(value) if value else Path.home() / fallback
+
+
+def default_data_dir() -> Path:
+    return _xdg("XDG_DATA_HOME", ".local/share") / "memoryd"
+
+
+def config_file() -> Path:
+    """The TOML config file: $MEMORYD_CONFIG, else <XDG config home>/memoryd/config.toml."""
+    explicit = os.environ.get("MEMORYD_CONFIG")
+    if explicit:
+        return Path(explicit)
+    return _xdg("XDG_CONFIG_HOME", ".config") / "memoryd" / "config.toml"
+
+
+class Settings(BaseSettings):
+    """Everything configurable. Unknown keys in the config file are refused."""
+
+    model_config = SettingsConfigDict(env_prefix="MEMORYD_", extra="forbid")
+
+    data_dir: Path = Field(default_factory=default_data_dir)
+    # None: start a private redis-server on a unix socket in the data dir.
+    redis_url: str | None = None
+    # None: embedded SurrealKV database in the data dir.
+    surreal_url: str | None = None
+    surreal_user: str | None = None
+    surreal_password: str | None = None
+    surreal_namespace: str = "memoryd"
+    surreal_database: str = "memory"
+
+    model: str = DEFAULT_MODEL
+    embed_batch_size: int = Field(32, ge=1, le=1024)
+
+    repos: list[Path] = Field(default_factory=list)
+    # Files per index job: large enough to feed the model full batches.
+    index_batch_files: int = Field(32, ge=1)
+    max_file_bytes: int = Field(2_000_000, ge=1)
+    chunk_max_chars: int = Field(1500, ge=200)
+    debounce_seconds: float = Field(0.3, ge=0)
+    job_timeout_seconds: int = Field(1800, ge=10)
+
+    @field_validator("data_dir", mode="after")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        return value.expanduser().resolve()
+
+    @field_validator("repos", mode="after")
+    @classmethod
+    def _absolute_repos(cls, value: list[Path]) -> list[Path]:
+        return [p.expanduser().resolve() for p in value]
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml = TomlConfigSettingsSource(settings_cls, toml_file=config_file())
+        return (init_settings, env_settings, toml)
+
+    @property
+    def embedded_redis(self) -> bool:
+        return self.redis_url is None
+
+    @property
+    def embedded_db(self) -> bool:
+        return self.surreal_url is None or self.surreal_url.startswith(
+            ("surrealkv://", "file://", "rocksdb://", "mem://", "memory")
+        )
+
+    @property
+    def database_url(self) -> str:
+        return self.surreal_url or f"surrealkv://{self.data_dir / 'db'}"
+
+    @property
+    def redis_socket(self) -> Path:
+        return self.data_dir / "redis" / "redis.sock"
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build settings, turning validation problems into one readable error."""
+    given = {k: v for k, v in overrides.items() if v is not None and v != [] and v != ()}
+    extra_repos = given.pop("extra_repos", None)
+    try:
+        settings = Settings(**given)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise MemorydError(f"invalid configuration ({config_file()}): {problems}") from None
+    except (OSError, ValueError) as exc:  # unreadable or malformed TOML
+        raise MemorydError(f"cannot read config file {config_file()}: {exc}") from None
+    if extra_repos:
+        merged = list(dict.fromkeys([*settings.repos, *(Path(p).resolve() for p in extra_repos)]))
+        settings = settings.model_copy(update={"repos": merged})
+    return settings

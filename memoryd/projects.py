@@ -1,0 +1,65 @@
+"""Watched repositories: registering one, and bringing its index in line with the disk."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from arq import ArqRedis
+from arq.jobs import Job
+
+from memoryd import queue
+from memoryd.errors import MemorydError
+from memoryd.scan import find_repo_root, project_id_for, walk
+
+
+@dataclass(frozen=True, slots=True)
+class Project:
+    id: str
+    root: Path
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=5, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def resolve(path: Path) -> Project:
+    """The project a path belongs to; refuses paths that are not existing directories."""
+    path = path.expanduser()
+    if not path.exists():
+        raise MemorydError(f"{path} does not exist")
+    if not path.is_dir():
+        raise MemorydError(f"{path} is not a directory")
+    root = find_repo_root(path)
+    return Project(project_id_for(root), root)
+
+
+async def register(redis: ArqRedis, project: Project) -> None:
+    fields = {
+        "root": str(project.root),
+        "name": project.root.name,
+        "git_remote": await asyncio.to_thread(_git, project.root, "remote", "get-url", "origin"),
+        "git_branch": await asyncio.to_thread(_git, project.root, "branch", "--show-current"),
+        "git_head": await asyncio.to_thread(_git, project.root, "rev-parse", "HEAD"),
+    }
+    await queue.call(redis, "register_project", project.id, fields)
+
+
+async def sync(redis: ArqRedis, project: Project, batch: int) -> list[tuple[Job, int]]:
+    """Enqueue every file on disk and every file the index still holds: the jobs index what is
+    new or changed (unchanged files cost one stat) and retire what is gone."""
+    await register(redis, project)
+    on_disk = await asyncio.to_thread(lambda: list(walk(project.root)))
+    stored = await queue.call(redis, "stored_paths", project.id)
+    paths = sorted(set(on_disk) | set(stored))
+    return await queue.enqueue_index(
+        redis, project.id, project.root, paths, batch, fresh=True
+    )

@@ -1,0 +1,140 @@
+"""Bring the parts up and down in order: Redis, then the database and model, then the workers.
+
+Every command goes through a `Runtime`. The daemon serves the queues; a client command attaches
+to whatever already serves them, and serves them itself for the duration of the command when
+nothing does (so `memoryd index` works with or without a running daemon, through the same queue).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import uuid
+from typing import Any
+
+from arq import ArqRedis, Worker
+
+from memoryd import queue
+from memoryd.config import Settings
+from memoryd.embedding import Embedder
+from memoryd.errors import MemorydError
+from memoryd.services import EmbeddedRedis, prepare_data_dir, socket_alive
+from memoryd.store import Store
+
+log = logging.getLogger(__name__)
+
+
+class Runtime:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.redis_service: EmbeddedRedis | None = None
+        self.redis: ArqRedis | None = None
+        self.store: Store | None = None
+        self.embedder: Embedder | None = None
+        self.workers: list[Worker] = []
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._worker_key = f"{queue.WORKER_KEY_PREFIX}{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+    @property
+    def redis_url(self) -> str:
+        if self.settings.redis_url:
+            return self.settings.redis_url
+        return f"unix://{self.settings.redis_socket}"
+
+    @property
+    def serving(self) -> bool:
+        return bool(self.workers)
+
+    async def start_queue(self, exclusive: bool = False) -> ArqRedis:
+        """Connect to Redis, starting the private one when it is the default and not running.
+        `exclusive` (the daemon) refuses to share a private Redis with another daemon."""
+        prepare_data_dir(self.settings.data_dir)
+        if self.settings.embedded_redis:
+            if socket_alive(self.settings.redis_socket):
+                if exclusive:
+                    raise MemorydError(
+                        f"memoryd is already running with data dir {self.settings.data_dir} "
+                        "(its Redis answers on the socket there); stop it first"
+                    )
+            else:
+                self.redis_service = EmbeddedRedis(self.settings.data_dir)
+                await asyncio.to_thread(self.redis_service.start)
+        self.redis = await queue.connect(self.redis_url)
+        return self.redis
+
+    async def serve(self) -> None:
+        """Open the database and the model, apply the schema, start the workers."""
+        assert self.redis is not None, "start_queue first"
+        s = self.settings
+        self.store = await Store.open(
+            s.database_url, s.surreal_namespace, s.surreal_database, s.surreal_user,
+            s.surreal_password,
+        )
+        self.embedder = await asyncio.to_thread(
+            Embedder, s.model, s.data_dir / "models", s.embed_batch_size
+        )
+        applied = await self.store.apply_schema(self.embedder.dim)
+        if applied:
+            log.info("schema applied: %s", ", ".join(applied))
+        # Imported here: memoryd depends on workers only where it starts one.
+        from workers.settings import build_workers
+
+        ctx = {"store": self.store, "embedder": self.embedder, "settings": s}
+        self.workers = build_workers(ctx, queue.redis_settings(self.redis_url), s)
+        await self._beat()
+        self._tasks = [asyncio.create_task(w.async_run()) for w in self.workers]
+        self._tasks.append(asyncio.create_task(self._heartbeat()))
+
+    async def serve_if_needed(self) -> None:
+        assert self.redis is not None
+        if await queue.live_workers(self.redis) == 0:
+            log.info("no memoryd worker is running: serving the queue in this process")
+            await self.serve()
+
+    async def _beat(self) -> None:
+        assert self.redis is not None
+        await self.redis.set(self._worker_key, os.getpid(), ex=queue.WORKER_KEY_TTL)
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(queue.WORKER_KEY_TTL / 3)
+            with contextlib.suppress(Exception):
+                await self._beat()
+
+    async def wait_serving(self) -> None:
+        """Block until a worker task ends (it should not) or the caller is cancelled."""
+        if self._tasks:
+            done, _ = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task.exception():
+                    raise task.exception()  # type: ignore[misc]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for worker in self.workers:
+            with contextlib.suppress(Exception):
+                await worker.close()
+        for task in self._tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        self._tasks, self.workers = [], []
+        if self.redis is not None:
+            with contextlib.suppress(Exception):
+                await self.redis.delete(self._worker_key)
+            await self.redis.aclose()
+            self.redis = None
+        if self.store is not None:
+            await self.store.close()
+            self.store = None
+        if self.redis_service is not None:
+            await asyncio.to_thread(self.redis_service.stop)
+            self.redis_service = None
+
+    async def __aenter__(self) -> Runtime:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

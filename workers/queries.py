@@ -1,0 +1,45 @@
+"""Query jobs: run on the process that holds the database, answer the CLI through the queue."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memoryd import search as search_module
+from memoryd.errors import MemorydError
+
+
+async def search(
+    ctx: dict[str, Any], query: str, limit: int, project: str | None, kind: str
+) -> list[dict[str, Any]] | dict[str, str]:
+    try:
+        results = await search_module.search(
+            ctx["store"], ctx["embedder"], query, limit=limit, project=project, kind=kind
+        )
+    except MemorydError as exc:
+        # A user error travels back as data; arq would log it as a failed job otherwise.
+        return {"error": str(exc)}
+    return [r.as_dict() for r in results]
+
+
+async def status(ctx: dict[str, Any]) -> dict[str, Any]:
+    store = ctx["store"]
+    return {
+        "counts": await store.counts(),
+        "valid_chunks": await store.valid_chunk_count(),
+        "projects": [
+            {"id": p["id"], "name": p["name"], "root": p["root"]} for p in await store.projects()
+        ],
+        "schema_version": await store.schema_version(),
+        "model": ctx["embedder"].model,
+        "database": store.url,
+    }
+
+
+async def register_project(ctx: dict[str, Any], project_id: str, fields: dict[str, Any]) -> str:
+    await ctx["store"].upsert_project(project_id, fields)
+    return project_id
+
+
+async def stored_paths(ctx: dict[str, Any], project_id: str) -> list[str]:
+    """Paths the index knows for a project, so a sync can retire the ones gone from disk."""
+    return await ctx["store"].indexed_paths(project_id)
