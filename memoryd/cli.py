@@ -72,7 +72,7 @@ def _settings(**overrides: Any) -> Settings:
 
 
 def _fail(exc: BaseException) -> None:
-    err.print(f"[bold red]memoryd:[/] {exc}", highlight=False)
+    err.print(f"[bold red]memoryd:[/] {exc}", highlight=False, soft_wrap=True)
     raise typer.Exit(1)
 
 
@@ -126,8 +126,9 @@ def run(
         async with Runtime(settings) as rt:
             redis = await rt.start_queue(exclusive=True)
             await rt.serve()
-            watcher = RepoWatcher(redis, watched, settings.debounce_seconds,
-                                  settings.index_batch_files)
+            watcher = RepoWatcher(
+                redis, watched, settings.debounce_seconds, settings.index_batch_files
+            )
             await watcher.start()
             log.info("memoryd running: %s; watching %d repos", _describe(rt), len(watched))
             try:
@@ -158,9 +159,7 @@ def worker(
 
 
 @app.command()
-def watch(
-    repo: Repos = None, data_dir: DataDir = None, redis_url: RedisUrl = None
-) -> None:
+def watch(repo: Repos = None, data_dir: DataDir = None, redis_url: RedisUrl = None) -> None:
     """Run the watcher alone: it enqueues jobs for the workers and never touches the database."""
     _setup_logging()
     settings = _settings(data_dir=data_dir, redis_url=redis_url, extra_repos=repo)
@@ -171,8 +170,9 @@ def watch(
     async def main() -> None:
         async with Runtime(settings) as rt:
             redis = await rt.start_queue()
-            watcher = RepoWatcher(redis, watched, settings.debounce_seconds,
-                                  settings.index_batch_files)
+            watcher = RepoWatcher(
+                redis, watched, settings.debounce_seconds, settings.index_batch_files
+            )
             await watcher.start()
             log.info("watching %d repos; %s", len(watched), _describe(rt))
             try:
@@ -220,9 +220,7 @@ def index(
         )
 
 
-async def _follow(
-    jobs: list[tuple[Any, int]], settings: Settings, quiet: bool
-) -> dict[str, Any]:
+async def _follow(jobs: list[tuple[Any, int]], settings: Settings, quiet: bool) -> dict[str, Any]:
     """Wait for index jobs with a progress bar over files; sum their reports."""
     keys = ("files", "indexed", "unchanged", "skipped", "removed", "chunks", "embedded", "retired")
     totals: dict[str, Any] = dict.fromkeys(keys, 0)
@@ -269,7 +267,9 @@ def search(
     if not results:
         err.print("no results")
     for r in results:
-        print(f"{r['path']}:{r['start_line']}-{r['end_line']}  {r['score']:.4f}  {r['name'] or '-'}")
+        print(
+            f"{r['path']}:{r['start_line']}-{r['end_line']}  {r['score']:.4f}  {r['name'] or '-'}"
+        )
 
 
 @app.command()

@@ -60,6 +60,4 @@ async def sync(redis: ArqRedis, project: Project, batch: int) -> list[tuple[Job,
     on_disk = await asyncio.to_thread(lambda: list(walk(project.root)))
     stored = await queue.call(redis, "stored_paths", project.id)
     paths = sorted(set(on_disk) | set(stored))
-    return await queue.enqueue_index(
-        redis, project.id, project.root, paths, batch, fresh=True
-    )
+    return await queue.enqueue_index(redis, project.id, project.root, paths, batch, fresh=True)

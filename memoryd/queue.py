@@ -109,7 +109,9 @@ async def job_done(job: Job) -> bool:
 async def call(redis: ArqRedis, function: str, *args: Any, timeout: float = 120.0) -> Any:
     """Run a query job (search, status…) on whichever process serves the database."""
     job = await redis.enqueue_job(
-        function, *args, _job_id=f"q:{function}:{os.getpid()}:{uuid.uuid4().hex}",
+        function,
+        *args,
+        _job_id=f"q:{function}:{os.getpid()}:{uuid.uuid4().hex}",
         _queue_name=QUERY_QUEUE,
     )
     assert job is not None  # fresh unique id: never refused
@@ -118,4 +120,3 @@ async def call(redis: ArqRedis, function: str, *args: Any, timeout: float = 120.
 
 async def queue_depth(redis: ArqRedis, queue: str = JOBS_QUEUE) -> int:
     return int(await redis.zcard(queue))
-

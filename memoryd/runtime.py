@@ -69,7 +69,10 @@ class Runtime:
         assert self.redis is not None, "start_queue first"
         s = self.settings
         self.store = await Store.open(
-            s.database_url, s.surreal_namespace, s.surreal_database, s.surreal_user,
+            s.database_url,
+            s.surreal_namespace,
+            s.surreal_database,
+            s.surreal_user,
             s.surreal_password,
         )
         self.embedder = await asyncio.to_thread(

@@ -12,7 +12,13 @@ from memoryd.store import Store, rid
 
 KINDS = ("code",)
 _CODE_FIELDS = (
-    "path", "start_line", "end_line", "name", "parent_name", "chunk_type", "language",
+    "path",
+    "start_line",
+    "end_line",
+    "name",
+    "parent_name",
+    "chunk_type",
+    "language",
     "project",
 )
 

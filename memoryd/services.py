@@ -64,7 +64,8 @@ class EmbeddedRedis:
     def start(self, timeout: float = 15.0) -> None:
         if len(str(self.socket)) > _MAX_SOCKET_PATH:
             raise MemorydError(
-                f"data dir path too long for a unix socket ({self.socket}); use a shorter --data-dir"
+                f"data dir path too long for a unix socket ({self.socket}); "
+                "use a shorter --data-dir"
             )
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         if socket_alive(self.socket):

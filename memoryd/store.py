@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.resources
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from memoryd.errors import MemorydError
 
 log = logging.getLogger(__name__)
 
-SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schema"
+SCHEMA_DIR = Path(str(importlib.resources.files("memoryd.schema")))
 # Tables `memoryd status` counts.
 COUNTED_TABLES = (
     "project",
@@ -82,8 +83,9 @@ class Store:
         user: str | None = None,
         password: str | None = None,
     ) -> Store:
-        db = AsyncSurreal(url)
         try:
+            # The embedded engine opens (and locks) the files when constructed.
+            db = AsyncSurreal(url)
             await db.connect()
             if user is not None:
                 await db.signin({"username": user, "password": password or ""})
@@ -105,10 +107,14 @@ class Store:
 
     async def apply_schema(self, dim: int, schema_dir: Path = SCHEMA_DIR) -> list[str]:
         """Apply every schema file in order; each is idempotent. Returns the newly recorded ones."""
-        applied = {
-            row["file"]: row["checksum"]
-            for row in (await self.query("SELECT file, checksum FROM schema_version"))[0] or []
-        } if await self._has_table("schema_version") else {}
+        applied = (
+            {
+                row["file"]: row["checksum"]
+                for row in (await self.query("SELECT file, checksum FROM schema_version"))[0] or []
+            }
+            if await self._has_table("schema_version")
+            else {}
+        )
         recorded: list[str] = []
         for path in sorted(schema_dir.glob("*.surql")):
             text = path.read_text().replace("{{dim}}", str(dim))
@@ -179,7 +185,8 @@ class Store:
         rows = (
             await self.query(
                 "SELECT content_hash, embedding FROM code_chunk "
-                "WHERE content_hash IN $hashes AND embedding_model = $model AND embedding IS NOT NONE",
+                "WHERE content_hash IN $hashes AND embedding_model = $model "
+                "AND embedding IS NOT NONE",
                 {"hashes": wanted, "model": model},
             )
         )[0] or []
@@ -198,8 +205,13 @@ class Store:
         at = now()
         project = rid("project", project_id)
         chunk_rows = [
-            {**c, "id": rid("code_chunk", c["id"]), "project": project, "valid_from": at,
-             "indexed_at": at}
+            {
+                **c,
+                "id": rid("code_chunk", c["id"]),
+                "project": project,
+                "valid_from": at,
+                "indexed_at": at,
+            }
             for c in chunks
         ]
         keep = [row["id"] for row in chunk_rows]
@@ -208,14 +220,24 @@ class Store:
             for s in file_states
         ]
         entity_rows = [
-            {"id": rid("entity", f["entity_id"]), "kind": "file", "key": f["key"],
-             "name": f["path"], "project": project, "aliases": [f["path"]], "first_seen": at,
-             "last_seen": at}
+            {
+                "id": rid("entity", f["entity_id"]),
+                "kind": "file",
+                "key": f["key"],
+                "name": f["path"],
+                "project": project,
+                "aliases": [f["path"]],
+                "first_seen": at,
+                "last_seen": at,
+            }
             for f in files
         ]
         edge_rows = [
-            {"id": rid("defined_in", c["id"]), "in": rid("code_chunk", c["id"]),
-             "out": rid("entity", c["entity_id"])}
+            {
+                "id": rid("defined_in", c["id"]),
+                "in": rid("code_chunk", c["id"]),
+                "out": rid("entity", c["entity_id"]),
+            }
             for c in chunks
         ]
         for row in chunk_rows:
@@ -228,9 +250,9 @@ class Store:
                 name = $input.name, parent_name = $input.parent_name,
                 file_hash = $input.file_hash, indexed_at = $input.indexed_at,
                 embedding = $input.embedding, embedding_model = $input.embedding_model;
-            UPDATE code_chunk SET valid_until = $at
+            LET $retired = (UPDATE code_chunk SET valid_until = $at
                 WHERE project = $project AND path IN $retire AND valid_until IS NONE
-                AND id NOTINSIDE $keep RETURN VALUE id;
+                AND id NOTINSIDE $keep RETURN VALUE id);
             INSERT INTO file_state $states ON DUPLICATE KEY UPDATE
                 size = $input.size, mtime_ns = $input.mtime_ns, hash = $input.hash,
                 status = $input.status, reason = $input.reason, indexed_at = $input.indexed_at;
@@ -240,6 +262,7 @@ class Store:
                     first_seen = first_seen ?? $e.first_seen, last_seen = $e.last_seen;
             };
             INSERT RELATION INTO defined_in $edges ON DUPLICATE KEY UPDATE out = $input.out;
+            RETURN array::len($retired);
             COMMIT;
             """,
             {
@@ -253,8 +276,9 @@ class Store:
                 "at": at,
             },
         )
-        # One result per statement; BEGIN/COMMIT give none, so the UPDATE's ids come second.
-        return len(result[1] or [])
+        # The RETURN is the only statement whose result is a number (whether BEGIN/COMMIT get
+        # entries of their own differs between engine versions).
+        return next(r for r in reversed(result) if isinstance(r, int))
 
     # -- search ------------------------------------------------------------------------------
 
@@ -286,9 +310,9 @@ class Store:
         if not fused:
             return []
         ids = [row["id"] for row in fused]
-        details = (
-            await self.query(f"SELECT id, {', '.join(fields)} FROM $ids", {"ids": ids})
-        )[0] or []
+        details = (await self.query(f"SELECT id, {', '.join(fields)} FROM $ids", {"ids": ids}))[
+            0
+        ] or []
         by_id = {key_of(row["id"]): row for row in details}
         hits = []
         for row in fused:
@@ -315,13 +339,15 @@ class Store:
 
     async def valid_chunk_count(self) -> int:
         rows = (
-            await self.query("SELECT count() AS n FROM code_chunk WHERE valid_until IS NONE GROUP ALL")
+            await self.query(
+                "SELECT count() AS n FROM code_chunk WHERE valid_until IS NONE GROUP ALL"
+            )
         )[0]
         return rows[0]["n"] if rows else 0
 
 
 def _filter_clause(filters: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """`AND field = $f_field ...` for the given equality filters; `valid_until` means 'valid now'."""
+    """`AND field = $f_field ...` for equality filters; `valid_now` keeps rows still valid."""
     parts: list[str] = []
     params: dict[str, Any] = {}
     for name, value in filters.items():

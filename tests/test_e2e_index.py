@@ -23,7 +23,16 @@ async def _index(rt: Runtime, root: Path) -> dict[str, int]:
     totals: dict[str, int] = {}
     for job, _count in jobs:
         report = await queue.wait_for(job, timeout=300)
-        for key in ("files", "indexed", "unchanged", "skipped", "chunks", "embedded"):
+        for key in (
+            "files",
+            "indexed",
+            "unchanged",
+            "skipped",
+            "removed",
+            "chunks",
+            "embedded",
+            "retired",
+        ):
             totals[key] = totals.get(key, 0) + report[key]
     return totals
 
@@ -35,7 +44,8 @@ async def _chunk_ids(rt: Runtime) -> set[str]:
 
 async def test_index_then_search_finds_the_one_function(stack: Runtime, arq_tree: Path) -> None:
     expected = sorted(
-        p.relative_to(arq_tree).as_posix() for p in arq_tree.rglob("*")
+        p.relative_to(arq_tree).as_posix()
+        for p in arq_tree.rglob("*")
         if p.is_file() and not {".git", "ignored_dir"} & set(p.parts) and p.suffix != ".tmp"
     )
     assert "py.typed" in expected and ".gitignore" in expected
@@ -49,20 +59,25 @@ async def test_index_then_search_finds_the_one_function(stack: Runtime, arq_tree
     assert totals["embedded"] <= totals["chunks"]
 
     assert stack.redis is not None
-    hits = await queue.call(stack.redis, "search", "parse a redis connection DSN url", 3, None, "code")
+    hits = await queue.call(
+        stack.redis, "search", "parse a redis connection DSN url", 3, None, "code"
+    )
     from_dsn = _def_line(arq_tree / "connections.py", r"def from_dsn")
     assert any(
         h["path"] == "connections.py" and h["start_line"] <= from_dsn <= h["end_line"] for h in hits
     ), [(h["path"], h["start_line"], h["end_line"], h["name"]) for h in hits]
 
     hits = await queue.call(
-        stack.redis, "search", "log redis server version, memory use and client count", 3, None,
+        stack.redis,
+        "search",
+        "log redis server version, memory use and client count",
+        3,
+        None,
         "code",
     )
     log_info = _def_line(arq_tree / "connections.py", r"def log_redis_info")
     assert any(
-        h["path"] == "connections.py" and h["start_line"] <= log_info <= h["end_line"]
-        for h in hits
+        h["path"] == "connections.py" and h["start_line"] <= log_info <= h["end_line"] for h in hits
     ), [(h["path"], h["start_line"], h["end_line"], h["name"]) for h in hits]
 
     # Nothing from the gitignored directory reached the index.
@@ -83,8 +98,9 @@ async def test_indexing_twice_leaves_the_same_rows(stack: Runtime, arq_tree: Pat
     assert await stack.store.counts() == counts_first
 
 
-async def test_changed_and_deleted_files_are_retired(stack: Runtime, arq_tree: Path,
-                                                     tmp_path: Path) -> None:
+async def test_changed_and_deleted_files_are_retired(
+    stack: Runtime, arq_tree: Path, tmp_path: Path
+) -> None:
     import shutil
 
     root = tmp_path / "tree"
@@ -95,10 +111,11 @@ async def test_changed_and_deleted_files_are_retired(stack: Runtime, arq_tree: P
     (root / "version.py").unlink()
     (root / "constants.py").write_text("def brand_new_marker_function():\n    return 42\n")
     totals = await _index(stack, root)
-    assert totals["indexed"] == 1
+    assert totals["indexed"] == 1 and totals["removed"] == 1
+    # Every old chunk of the two files is retired, the one new chunk is valid.
+    assert await stack.store.valid_chunk_count() == before - totals["retired"] + 1
     hits = await queue.call(stack.redis, "search", "brand_new_marker_function", 1, None, "code")
     assert hits[0]["path"] == "constants.py"
     assert hits[0]["start_line"] == 1 and hits[0]["end_line"] == 2
     project = projects.resolve(root)
     assert "version.py" not in await stack.store.indexed_paths(project.id)
-    assert await stack.store.valid_chunk_count() < before

@@ -128,13 +128,24 @@ async def index_files(ctx: dict[str, Any], project_id: str, root: str, paths: li
     file_rows: list[dict[str, Any]] = []
     gone: list[str] = []
 
-    def record(rel: str, info: os.stat_result | None, file_hash: str | None, status: str,
-               reason: str | None) -> None:
-        file_rows.append({
-            "id": file_state_id(project_id, rel), "path": rel,
-            "size": info.st_size if info else 0, "mtime_ns": info.st_mtime_ns if info else 0,
-            "hash": file_hash, "status": status, "reason": reason,
-        })
+    def record(
+        rel: str,
+        info: os.stat_result | None,
+        file_hash: str | None,
+        status: str,
+        reason: str | None,
+    ) -> None:
+        file_rows.append(
+            {
+                "id": file_state_id(project_id, rel),
+                "path": rel,
+                "size": info.st_size if info else 0,
+                "mtime_ns": info.st_mtime_ns if info else 0,
+                "hash": file_hash,
+                "status": status,
+                "reason": reason,
+            }
+        )
 
     def forget(rel: str, reason: str) -> None:
         gone.append(rel)
@@ -145,7 +156,9 @@ async def index_files(ctx: dict[str, Any], project_id: str, root: str, paths: li
         if not wanted(root_path, rel):
             forget(rel, "ignored")  # newly ignored: its chunks no longer belong in the index
             continue
-        info, raw, problem = await asyncio.to_thread(_read, root_path / rel, settings.max_file_bytes)
+        info, raw, problem = await asyncio.to_thread(
+            _read, root_path / rel, settings.max_file_bytes
+        )
         if info is None and problem is None:
             forget(rel, "vanished")
             continue
@@ -159,7 +172,11 @@ async def index_files(ctx: dict[str, Any], project_id: str, root: str, paths: li
             gone.append(rel)
             continue
         assert info is not None
-        if previous and previous["size"] == info.st_size and previous["mtime_ns"] == info.st_mtime_ns:
+        if (
+            previous
+            and previous["size"] == info.st_size
+            and previous["mtime_ns"] == info.st_mtime_ns
+        ):
             report.unchanged += 1
             continue
         content = read_source(raw)
@@ -187,8 +204,11 @@ async def index_files(ctx: dict[str, Any], project_id: str, root: str, paths: li
     changed_paths = [plan.path for plan in plans] + gone
     if changed_paths or file_rows:
         files = [
-            {"entity_id": file_entity_id(project_id, p.path), "key": file_entity_key(project_id, p.path),
-             "path": p.path}
+            {
+                "entity_id": file_entity_id(project_id, p.path),
+                "key": file_entity_key(project_id, p.path),
+                "path": p.path,
+            }
             for p in plans
         ]
         report.retired = await store.write_file_index(
@@ -199,14 +219,23 @@ async def index_files(ctx: dict[str, Any], project_id: str, root: str, paths: li
     log.info(
         "index_files %s: %d files, %d indexed, %d unchanged, %d skipped, %d removed, "
         "%d chunks (%d embedded), %d retired in %.2fs",
-        project_id, report.files, report.indexed, report.unchanged, report.skipped,
-        report.removed, report.chunks, report.embedded, report.retired, report.seconds,
+        project_id,
+        report.files,
+        report.indexed,
+        report.unchanged,
+        report.skipped,
+        report.removed,
+        report.chunks,
+        report.embedded,
+        report.retired,
+        report.seconds,
     )
     return report.as_dict()
 
 
-async def _attach_vectors(store: Any, embedder: Any, chunks: list[dict[str, Any]],
-                          report: IndexReport) -> None:
+async def _attach_vectors(
+    store: Any, embedder: Any, chunks: list[dict[str, Any]], report: IndexReport
+) -> None:
     """Reuse vectors of content already embedded with this model; embed only the rest."""
     known = await store.vectors_by_hash((c["content_hash"] for c in chunks), embedder.model)
     missing: dict[str, str] = {}

@@ -1,0 +1,164 @@
+"""The `memoryd` command as a user runs it: real processes, real services, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from memoryd.services import socket_alive
+from tests.conftest import MEMORYD
+
+
+def memoryd(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [MEMORYD, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_index_search_status_without_a_daemon(data_dir: Path, arq_tree: Path) -> None:
+    done = memoryd("index", str(arq_tree), "--data-dir", str(data_dir), "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["root"] == str(arq_tree)
+    assert report["indexed"] == report["files"] > 10
+
+    found = memoryd(
+        "search", "parse a redis connection DSN url", "--data-dir", str(data_dir), "--limit", "3"
+    )
+    assert found.returncode == 0, found.stderr
+    lines = found.stdout.splitlines()
+    assert len(lines) == 3
+    path_range, score, _name = lines[0].split("  ")
+    assert re.fullmatch(r"connections\.py:\d+-\d+", path_range)
+    assert 0 < float(score) < 1
+    assert any("from_dsn" in line for line in lines)
+
+    as_json = memoryd(
+        "search", "cron", "--data-dir", str(data_dir), "--json", "--limit", "2", "--project", "arq"
+    )
+    assert as_json.returncode == 0, as_json.stderr
+    results = json.loads(as_json.stdout)["results"]
+    assert len(results) == 2 and all(r["kind"] == "code" for r in results)
+
+    status = memoryd("status", "--data-dir", str(data_dir), "--json")
+    assert status.returncode == 0, status.stderr
+    info = json.loads(status.stdout)
+    assert info["counts"]["project"] == 1
+    assert info["counts"]["file_state"] == report["files"]
+    assert info["counts"]["code_chunk"] == report["chunks"]
+    assert info["redis_mode"] == "embedded" and info["surreal_mode"] == "embedded"
+    assert info["data_dir"] == str(data_dir)
+    assert info["queue"]["jobs"] == 0
+    # The command's own Redis and database are gone again: nothing left running.
+    assert not socket_alive(data_dir / "redis" / "redis.sock")
+
+
+def test_run_watches_serves_and_stops_cleanly(
+    data_dir: Path, arq_tree: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    repo = tmp_path / "repo"
+    shutil.copytree(arq_tree, repo)
+    daemon = subprocess.Popen(
+        [MEMORYD, "run", "--data-dir", str(data_dir), "--repo", str(repo)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            # Each poll is a whole process start: poll gently, the daemon needs the CPU.
+            time.sleep(2)
+            status = memoryd("status", "--data-dir", str(data_dir), "--json")
+            if status.returncode == 0:
+                info = json.loads(status.stdout)
+                if (
+                    info["daemon_running"]
+                    and info["counts"]["file_state"] > 10
+                    and info["queue"]["jobs"] == 0
+                ):
+                    break
+        else:
+            pytest.fail("daemon did not index the repo in time")
+
+        # A second daemon on the same data dir is refused.
+        second = memoryd("run", "--data-dir", str(data_dir))
+        assert second.returncode == 1
+        assert "already running" in second.stderr
+
+        # An edit is picked up by the watcher and found through the daemon.
+        (repo / "zebra_module.py").write_text("def striped_zebra_counter():\n    return 7\n")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            found = memoryd(
+                "search", "striped_zebra_counter", "--data-dir", str(data_dir), "--limit", "1"
+            )
+            if found.stdout.startswith("zebra_module.py:1-2"):
+                break
+            time.sleep(1)
+        else:
+            pytest.fail(f"new file never found: {found.stdout} {found.stderr}")
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        output, _ = daemon.communicate(timeout=60)
+    assert daemon.returncode == 0, output
+    assert "memoryd stopped" in output
+    assert not socket_alive(data_dir / "redis" / "redis.sock")
+    # The database lock is released: a new command can open it.
+    again = memoryd("status", "--data-dir", str(data_dir), "--json")
+    assert again.returncode == 0, again.stderr
+
+
+def test_error_messages_and_exit_codes(data_dir: Path, tmp_path: Path) -> None:
+    a_file = tmp_path / "plain-file"
+    a_file.write_text("x")
+
+    bad_dir = memoryd("status", "--data-dir", str(a_file / "sub"))
+    assert bad_dir.returncode == 1
+    assert "not writable" in bad_dir.stderr and "Traceback" not in bad_dir.stderr
+
+    missing = memoryd("index", str(tmp_path / "nope"), "--data-dir", str(data_dir))
+    assert missing.returncode == 1 and "does not exist" in missing.stderr
+
+    not_dir = memoryd("index", str(a_file), "--data-dir", str(data_dir))
+    assert not_dir.returncode == 1 and "is not a directory" in not_dir.stderr
+
+    unreachable = memoryd(
+        "status", "--data-dir", str(data_dir), "--redis-url", "redis://127.0.0.1:1/0"
+    )
+    assert unreachable.returncode == 1
+    assert "cannot reach Redis at redis://127.0.0.1:1/0" in unreachable.stderr
+
+    config = tmp_path / "config.toml"
+    config.write_text('bogus_key = 1\nmodel = "sentence-transformers/all-MiniLM-L6-v2"\n')
+    unknown = memoryd("status", "--data-dir", str(data_dir), env={"MEMORYD_CONFIG": str(config)})
+    assert unknown.returncode == 1
+    assert "bogus_key" in unknown.stderr and "Extra inputs are not permitted" in unknown.stderr
+
+
+async def test_locked_database_says_so(data_dir: Path) -> None:
+    from memoryd.store import Store
+
+    holder = await Store.open(f"surrealkv://{data_dir / 'db'}", "memoryd", "memory")
+    try:
+        locked = memoryd("status", "--data-dir", str(data_dir))
+        assert locked.returncode == 1
+        assert "locked by another memoryd process" in locked.stderr
+        assert "server mode" in locked.stderr
+    finally:
+        await holder.close()
