@@ -1,0 +1,362 @@
+"""Secret redaction for everything memoryd stores or embeds.
+
+Two layers, each replacing a secret with ``[REDACTED:<type>]``:
+
+1. A reviewed regex set run over the whole text, catching what detect-secrets misses in free
+   text: ``sk-``/``sk-ant-`` keys, GitHub/GitLab/Slack/AWS tokens, JWTs, PEM private key blocks,
+   ``PASSWORD=``-style ``.env`` lines, bearer tokens, ``user:password@`` in URLs.
+2. detect-secrets' own detector plugins, run line by line.
+
+Speed: a regex (or plugin) only runs when a literal it needs occurs in the text (plain
+substring tests, which are very fast), so ordinary text costs a few substring scans per rule.
+detect-secrets' entropy and public-IP plugins are not used: in transcripts they flag commit
+hashes, content hashes and base64 test data, and would destroy useful text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+REDACTED = "[REDACTED:{}]"
+_MARK = "[REDACTED:"
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One redacted secret: its type and where it was in the *original* text."""
+
+    type: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    type: str
+    pattern: re.Pattern[str]
+    # The rule runs only if one of these occurs in the text (lower-cased when ``fold``).
+    triggers: tuple[str, ...]
+    fold: bool = False
+    group: int = 0  # the capture group holding the secret (0 = whole match)
+    # Given the match, True when the captured value is not a secret after all.
+    keep: Callable[[re.Match[str]], bool] | None = None
+
+
+_CODE_VALUE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+|.*[()\[\]].*")
+_IDENTIFIER = re.compile(r"[A-Za-z_]+")
+_PLACEHOLDERS = frozenset({"none", "null", "true", "false", "undefined", "nil", "required"})
+
+
+def _not_literal(m: re.Match[str]) -> bool:
+    """True for right-hand sides of ``KEY=value`` that are code or placeholders, not secrets."""
+    value = m.group(1)
+    v = value.strip("'\"")
+    if not v or v.startswith(("$", "%", "{", "<", "[REDACTED")) or v.lower() in _PLACEHOLDERS:
+        return True
+    if value[0] in "'\"":
+        return False  # a quoted literal is data
+    # Expressions such as os.environ["X"], self.token, get_token(), settings.SECRET
+    if _CODE_VALUE.fullmatch(v):
+        return True
+    # A bare word (`apiKey: string`, `token = value`) is code unless written .env style: KEY=word
+    return bool(_IDENTIFIER.fullmatch(v)) and not re.search(r"\w=$", m.group(0)[: -len(value)])
+
+
+_ENV_KEYWORDS = (
+    "password",
+    "passwd",
+    "passphrase",
+    "secret",
+    "token",
+    "api_key",
+    "apikey",
+    "api-key",
+    "access_key",
+    "accesskey",
+    "private_key",
+    "auth_key",
+    "credential",
+)
+
+# Ordered: the most specific patterns first, so their type names win on overlaps.
+_RULES: tuple[_Rule, ...] = (
+    _Rule(
+        "private-key",
+        re.compile(
+            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
+            r"(?:.*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|[A-Za-z0-9+/=\s:,-]*)",
+            re.S,
+        ),
+        ("PRIVATE KEY",),
+    ),
+    _Rule(
+        "anthropic-key",
+        re.compile(r"(?<![\w-])sk-ant-(?:api|admin|oat)?\d*-?[A-Za-z0-9_-]{20,}"),
+        ("sk-ant-",),
+    ),
+    _Rule(
+        "openai-key",
+        re.compile(r"(?<![\w-])sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"),
+        ("sk-",),
+    ),
+    _Rule(
+        "github-token",
+        re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,255}|github_pat_\w{22,255})"),
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    ),
+    _Rule(
+        "gitlab-token",
+        re.compile(r"\bgl(?:pat|dt|ft|soat|rt|cbt|ptt)-[A-Za-z0-9_-]{20,}"),
+        ("glpat-", "gldt-", "glft-", "glsoat-", "glrt-", "glcbt-", "glptt-"),
+    ),
+    _Rule(
+        "aws-access-key",
+        re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16}\b"),
+        ("AKIA", "ASIA", "ABIA", "ACCA", "A3T"),
+    ),
+    _Rule("slack-token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), ("xox",)),
+    _Rule(
+        "slack-webhook",
+        re.compile(r"https://hooks\.slack\.com/services/T\w+/B\w+/\w+"),
+        ("hooks.slack.com",),
+    ),
+    _Rule("google-api-key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}"), ("AIza",)),
+    _Rule(
+        "stripe-key",
+        re.compile(r"\b(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{16,}"),
+        ("_live_", "_test_"),
+    ),
+    _Rule("huggingface-token", re.compile(r"\bhf_[A-Za-z0-9]{30,}"), ("hf_",)),
+    _Rule("npm-token", re.compile(r"\bnpm_[A-Za-z0-9]{36}\b"), ("npm_",)),
+    _Rule("pypi-token", re.compile(r"\bpypi-AgE[A-Za-z0-9_-]{50,}"), ("pypi-",)),
+    _Rule(
+        "jwt",
+        re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"),
+        ("eyJ",),
+    ),
+    _Rule(
+        "bearer-token",
+        re.compile(r"(?i)\b(?:bearer|token)\s+([A-Za-z0-9._~+/-]{16,}=*)"),
+        ("bearer", "token "),
+        fold=True,
+        group=1,
+        keep=lambda m: m.group(1).isalpha(),  # "token for the" is prose, not a credential
+    ),
+    _Rule(
+        "basic-auth",
+        re.compile(r"(?i)\bauthorization:\s*basic\s+([A-Za-z0-9+/]{8,}=*)"),
+        ("authorization",),
+        fold=True,
+        group=1,
+    ),
+    _Rule(
+        "url-password",
+        re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s/:@\"'<>]+:([^\s/@\"'<>]+)@"),
+        ("://",),
+        group=1,
+        keep=lambda m: m.group(1).startswith(("$", "{", "<", "[REDACTED")),
+    ),
+    _Rule(
+        "env-secret",
+        re.compile(
+            r"(?i)(?:password|passwd|passphrase|secret|token|api[_-]?key|access_?key|"
+            r"private_?key|auth_?key|credentials?)[\"']?[ \t]*(?::=|=|:)[ \t]*"
+            r"(\"[^\"\n]{3,}\"|'[^'\n]{3,}'|[^\s\"',;#]{4,})"
+        ),
+        _ENV_KEYWORDS,
+        fold=True,
+        group=1,
+        keep=_not_literal,
+    ),
+)
+
+_KEYWORDS = ("key", "pass", "pwd", "pw", "secret", "token", "contrase")
+_KEYWORD_DENYLIST = re.compile(
+    r"(?:api|auth|service|account|db|database|priv|private|client)_?key|"
+    r"(?:db|database|key)_?pass|passw|pwd|secret|contrase"
+)
+
+
+def _has(*words: str) -> Callable[[str, str], bool]:
+    return lambda line, _lower: any(w in line for w in words)
+
+
+def _has_folded(*words: str) -> Callable[[str, str], bool]:
+    return lambda _line, lower: any(w in lower for w in words)
+
+
+def _keyword_and(*words: str) -> Callable[[str, str], bool]:
+    """A keyword-assignment plugin: needs a secret-ish keyword and one of its own words."""
+    return lambda _line, lower: (
+        any(w in lower for w in words) and any(k in lower for k in _KEYWORDS)
+    )
+
+
+# Per detect-secrets plugin: the literal(s) its patterns cannot match without.
+_PLUGIN_TRIGGERS: dict[str, Callable[[str, str], bool]] = {
+    "AWSKeyDetector": lambda line, lower: (
+        "aws" in lower or any(p in line for p in ("AKIA", "ASIA", "ABIA", "ACCA", "A3T"))
+    ),
+    "ArtifactoryDetector": _has("AKC", "AP"),
+    "AzureStorageKeyDetector": _has("AccountKey="),
+    "BasicAuthDetector": lambda line, _lower: "://" in line and "@" in line,
+    "CloudantDetector": _keyword_and("cl"),
+    "DiscordBotTokenDetector": lambda line, _lower: "." in line and len(line) >= 59,
+    "GitHubTokenDetector": _has("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+    "GitLabTokenDetector": _has("gl", "GR1348941"),
+    "IbmCosHmacDetector": _keyword_and("secret"),
+    "IbmCloudIamDetector": _keyword_and("ibm", "iam", "cloud"),
+    "JwtTokenDetector": _has("eyJ"),
+    "MailchimpDetector": _has("-us"),
+    "NpmDetector": _has("_authToken"),
+    "OpenAIDetector": _has("T3BlbkFJ"),
+    "PypiTokenDetector": _has("pypi-"),
+    # Its denylist, in the quotes-required mode used for free text.
+    "KeywordDetector": lambda line, lower: (
+        ('"' in line or "'" in line) and _KEYWORD_DENYLIST.search(lower) is not None
+    ),
+    "SendGridDetector": _has("SG."),
+    "SlackDetector": lambda line, lower: "xox" in lower or "hooks.slack.com" in line,
+    "SoftlayerDetector": _keyword_and("softlayer", "sl"),
+    "SquareOAuthDetector": _has("sq0csp-"),
+    "StripeDetector": _has("k_live_"),
+    "TelegramBotTokenDetector": lambda line, _lower: ":" in line,
+    "TwilioKeyDetector": _has("AC", "SK"),
+}
+
+# detect-secrets plugins left out: they flag hashes, base64 and IPs, which transcripts are full
+# of; PEM blocks are handled (whole block, not just the header) by the regex layer.
+_EXCLUDED_PLUGINS = frozenset(
+    {"Base64HighEntropyString", "HexHighEntropyString", "IPPublicDetector", "PrivateKeyDetector"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Plugin:
+    type: str
+    detector: Any
+    trigger: Callable[[str, str], bool]
+
+
+@lru_cache(maxsize=1)
+def _plugins() -> tuple[_Plugin, ...]:
+    """detect-secrets detector instances, built once (their constructors compile regexes)."""
+    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+
+    out: list[_Plugin] = []
+    for secret_type, cls in sorted(get_mapping_from_secret_type_to_class().items()):
+        if cls.__name__ in _EXCLUDED_PLUGINS:
+            continue
+        try:
+            detector = cls()
+        except TypeError:  # a plugin that needs configuration we do not have
+            continue
+        # A plugin added in a later detect-secrets release runs on keyword lines only.
+        trigger = _PLUGIN_TRIGGERS.get(cls.__name__, _has_folded(*_KEYWORDS))
+        out.append(_Plugin(_slug(secret_type), detector, trigger))
+    return tuple(out)
+
+
+def _slug(secret_type: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", secret_type.lower()).strip("-")
+
+
+def redact(text: str) -> str:
+    """Return ``text`` with every secret found replaced by ``[REDACTED:<type>]``."""
+    return redact_with_findings(text)[0]
+
+
+def redact_with_findings(text: str) -> tuple[str, list[Finding]]:
+    """Redact ``text``; also return what was found (types and original positions)."""
+    if not text or len(text) < 8:
+        return text, []
+    lower = text.lower()
+    spans = _regex_spans(text, lower)
+    spans = _merge(spans + _plugin_spans(text, lower, spans))
+    if not spans:
+        return text, []
+    parts: list[str] = []
+    last = 0
+    for f in spans:
+        parts.append(text[last : f.start])
+        parts.append(REDACTED.format(f.type))
+        last = f.end
+    parts.append(text[last:])
+    return "".join(parts), spans
+
+
+def _regex_spans(text: str, lower: str) -> list[Finding]:
+    found: list[Finding] = []
+    for rule in _RULES:
+        haystack = lower if rule.fold else text
+        if not any(t in haystack for t in rule.triggers):
+            continue
+        for m in rule.pattern.finditer(text):
+            value = m.group(rule.group)
+            if value is None or (rule.keep is not None and rule.keep(m)):
+                continue
+            start, end = m.span(rule.group)
+            if value[:1] in ("'", '"') and len(value) >= 2:
+                start, end = start + 1, end - 1  # keep the quotes, redact what is inside
+            found.append(Finding(rule.type, start, end))
+    return found
+
+
+def _plugin_spans(text: str, lower_text: str, known: list[Finding]) -> list[Finding]:
+    """Run detect-secrets' plugins on the lines holding the literals they need."""
+    # Checking the whole text first leaves most plugins out of the per-line loop.
+    plugins = [p for p in _plugins() if p.trigger(text, lower_text)]
+    found: list[Finding] = []
+    if not plugins:
+        return found
+    pos = 0
+    for line in text.splitlines(keepends=True):
+        start = pos
+        pos += len(line)
+        if len(line) < 8:
+            continue
+        lower = line.lower()
+        for plugin in plugins:
+            if plugin.trigger(line, lower):
+                for secret in _plugin_matches(plugin.detector, line):
+                    found.extend(_locate(secret, line, start, plugin.type, known))
+    return found
+
+
+def _plugin_matches(detector: Any, line: str) -> Iterable[str]:
+    try:
+        return [s for s in detector.analyze_string(line) if isinstance(s, str) and len(s) >= 4]
+    except Exception:  # a third-party plugin failing must never lose the transcript
+        return []
+
+
+def _locate(secret: str, line: str, base: int, type_: str, known: list[Finding]) -> list[Finding]:
+    """Positions of a plugin's secret value in the line, unless the regex layer covered it."""
+    out: list[Finding] = []
+    if _MARK in secret:
+        return out
+    i = line.find(secret)
+    while i >= 0:
+        f = Finding(type_, base + i, base + i + len(secret))
+        if not any(k.start <= f.start and f.end <= k.end for k in known):
+            out.append(f)
+        i = line.find(secret, i + len(secret))
+    return out
+
+
+def _merge(spans: list[Finding]) -> list[Finding]:
+    """Sort and merge overlapping findings; the earliest-starting (then longest) type wins."""
+    spans.sort(key=lambda f: (f.start, -f.end))
+    merged: list[Finding] = []
+    for f in spans:
+        if merged and f.start < merged[-1].end:
+            last = merged[-1]
+            if f.end > last.end:
+                merged[-1] = Finding(last.type, last.start, f.end)
+            continue
+        merged.append(f)
+    return merged
