@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -20,8 +21,9 @@ from memoryd import projects, queue
 from memoryd.config import Settings, config_file, load_settings
 from memoryd.errors import MemorydError
 from memoryd.runtime import Runtime
-from memoryd.search import KINDS
+from memoryd.search import KINDS, Result
 from memoryd.watch.repos import RepoWatcher
+from memoryd.watch.transcripts import TranscriptWatcher, transcript_files
 
 app = typer.Typer(
     name="memoryd",
@@ -100,6 +102,16 @@ async def _until_signal(*waitables: Awaitable[Any]) -> None:
         if task is not stopper and task.exception():
             raise task.exception()  # type: ignore[misc]
     log.info("stopping")
+
+
+async def _start_watchers(
+    redis: Any, settings: Settings, watched: list[projects.Project]
+) -> list[RepoWatcher | TranscriptWatcher]:
+    repos = RepoWatcher(redis, watched, settings.debounce_seconds, settings.index_batch_files)
+    transcripts = TranscriptWatcher(redis, settings.transcript_roots, settings.debounce_seconds)
+    await repos.start()
+    await transcripts.start()
+    return [repos, transcripts]
 
 
 def _describe(rt: Runtime) -> str:
@@ -242,7 +254,7 @@ def search(
     query: Annotated[str, typer.Argument(help="What to look for, in words or code.")],
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=200)] = 10,
     project: Annotated[str | None, typer.Option(help="Project id, name or root.")] = None,
-    kind: Annotated[str, typer.Option(help=f"One of: {', '.join(KINDS)}.")] = "code",
+    kind: Annotated[str, typer.Option(help=f"What to search: {', '.join(KINDS)}.")] = "code",
     data_dir: DataDir = None,
     redis_url: RedisUrl = None,
     surreal_url: SurrealUrl = None,
@@ -252,24 +264,153 @@ def search(
     _setup_logging("WARNING")
     settings = _settings(data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url)
 
-    async def main() -> Any:
-        async with Runtime(settings) as rt:
-            redis = await rt.start_queue()
-            await rt.serve_if_needed()
-            return await queue.call(redis, "search", query, limit, project, kind)
-
-    results = _run(main)
-    if isinstance(results, dict) and "error" in results:
-        _fail(MemorydError(results["error"]))
+    results = _query(settings, "search", query, limit, project, kind)
     if as_json:
         print(json.dumps({"query": query, "results": results}, indent=2))
         return
     if not results:
         err.print("no results")
     for r in results:
+        print(Result(**r).line())
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[Path], typer.Argument(help="Transcript files or folders.")],
+    data_dir: DataDir = None,
+    redis_url: RedisUrl = None,
+    surreal_url: SurrealUrl = None,
+    as_json: AsJson = False,
+) -> None:
+    """Ingest agent transcripts once (agent detected from content), through the queue."""
+    _setup_logging("WARNING")
+    settings = _settings(data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url)
+    for path in paths:
+        if not path.exists():
+            _fail(MemorydError(f"{path} does not exist"))
+    files = transcript_files(paths)
+    if not files:
+        _fail(MemorydError("no transcript files (*.jsonl, *.jsonl.zst) found"))
+
+    async def main() -> list[dict[str, Any]]:
+        async with Runtime(settings) as rt:
+            redis = await rt.start_queue()
+            await rt.serve_if_needed()
+            jobs = await queue.enqueue_ingest(redis, files)
+            return [await queue.wait_for(job, settings.job_timeout_seconds) for job in jobs]
+
+    reports = _run(main)
+    totals = {
+        "files": len(reports),
+        "lines": sum(r["lines"] for r in reports),
+        "memories": sum(r["memories"] for r in reports),
+        "skipped_lines": sum(r["skipped"] for r in reports),
+        "edges": _sum_counts(r["edges"] for r in reports),
+        "reports": reports,
+    }
+    if as_json:
+        print(json.dumps(totals, indent=2))
+        return
+    for r in reports:
+        edges = ", ".join(f"{k} {v}" for k, v in sorted(r["edges"].items())) or "no edges"
+        note = f" ({r['note']})" if r["note"] else ""
         print(
-            f"{r['path']}:{r['start_line']}-{r['end_line']}  {r['score']:.4f}  {r['name'] or '-'}"
+            f"{r['path']}: {r['agent'] or '?'}, {r['lines']} lines, {r['memories']} memories, "
+            f"{edges}, {r['skipped']} lines skipped{note}"
         )
+    print(f"{totals['files']} files: {totals['memories']} memories added or updated")
+
+
+def _sum_counts(counts: Any) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for count in counts:
+        for key, value in count.items():
+            total[key] = total.get(key, 0) + value
+    return total
+
+
+def _query(settings: Settings, function: str, *args: Any) -> Any:
+    """Run a query job (on the daemon, or served here) and fail cleanly on its error."""
+
+    async def main() -> Any:
+        async with Runtime(settings) as rt:
+            redis = await rt.start_queue()
+            await rt.serve_if_needed()
+            return await queue.call(redis, function, *args)
+
+    result = _run(main)
+    if isinstance(result, dict) and "error" in result:
+        _fail(MemorydError(result["error"]))
+    return result
+
+
+@app.command()
+def history(
+    path: Annotated[Path, typer.Argument(help="A file, as the agents named it.")],
+    data_dir: DataDir = None,
+    redis_url: RedisUrl = None,
+    surreal_url: SurrealUrl = None,
+    as_json: AsJson = False,
+) -> None:
+    """Every session that read or modified this file, newest first, and its current chunks."""
+    _setup_logging("WARNING")
+    settings = _settings(data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url)
+    doc = _query(settings, "history", os.path.abspath(path))
+    if as_json:
+        print(json.dumps(doc, indent=2))
+        return
+    print(f"{doc['file']['key']}: {len(doc['sessions'])} sessions")
+    for s in doc["sessions"]:
+        verbs = _sum_counts({f"{a['verb']} {a['outcome'] or a['reason']}": 1} for a in s["actions"])
+        print(f"\n{s['session']}  {s['agent']}  {s['started_at'] or '?'} .. {s['ended_at'] or '?'}")
+        print(f"  goal: {_one_line(s['goal'])}")
+        print("  did:  " + ", ".join(f"{k} ×{v}" for k, v in verbs.items()))
+        for e in s["errors"]:
+            print(f"  error: {_one_line(e['error'])}")
+    if doc["chunks"]:
+        print("\ncurrent chunks:")
+        for c in doc["chunks"]:
+            print(
+                f"  {c['path']}:{c['start_line']}-{c['end_line']}  {c['chunk_type']}  "
+                f"{c['name'] or '-'}"
+            )
+
+
+@app.command()
+def session(
+    session_id: Annotated[str, typer.Argument(help="A session id (or its unique prefix).")],
+    data_dir: DataDir = None,
+    redis_url: RedisUrl = None,
+    surreal_url: SurrealUrl = None,
+    as_json: AsJson = False,
+) -> None:
+    """Replay a session in order: goal, actions with outcomes, errors, subagents."""
+    _setup_logging("WARNING")
+    settings = _settings(data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url)
+    doc = _query(settings, "session", session_id)
+    if as_json:
+        print(json.dumps(doc, indent=2))
+        return
+    print(f"{doc['session']}  {doc['agent']}  {doc['cwd'] or ''}  {doc['git_branch'] or ''}")
+    print(f"goal: {_one_line(doc['goal'])}")
+    for ev in doc["events"]:
+        edges = "; ".join(
+            f"{e['verb']} {e['target']}"
+            + (f" [{e['outcome']}]" if e["outcome"] else "")
+            + (f" [{e['reason']}]" if e["reason"] else "")
+            for e in ev["edges"]
+        )
+        tool = f" {ev['tool']}" if ev["tool"] else ""
+        print(f"{ev['seq']:>5} {ev['kind']}{tool}: {_one_line(ev['text'])}")
+        if edges:
+            print(f"        -> {edges}")
+    for sub in doc["subagents"]:
+        print(f"subagent {sub['session']}: {sub['description'] or ''}")
+
+
+def _one_line(text: str | None, width: int = 120) -> str:
+    flat = " ".join((text or "-").split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
 @app.command()

@@ -28,6 +28,13 @@ def default_data_dir() -> Path:
     return _xdg("XDG_DATA_HOME", ".local/share") / "memoryd"
 
 
+def default_transcripts() -> list[Path]:
+    """Where Claude Code and Codex CLI write their transcripts (honouring their env vars)."""
+    claude = Path(os.environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude") / "projects"
+    codex = Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex") / "sessions"
+    return [claude, codex]
+
+
 def config_file() -> Path:
     """The TOML config file: $MEMORYD_CONFIG, else <XDG config home>/memoryd/config.toml."""
     explicit = os.environ.get("MEMORYD_CONFIG")
@@ -55,6 +62,8 @@ class Settings(BaseSettings):
     embed_batch_size: int = Field(32, ge=1, le=1024)
 
     repos: list[Path] = Field(default_factory=list)
+    # Transcript folders to watch; unset means the agents' own defaults (default_transcripts).
+    transcripts: list[Path] | None = None
     # Files per index job: large enough to feed the model full batches.
     index_batch_files: int = Field(32, ge=1)
     max_file_bytes: int = Field(2_000_000, ge=1)
@@ -83,6 +92,12 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         toml = TomlConfigSettingsSource(settings_cls, toml_file=config_file())
         return (init_settings, env_settings, toml)
+
+    @property
+    def transcript_roots(self) -> list[Path]:
+        if self.transcripts is not None:
+            return [p.expanduser().resolve() for p in self.transcripts]
+        return default_transcripts()
 
     @property
     def embedded_redis(self) -> bool:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import stat
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,6 +16,7 @@ from arq.connections import RedisSettings
 from arq.jobs import Job, JobStatus
 
 from memoryd.errors import MemorydError
+from memoryd.ids import stable_id
 
 # Heavy work (indexing, ingestion) and interactive queries live on separate queues, so a
 # search answers while a cold index is still running.
@@ -49,22 +52,41 @@ async def live_workers(redis: ArqRedis) -> int:
     return len([key async for key in redis.scan_iter(match=f"{WORKER_KEY_PREFIX}*")])
 
 
-def _stat_signature(root: Path, rel: str) -> str:
-    """size and mtime identify a file version cheaply; a missing file gets a unique token so a
-    delete after a re-create is never taken for a job already done."""
+# Files up to this size are hashed for their job id; bigger ones (skipped by the worker unless
+# configured otherwise) are identified by size and mtime, so a 50 MB file is never read here.
+_HASH_LIMIT = 4_000_000
+
+
+def _version(root: Path, rel: str) -> str:
+    """What identifies this version of a file in a job id: blake3 of its content (size and mtime
+    for special or very large files, "gone" for a missing one). Never blocks on a FIFO."""
+    path = root / rel
     try:
-        info = (root / rel).stat()
-    except OSError:
-        return f"gone:{uuid.uuid4().hex}"
-    return f"{info.st_size}:{info.st_mtime_ns}"
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return "gone"
+    except OSError as exc:  # permission denied, symlink loop, a directory
+        return f"error:{exc.errno}"
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > _HASH_LIMIT:
+            return f"stat:{info.st_mode}:{info.st_size}:{info.st_mtime_ns}"
+        hasher = blake3.blake3()
+        while block := os.read(fd, 1 << 20):
+            hasher.update(block)
+        return hasher.hexdigest()[:32]
+    except OSError as exc:
+        return f"error:{exc.errno}"
+    finally:
+        os.close(fd)
 
 
 def index_job_id(project_id: str, root: Path, paths: Sequence[str]) -> str:
-    """The id carries each file's version: a later change is a new job, never a refused duplicate;
-    the same unchanged batch asked for twice is one job."""
+    """The id carries each file's content hash: a later change is a new id. The same unchanged
+    batch asked for twice while the first job still waits in the queue is one job."""
     hasher = blake3.blake3(project_id.encode())
     for rel in sorted(paths):
-        hasher.update(f"\x1f{rel}\x1e{_stat_signature(root, rel)}".encode("utf-8", "surrogatepass"))
+        hasher.update(f"\x1f{rel}\x1e{_version(root, rel)}".encode("utf-8", "surrogatepass"))
     return f"index:{project_id}:{hasher.hexdigest()[:32]}"
 
 
@@ -77,19 +99,39 @@ async def enqueue_index(
     fresh: bool = False,
 ) -> list[tuple[Job, int]]:
     """Enqueue `index_files` jobs of up to `batch` files; returns each job with its file count.
-    `fresh` (an explicit sync) always runs, so its report describes this run, not a kept one."""
+    `fresh` (an explicit sync) always runs, so its report describes this run, not a kept one.
+
+    arq refuses an id while a job with it is queued, running, or its result is kept. Only a job
+    that has not started yet reads the disk after this call, so only then is the refusal
+    harmless; a running or finished namesake may have read an older state (A -> B -> A), and a
+    new generation of the id is enqueued instead. A change is never dropped."""
     jobs = []
     for start in range(0, len(paths), batch):
         part = list(paths[start : start + batch])
-        job_id = index_job_id(project_id, root, part)
         if fresh:
-            job_id += f":{uuid.uuid4().hex[:12]}"
-        job = await redis.enqueue_job(
-            "index_files", project_id, str(root), part, _job_id=job_id, _queue_name=JOBS_QUEUE
-        )
-        # None: the same job is queued or its result is kept; wait on that one instead.
-        jobs.append((job or Job(job_id, redis, _queue_name=JOBS_QUEUE), len(part)))
+            job_id = f"index:{project_id}:{uuid.uuid4().hex}"
+        else:
+            job_id = await asyncio.to_thread(index_job_id, project_id, root, part)
+        job = await _enqueue(redis, job_id, project_id, root, part)
+        if job is None:
+            waiting = Job(job_id, redis, _queue_name=JOBS_QUEUE)
+            if await waiting.status() in (JobStatus.queued, JobStatus.deferred):
+                job = waiting
+            else:
+                job = await _enqueue(
+                    redis, f"{job_id}:{uuid.uuid4().hex[:12]}", project_id, root, part
+                )
+                assert job is not None  # fresh unique id: never refused
+        jobs.append((job, len(part)))
     return jobs
+
+
+async def _enqueue(
+    redis: ArqRedis, job_id: str, project_id: str, root: Path, part: list[str]
+) -> Job | None:
+    return await redis.enqueue_job(
+        "index_files", project_id, str(root), part, _job_id=job_id, _queue_name=JOBS_QUEUE
+    )
 
 
 async def wait_for(job: Job, timeout: float | None) -> Any:
@@ -100,6 +142,10 @@ async def wait_for(job: Job, timeout: float | None) -> Any:
         raise MemorydError(
             f"job {job.job_id} did not finish within {timeout:.0f}s; is a worker running?"
         ) from None
+    except MemorydError:
+        raise
+    except Exception as exc:  # the job's own failure, already logged by the worker
+        raise MemorydError(f"job {job.job_id} failed: {exc}") from None
 
 
 async def job_done(job: Job) -> bool:

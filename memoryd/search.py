@@ -8,19 +8,29 @@ from typing import Any
 
 from memoryd.embedding import Embedder
 from memoryd.errors import MemorydError
-from memoryd.store import Store, rid
+from memoryd.store import Store, key_of, rid
 
-KINDS = ("code",)
-_CODE_FIELDS = (
-    "path",
-    "start_line",
-    "end_line",
-    "name",
-    "parent_name",
-    "chunk_type",
-    "language",
-    "project",
-)
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    table: str
+    text_field: str
+    fields: tuple[str, ...]
+    valid_now: bool
+
+
+KINDS = {
+    "code": Kind(
+        "code_chunk",
+        "content",
+        ("path", "start_line", "end_line", "name", "parent_name", "chunk_type", "project"),
+        True,
+    ),
+    "memory": Kind("memory", "content", ("session", "seq", "kind", "content", "tool"), True),
+    "goal": Kind("goal", "intent", ("session", "intent"), False),
+}
+# Characters of a memory or goal shown in a result.
+SNIPPET_CHARS = 160
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,52 +38,28 @@ class Result:
     kind: str
     id: str
     score: float
-    project: str | None
-    path: str | None
-    start_line: int | None
-    end_line: int | None
-    name: str | None
+    project: str | None = None
+    path: str | None = None
+    start_line: int | None = None
+    end_line: int | None = None
+    name: str | None = None
+    session: str | None = None
+    seq: int | None = None
+    text: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if v is not None or k in _ALWAYS}
 
     def line(self) -> str:
-        """`path:start-end  score  name`, the CLI's plain output."""
-        where = f"{self.path}:{self.start_line}-{self.end_line}"
-        return f"{where}  {self.score:.4f}  {self.name or '-'}"
+        """The CLI's plain output: `path:start-end  score  name` for code."""
+        if self.kind == "code":
+            where = f"{self.path}:{self.start_line}-{self.end_line}"
+            return f"{where}  {self.score:.4f}  {self.name or '-'}"
+        where = self.session if self.seq is None else f"{self.session}#{self.seq}"
+        return f"{where}  {self.score:.4f}  {self.name}: {self.text}"
 
 
-async def search(
-    store: Store,
-    embedder: Embedder,
-    query: str,
-    *,
-    limit: int = 10,
-    project: str | None = None,
-    kind: str = "code",
-) -> list[Result]:
-    if kind not in KINDS:
-        raise ValueError(f"unknown kind {kind!r}; choose from {', '.join(KINDS)}")
-    [vector] = await asyncio.to_thread(embedder.embed, [query])
-    filters: dict[str, Any] = {"valid_now": True, "embedding_model": embedder.model}
-    if project is not None:
-        filters["project"] = rid("project", await resolve_project(store, project))
-    hits = await store.hybrid_search(
-        "code_chunk", "content", vector, query, limit, filters, _CODE_FIELDS
-    )
-    return [
-        Result(
-            kind="code",
-            id=hit.id,
-            score=round(hit.score, 6),
-            project=str(hit.fields["project"].id) if hit.fields.get("project") else None,
-            path=hit.fields.get("path"),
-            start_line=hit.fields.get("start_line"),
-            end_line=hit.fields.get("end_line"),
-            name=_display_name(hit.fields),
-        )
-        for hit in hits
-    ]
+_ALWAYS = frozenset({"kind", "id", "score", "name"})
 
 
 async def resolve_project(store: Store, given: str) -> str:
@@ -88,8 +74,52 @@ async def resolve_project(store: Store, given: str) -> str:
     )
 
 
-def _display_name(fields: dict[str, Any]) -> str | None:
-    name, parent = fields.get("name"), fields.get("parent_name")
-    if name and parent:
-        return f"{parent}.{name}"
-    return name or parent
+async def search(
+    store: Store,
+    embedder: Embedder,
+    query: str,
+    *,
+    limit: int = 10,
+    project: str | None = None,
+    kind: str = "code",
+) -> list[Result]:
+    spec = KINDS.get(kind)
+    if spec is None:
+        raise MemorydError(f"unknown kind {kind!r}; choose from {', '.join(KINDS)}")
+    [vector] = await asyncio.to_thread(embedder.embed, [query])
+    # Only vectors of the configured model are compared: never two models in one k-NN.
+    filters: dict[str, Any] = {"valid_now": spec.valid_now, "embedding_model": embedder.model}
+    if project is not None:
+        if kind != "code":
+            raise MemorydError("--project applies to code search")
+        filters["project"] = rid("project", await resolve_project(store, project))
+    hits = await store.hybrid_search(
+        spec.table, spec.text_field, vector, query, limit, filters, spec.fields
+    )
+    return [_result(kind, hit.id, round(hit.score, 6), hit.fields) for hit in hits]
+
+
+def _result(kind: str, id_: str, score: float, f: dict[str, Any]) -> Result:
+    if kind == "code":
+        name, parent = f.get("name"), f.get("parent_name")
+        return Result(
+            kind,
+            id_,
+            score,
+            project=key_of(f["project"]) if f.get("project") else None,
+            path=f.get("path"),
+            start_line=f.get("start_line"),
+            end_line=f.get("end_line"),
+            name=f"{parent}.{name}" if name and parent else name or parent,
+        )
+    text = f.get("content") if kind == "memory" else f.get("intent")
+    snippet = " ".join((text or "").split())[:SNIPPET_CHARS]
+    return Result(
+        kind,
+        id_,
+        score,
+        session=key_of(f["session"]) if f.get("session") else None,
+        seq=f.get("seq"),
+        name=f.get("kind") or "goal",
+        text=snippet,
+    )

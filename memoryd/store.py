@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import importlib.resources
 import logging
@@ -9,11 +10,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from surrealdb import AsyncSurreal, RecordID
 
 from memoryd.errors import MemorydError
+from memoryd.ids import stable_id
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +31,42 @@ COUNTED_TABLES = (
     "entity",
     "defined_in",
 )
+# Relation tables a transcript batch writes, by the name its rows come under in a batch.
+EDGE_TABLES = (
+    "contains",
+    "next",
+    "has_goal",
+    "reads",
+    "modifies",
+    "executes",
+    "triggered",
+    "denied",
+    "spawned",
+)
+# What a verb edge says, as the history and session views show it.
+_EDGE_FIELDS = (
+    "string::uppercase(meta::tb(id)) AS verb, out.kind AS target_kind, "
+    "out.key ?? record::id(out) AS target, outcome, exit_code, reason, tool, detail, event_time"
+)
+# Entities are merged, not replaced: aliases accumulate, first_seen stays the first.
+_UPSERT_ENTITIES = """
+            FOR $e IN $entities {
+                UPSERT $e.id SET kind = $e.kind, key = $e.key, name = $e.name,
+                    project = $e.project, aliases = array::union(aliases ?? [], $e.aliases),
+                    first_seen = first_seen ?? $e.first_seen, last_seen = $e.last_seen;
+            };"""
 # Candidates per ranked list before fusion: enough that filters still leave `limit`.
 _CANDIDATE_FACTOR = 4
 _HNSW_EF = 100
 _RRF_K = 60
+
+
+class QueryFailed(Exception):
+    """A statement failed; the message is the database's own."""
+
+
+_TRANSACTION_ATTEMPTS = 6
+_ROLLED_BACK = "not executed due to a failed transaction"
 
 
 def now() -> datetime:
@@ -41,6 +75,31 @@ def now() -> datetime:
 
 def rid(table: str, key: str) -> RecordID:
     return RecordID(table, key)
+
+
+class Ref(NamedTuple):
+    """A record reference in plain data; the store turns it into a SurrealDB record id."""
+
+    table: str
+    key: str
+
+
+def _record(value: Any) -> Any:
+    if isinstance(value, Ref):
+        return RecordID(value.table, value.key)
+    if isinstance(value, list):
+        return [_record(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _record(v) for k, v in value.items()}
+    return value
+
+
+def _records(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [_record(row) for row in rows]
+
+
+def _key(path: str) -> str:
+    return stable_id(path)
 
 
 def key_of(record: Any) -> str:
@@ -101,7 +160,25 @@ class Store:
         await self._db.close()
 
     async def query(self, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
-        return await self._db.query(sql, params).execute()
+        """Run statements; one result per statement. A failed transaction (another writer
+        touched the same rows) is retried; any other failure raises with the engine's own
+        message, not the generic 'failed transaction' of the statements it rolled back."""
+        transaction = sql.lstrip().startswith("BEGIN")
+        for attempt in range(_TRANSACTION_ATTEMPTS if transaction else 1):
+            response = await self._db.query_raw(sql, params or {})
+            if "error" in response:
+                raise QueryFailed(str(response["error"].get("message", response["error"])))
+            statements = response.get("result") or []
+            failures = [r["result"] for r in statements if r.get("status") != "OK"]
+            if not failures:
+                return [r.get("result") for r in statements]
+            cause = next((f for f in failures if _ROLLED_BACK not in str(f)), failures[0])
+            if attempt + 1 < _TRANSACTION_ATTEMPTS and transaction:
+                log.info("transaction failed (%s); retrying", str(cause)[:200])
+                await asyncio.sleep(0.05 * 2**attempt)
+                continue
+            raise QueryFailed(str(cause))
+        raise AssertionError("unreachable")
 
     # -- schema ------------------------------------------------------------------------------
 
@@ -243,7 +320,7 @@ class Store:
         for row in chunk_rows:
             row.pop("entity_id", None)
         result = await self.query(
-            """
+            f"""
             BEGIN;
             INSERT INTO code_chunk $chunks ON DUPLICATE KEY UPDATE
                 valid_until = NONE, start_line = $input.start_line, end_line = $input.end_line,
@@ -256,11 +333,7 @@ class Store:
             INSERT INTO file_state $states ON DUPLICATE KEY UPDATE
                 size = $input.size, mtime_ns = $input.mtime_ns, hash = $input.hash,
                 status = $input.status, reason = $input.reason, indexed_at = $input.indexed_at;
-            FOR $e IN $entities {
-                UPSERT $e.id SET kind = $e.kind, key = $e.key, name = $e.name,
-                    project = $e.project, aliases = array::union(aliases ?? [], $e.aliases),
-                    first_seen = first_seen ?? $e.first_seen, last_seen = $e.last_seen;
-            };
+            {_UPSERT_ENTITIES}
             INSERT RELATION INTO defined_in $edges ON DUPLICATE KEY UPDATE out = $input.out;
             RETURN array::len($retired);
             COMMIT;
@@ -344,6 +417,118 @@ class Store:
             )
         )[0]
         return rows[0]["n"] if rows else 0
+
+    # -- transcripts -------------------------------------------------------------------------
+
+    async def transcript_cursor(self, path: str) -> dict[str, Any] | None:
+        found = await self.query("SELECT * FROM $id", {"id": rid("transcript_cursor", _key(path))})
+        return found[0][0] if found[0] else None
+
+    async def write_transcript_batch(
+        self, batch: dict[str, list[dict[str, Any]]], cursor: dict[str, Any]
+    ) -> None:
+        """One transaction: the records parsed from a stretch of a transcript and the cursor
+        that says how far it was read, so a crash can never leave one without the other."""
+        params: dict[str, Any] = {name: _records(rows) for name, rows in batch.items()}
+        cursor_id = rid("transcript_cursor", _key(cursor["path"]))
+        params["cursor"] = {**cursor, "id": cursor_id, "updated_at": now()}
+        edges = "\n".join(
+            f"INSERT RELATION INTO {table} $edge_{table} ON DUPLICATE KEY UPDATE out = $input.out;"
+            for table in EDGE_TABLES
+        )
+        for table in EDGE_TABLES:
+            params[f"edge_{table}"] = _records(batch.get(f"edge_{table}", []))
+        await self.query(
+            f"""
+            BEGIN;
+            FOR $s IN $sessions {{ UPSERT $s.id MERGE $s.data; }};
+            {_UPSERT_ENTITIES}
+            INSERT INTO memory $memories ON DUPLICATE KEY UPDATE
+                content = $input.content, kind = $input.kind, seq = $input.seq,
+                event_time = $input.event_time, source = $input.source,
+                embedding = $input.embedding, embedding_model = $input.embedding_model;
+            INSERT INTO goal $goals ON DUPLICATE KEY UPDATE
+                intent = $input.intent, embedding = $input.embedding,
+                embedding_model = $input.embedding_model;
+            INSERT INTO summary $summaries ON DUPLICATE KEY UPDATE text = $input.text;
+            {edges}
+            UPSERT $cursor.id CONTENT $cursor;
+            COMMIT;
+            """,
+            {
+                "sessions": params.get("sessions", []),
+                "entities": params.get("entities", []),
+                "memories": params.get("memories", []),
+                "goals": params.get("goals", []),
+                "summaries": params.get("summaries", []),
+                **params,
+            },
+        )
+
+    async def sessions(self, ids: Sequence[Any]) -> list[dict[str, Any]]:
+        rows = (
+            await self.query(
+                "SELECT *, (SELECT intent, event_time FROM goal WHERE session = $parent.id "
+                "ORDER BY event_time LIMIT 1)[0] AS goal FROM $ids",
+                {"ids": list(ids)},
+            )
+        )[0]
+        return rows or []
+
+    # -- graph reads (history, session replay) -----------------------------------------------
+
+    async def file_actions(self, entity_key: str) -> list[dict[str, Any]]:
+        """Edges of sessions' actions on one entity (by its record key), newest first."""
+        rows = await self.query(
+            f"SELECT {_EDGE_FIELDS}, session, in.seq AS seq FROM $e<-(reads, modifies, denied) "
+            "ORDER BY event_time DESC",
+            {"e": rid("entity", entity_key)},
+        )
+        return rows[0] or []
+
+    async def session_rows(self, ids: Sequence[str]) -> list[dict[str, Any]]:
+        rows = await self.query(
+            "SELECT *, (SELECT VALUE intent FROM ONLY ->has_goal->goal LIMIT 1) AS goal, "
+            "(SELECT VALUE text FROM summary WHERE leaf_uuid INSIDE "
+            "(SELECT VALUE source_id FROM memory WHERE session = $parent.id) LIMIT 1)[0] AS title "
+            "FROM $ids",
+            {"ids": [rid("session", i) for i in ids]},
+        )
+        return rows[0] or []
+
+    async def find_sessions(self, prefix: str) -> list[str]:
+        rows = await self.query(
+            "SELECT VALUE record::id(id) FROM session "
+            "WHERE string::starts_with(record::id(id), $p) OR external_id = $p",
+            {"p": prefix},
+        )
+        return sorted(rows[0] or [])
+
+    async def session_errors(self, session_id: str) -> list[dict[str, Any]]:
+        rows = await self.query(
+            "SELECT out.key AS signature, out.name AS error, message, exit_code, tool, event_time, "
+            "in.seq AS seq FROM $s->contains->memory->triggered ORDER BY seq",
+            {"s": rid("session", session_id)},
+        )
+        return rows[0] or []
+
+    async def session_memories(self, session_id: str) -> list[dict[str, Any]]:
+        """A session's memories in file order, each with its outgoing action edges."""
+        rows = await self.query(
+            f"SELECT id, seq, kind, tool, content, event_time, (SELECT {_EDGE_FIELDS} FROM "
+            "$parent.id->(reads, modifies, executes, triggered, denied, spawned)) AS edges "
+            "FROM memory WHERE session = $s ORDER BY seq",
+            {"s": rid("session", session_id)},
+        )
+        return rows[0] or []
+
+    async def valid_chunks(self, project_id: str, path: str) -> list[dict[str, Any]]:
+        rows = await self.query(
+            "SELECT path, start_line, end_line, chunk_type, name, parent_name FROM code_chunk "
+            "WHERE project = $p AND path = $path AND valid_until IS NONE ORDER BY start_line",
+            {"p": rid("project", project_id), "path": path},
+        )
+        return rows[0] or []
 
 
 def _filter_clause(filters: dict[str, Any]) -> tuple[str, dict[str, Any]]:

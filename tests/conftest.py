@@ -40,6 +40,8 @@ def isolated_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         if key.startswith("MEMORYD_"):
             monkeypatch.delenv(key)
     monkeypatch.setenv("MEMORYD_CONFIG", str(tmp_path / "no-config.toml"))
+    # Never watch the transcripts of whoever runs the tests.
+    monkeypatch.setenv("MEMORYD_TRANSCRIPTS", "[]")
 
 
 def git_init(path: Path) -> None:

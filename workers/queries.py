@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from memoryd import graph
 from memoryd import search as search_module
 from memoryd.errors import MemorydError
+from workers.entities import canonical_file
 
 
 async def search(
@@ -43,3 +45,21 @@ async def register_project(ctx: dict[str, Any], project_id: str, fields: dict[st
 async def stored_paths(ctx: dict[str, Any], project_id: str) -> list[str]:
     """Paths the index knows for a project, so a sync can retire the ones gone from disk."""
     return await ctx["store"].indexed_paths(project_id)
+
+
+async def history(ctx: dict[str, Any], path: str) -> dict[str, Any]:
+    """A file's history; `path` is absolute (the client resolved it against its own cwd)."""
+    store = ctx["store"]
+    projects = [(p["id"], p["root"]) for p in await store.projects()]
+    entity = canonical_file(path, None, projects)
+    if entity is None:
+        return {"error": f"not a file path: {path!r}"}
+    rel = entity.key.split(":", 1)[1] if entity.project_id else None
+    return await graph.history(store, entity.kind, entity.key, entity.project_id, rel)
+
+
+async def session(ctx: dict[str, Any], session_id: str) -> dict[str, Any]:
+    try:
+        return await graph.session(ctx["store"], session_id)
+    except MemorydError as exc:
+        return {"error": str(exc)}

@@ -16,6 +16,7 @@ from memoryd.errors import MemorydError
 from memoryd.queue import JOBS_QUEUE, QUERY_QUEUE
 from workers import queries
 from workers.indexing import index_files
+from workers.ingest import ingest_transcript
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +41,20 @@ def portable_errors(function: Callable[..., Awaitable[Any]]) -> Callable[..., Aw
 
 
 # Jobs are idempotent (deterministic ids, upserts), so a retry after a crash is safe.
-JOB_FUNCTIONS = [func(portable_errors(index_files), name="index_files", max_tries=3)]
+JOB_FUNCTIONS = [
+    func(portable_errors(fn), name=fn.__name__, max_tries=3)
+    for fn in (index_files, ingest_transcript)
+]
 QUERY_FUNCTIONS = [
     func(portable_errors(fn), name=fn.__name__, max_tries=1)
-    for fn in (queries.search, queries.status, queries.register_project, queries.stored_paths)
+    for fn in (
+        queries.search,
+        queries.status,
+        queries.register_project,
+        queries.stored_paths,
+        queries.history,
+        queries.session,
+    )
 ]
 
 

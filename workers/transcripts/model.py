@@ -45,8 +45,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from blake3 import blake3
-
+from memoryd.ids import stable_id
 from workers.entities import URL, Entity, Project, ProjectsLike, as_projects, canonical_tool
 from workers.redact import redact
 from workers.transcripts.lines import Skipped
@@ -311,11 +310,6 @@ def pending_actions(state: ParserState) -> list[Action]:
 
 # --------------------------------------------------------------------------------------------
 # Shared helpers
-
-
-def stable_id(*parts: str) -> str:
-    """A deterministic 128-bit id (hex) from the given parts."""
-    return blake3("\x1f".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")

@@ -1,0 +1,119 @@
+"""Graph views: a file's history across sessions, and a session replayed in order.
+
+Both return one JSON-ready document (documented in README.md) so scripts and tests can check
+exact results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from surrealdb import RecordID
+
+from memoryd.errors import MemorydError
+from memoryd.ids import entity_id
+from memoryd.store import Store, key_of
+
+# Content shown per event in a session replay; the full text stays in the database.
+REPLAY_CHARS = 400
+
+
+def plain(value: Any) -> Any:
+    """Record ids to their key, datetimes to ISO-8601: what JSON and people can read."""
+    if isinstance(value, RecordID):
+        return key_of(value)
+    if isinstance(value, datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
+
+def _session_doc(row: dict[str, Any]) -> dict[str, Any]:
+    fields = (
+        "agent",
+        "cwd",
+        "project",
+        "git_branch",
+        "parent",
+        "agent_type",
+        "description",
+        "started_at",
+        "ended_at",
+        "goal",
+        "title",
+        "source",
+    )
+    return {"session": key_of(row["id"]), **{f: plain(row.get(f)) for f in fields}}
+
+
+async def history(
+    store: Store, kind: str, key: str, project_id: str | None, rel_path: str | None
+) -> dict[str, Any]:
+    """Every session that read, modified or was denied this file, newest first, with its goal,
+    its actions on the file and its errors; then the file's current chunks."""
+    actions = [plain(a) for a in await store.file_actions(entity_id(kind, key))]
+    by_session: dict[str, list[dict[str, Any]]] = {}
+    for action in actions:
+        by_session.setdefault(action.pop("session"), []).append(action)
+    sessions = []
+    for row in await store.session_rows(list(by_session)):
+        doc = _session_doc(row)
+        doc["actions"] = sorted(by_session[doc["session"]], key=lambda a: a["seq"])
+        doc["errors"] = [plain(e) for e in await store.session_errors(doc["session"])]
+        sessions.append(doc)
+    sessions.sort(key=lambda d: max(a["event_time"] or "" for a in d["actions"]), reverse=True)
+    chunks = (
+        [plain(c) for c in await store.valid_chunks(project_id, rel_path)]
+        if project_id and rel_path is not None
+        else []
+    )
+    return {
+        "file": {"kind": kind, "key": key, "project": project_id, "path": rel_path},
+        "sessions": sessions,
+        "chunks": chunks,
+    }
+
+
+async def session(store: Store, given: str) -> dict[str, Any]:
+    """A session replayed in file order: goal, events with their edges, errors, subagents."""
+    matches = await store.find_sessions(given)
+    # A prefix of a session also matches its subagents ("<id>:agent-…"): the session wins.
+    roots = [m for m in matches if all(o == m or o.startswith(m + ":") for o in matches)]
+    if roots:
+        matches = roots[:1]
+    if not matches:
+        raise MemorydError(f"no session {given!r}")
+    if len(matches) > 1:
+        raise MemorydError(f"{given!r} matches {len(matches)} sessions: {', '.join(matches[:5])}")
+    session_id = matches[0]
+    [row] = await store.session_rows([session_id])
+    doc = _session_doc(row)
+    events = []
+    for memory in await store.session_memories(session_id):
+        event = plain(memory)
+        event["id"] = key_of(memory["id"])
+        content = event.pop("content")
+        event["text"] = content if len(content) <= REPLAY_CHARS else content[:REPLAY_CHARS] + "…"
+        events.append(event)
+    doc["events"] = events
+    doc["errors"] = [plain(e) for e in await store.session_errors(session_id)]
+    doc["subagents"] = [
+        {"session": e["target"], "description": e.get("detail"), "seq": ev["seq"]}
+        for ev in events
+        for e in ev["edges"]
+        if e["verb"] == "SPAWNED"
+    ]
+    return doc
+
+
+def edge_counts(events: Iterable[dict[str, Any]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for event in events:
+        for edge in event["edges"]:
+            counts[edge["verb"]] = counts.get(edge["verb"], 0) + 1
+    return counts

@@ -1,0 +1,83 @@
+"""Watch agent transcript folders; each file that grows becomes an `ingest_transcript` job."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+
+from arq import ArqRedis
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+
+from memoryd import queue
+from memoryd.watch.debounce import Burst, Debouncer
+
+log = logging.getLogger(__name__)
+
+SUFFIXES = (".jsonl", ".jsonl.zst")
+# Transcripts are appended to line by line while an agent works: ingest at most this often.
+_MAX_WAIT = 1.0
+
+
+def is_transcript(path: str) -> bool:
+    return path.endswith(SUFFIXES)
+
+
+def transcript_files(roots: Iterable[Path]) -> list[str]:
+    """Transcript files under the given files or folders, absolute, in a stable order."""
+    found: list[str] = []
+    for root in roots:
+        if root.is_file():
+            found.append(str(root.resolve()))
+            continue
+        for pattern in ("*.jsonl", "*.jsonl.zst"):
+            found.extend(str(p.resolve()) for p in root.rglob(pattern) if p.is_file())
+    return sorted(dict.fromkeys(found))
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, watcher: TranscriptWatcher) -> None:
+        self.watcher = watcher
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.is_directory or event.event_type in ("opened", "closed_no_write", "deleted"):
+            return  # a deleted transcript keeps its memories: nothing to do
+        for raw in (event.src_path, getattr(event, "dest_path", "") or ""):
+            path = raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
+            if path and is_transcript(path):
+                self.watcher.loop.call_soon_threadsafe(
+                    self.watcher.debouncer.note, "transcripts", {path}
+                )
+
+
+class TranscriptWatcher:
+    def __init__(self, redis: ArqRedis, roots: list[Path], debounce: float) -> None:
+        self.redis = redis
+        self.roots = [r for r in roots if r.is_dir()]
+        self.loop = asyncio.get_running_loop()
+        self.debouncer = Debouncer(debounce, _MAX_WAIT, self._flush)
+        self._observer = Observer()
+        self._task: asyncio.Task[None] | None = None
+        for missing in sorted(set(roots) - set(self.roots)):
+            log.info("transcript folder %s does not exist; not watching it", missing)
+
+    async def _flush(self, _group: str, burst: Burst) -> None:
+        await queue.enqueue_ingest(self.redis, sorted(burst.keys))
+
+    async def start(self) -> None:
+        for root in self.roots:
+            self._observer.schedule(_Handler(self), str(root), recursive=True)
+        self._observer.start()
+        # Whatever grew while memoryd was down; unchanged files return at once from the job.
+        files = await asyncio.to_thread(transcript_files, self.roots)
+        await queue.enqueue_ingest(self.redis, files)
+        log.info("watching %d transcript folders (%d files)", len(self.roots), len(files))
+        self._task = asyncio.create_task(self.debouncer.run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        self._observer.stop()
+        await asyncio.to_thread(self._observer.join, 5)

@@ -1,0 +1,443 @@
+"""The `ingest_transcript` job: complete lines from the stored offset -> parser -> graph rows.
+
+`rows_for` is pure (parse result in, rows out); `ingest_transcript` does the reading, embedding
+and the one-transaction write of rows plus the new offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import zstandard
+
+from memoryd.ids import entity_id
+from memoryd.store import Ref
+from workers.entities import Entity
+from workers.transcripts import (
+    Action,
+    Denied,
+    Goal,
+    Memory,
+    ParseResult,
+    ParserState,
+    SessionInfo,
+    Source,
+    Spawned,
+    Summary,
+    Triggered,
+    detect_agent,
+    parser_for,
+    read_lines,
+    split_lines,
+)
+
+log = logging.getLogger(__name__)
+
+# Memories worth a vector: what people search for. Tool results are found by BM25 and graph.
+EMBED_KINDS = frozenset({"user_prompt", "assistant_message", "tool_call", "error", "summary"})
+EMBED_CHARS = 2000
+# Bytes parsed per transaction: bounds memory on a multi-GB transcript.
+BATCH_BYTES = 4 * 1024 * 1024
+HEAD_BYTES = 64 * 1024
+VERB_TABLES = {"READS": "reads", "MODIFIES": "modifies", "EXECUTES": "executes"}
+
+
+def when(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _project(project_id: str | None) -> Ref | None:
+    return Ref("project", project_id) if project_id else None
+
+
+def _entity_row(entity: Entity, seen: datetime) -> dict[str, Any]:
+    return {
+        "id": Ref("entity", entity_id(entity.kind, entity.key)),
+        "kind": entity.kind,
+        "key": entity.key,
+        "name": entity.name,
+        "project": _project(entity.project_id),
+        "aliases": [entity.raw] if entity.raw else [],
+        "first_seen": seen,
+        "last_seen": seen,
+    }
+
+
+def _session_row(info: SessionInfo) -> dict[str, Any]:
+    parent = Ref("session", info.parent_session_id) if info.parent_session_id else None
+    return {
+        "id": Ref("session", info.session_id),
+        "data": {
+            "agent": info.agent,
+            "external_id": info.external_id,
+            "cwd": info.cwd,
+            "project": _project(info.project_id),
+            "git_branch": info.git_branch or None,
+            "parent": parent,
+            "agent_id": info.agent_id,
+            "agent_type": info.agent_type,
+            "description": info.description,
+            "version": info.version,
+            "warmup": info.warmup,
+            "started_at": when(info.started_at),
+            "ended_at": when(info.ended_at),
+            "source": info.source_path,
+        },
+    }
+
+
+@dataclass(slots=True)
+class Rows:
+    """Rows for one transaction, by table; `embed` lists (row, text) still needing a vector."""
+
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    embed: list[tuple[dict[str, Any], str]] = field(default_factory=list)
+
+    def add(self, table: str, row: dict[str, Any]) -> dict[str, Any]:
+        self.tables.setdefault(table, []).append(row)
+        return row
+
+    def count(self, table: str) -> int:
+        return len(self.tables.get(table, []))
+
+
+def rows_for(result: ParseResult, path: str, last: dict[str, str]) -> Rows:
+    """Turn parsed events into graph rows. `last` maps session id -> its latest memory id (for
+    NEXT edges across batches) and is updated in place."""
+    rows = Rows()
+    now = datetime.now(UTC)
+    entities: dict[str, dict[str, Any]] = {}
+
+    def entity(e: Entity, seen: datetime | None) -> Ref:
+        row = _entity_row(e, seen or now)
+        key = row["id"].key
+        if key in entities:
+            entities[key]["aliases"] = sorted({*entities[key]["aliases"], *row["aliases"]})
+        else:
+            entities[key] = row
+        return row["id"]
+
+    def edge(table: str, event_id: str, source: str, target: Ref, **fields: Any) -> None:
+        rows.add(
+            f"edge_{table}",
+            {"id": Ref(table, event_id), "in": Ref("memory", source), "out": target, **fields},
+        )
+
+    for info in result.sessions:
+        rows.add("sessions", _session_row(info))
+    for event in result.events:
+        if isinstance(event, Memory):
+            at = when(event.event_time)
+            session = Ref("session", event.session_id)
+            row = rows.add(
+                "memories",
+                {
+                    "id": Ref("memory", event.id),
+                    "session": session,
+                    "kind": event.kind,
+                    "content": event.content,
+                    "tool": event.tool,
+                    "call_id": event.call_id,
+                    "source_id": event.source_id,
+                    "media": [{"media_type": m.media_type, "size": m.size} for m in event.media],
+                    "event_time": at,
+                    "ingestion_time": now,
+                    "valid_from": at or now,
+                    "seq": event.seq,
+                    "source": {"path": path, "offset": event.byte_offset},
+                    "embedding": None,
+                    "embedding_model": None,
+                },
+            )
+            if event.kind in EMBED_KINDS and event.content.strip():
+                rows.embed.append((row, event.content[:EMBED_CHARS]))
+            rows.add(
+                "edge_contains",
+                {"id": Ref("contains", event.id), "in": session, "out": Ref("memory", event.id)},
+            )
+            previous = last.get(event.session_id)
+            if previous and previous != event.id:
+                rows.add(
+                    "edge_next",
+                    {
+                        "id": Ref("next", previous),
+                        "in": Ref("memory", previous),
+                        "out": Ref("memory", event.id),
+                    },
+                )
+            last[event.session_id] = event.id
+        elif isinstance(event, Goal):
+            row = rows.add(
+                "goals",
+                {
+                    "id": Ref("goal", event.id),
+                    "session": Ref("session", event.session_id),
+                    "intent": event.intent,
+                    "memory": Ref("memory", event.memory_id),
+                    "event_time": when(event.event_time),
+                    "embedding": None,
+                    "embedding_model": None,
+                },
+            )
+            rows.embed.append((row, event.intent[:EMBED_CHARS]))
+            rows.add(
+                "edge_has_goal",
+                {
+                    "id": Ref("has_goal", event.id),
+                    "in": Ref("session", event.session_id),
+                    "out": Ref("goal", event.id),
+                },
+            )
+        elif isinstance(event, Action):
+            at = when(event.event_time)
+            edge(
+                VERB_TABLES[event.verb],
+                event.id,
+                event.memory_id,
+                entity(event.entity, at),
+                session=Ref("session", event.session_id),
+                tool=event.tool,
+                outcome=event.outcome,
+                exit_code=event.exit_code,
+                detail=event.detail,
+                event_time=at,
+            )
+        elif isinstance(event, Triggered):
+            at = when(event.event_time)
+            edge(
+                "triggered",
+                event.id,
+                event.memory_id,
+                entity(event.error, at),
+                session=Ref("session", event.session_id),
+                tool=event.tool,
+                exit_code=event.exit_code,
+                message=event.message,
+                event_time=at,
+            )
+        elif isinstance(event, Denied):
+            at = when(event.event_time)
+            edge(
+                "denied",
+                event.id,
+                event.memory_id,
+                entity(event.entity, at),
+                session=Ref("session", event.session_id),
+                tool=event.tool,
+                reason=event.reason,
+                message=event.message,
+                event_time=at,
+            )
+        elif isinstance(event, Spawned):
+            edge(
+                "spawned",
+                event.id,
+                event.memory_id,
+                Ref("session", event.child_session_id),
+                agent_id=event.agent_id,
+                agent_type=event.agent_type,
+                detail=event.description or "",
+                event_time=when(event.event_time),
+            )
+        elif isinstance(event, Summary):
+            rows.add(
+                "summaries",
+                {"id": Ref("summary", event.id), "leaf_uuid": event.leaf_uuid, "text": event.text},
+            )
+    rows.tables["entities"] = list(entities.values())
+    return rows
+
+
+@dataclass(slots=True)
+class IngestReport:
+    path: str
+    agent: str | None = None
+    lines: int = 0
+    skipped: int = 0
+    sessions: int = 0
+    memories: int = 0
+    goals: int = 0
+    edges: Counter[str] = field(default_factory=Counter)
+    restarted: bool = False
+    note: str | None = None
+    seconds: float = 0.0
+
+    def add(self, rows: Rows, result: ParseResult, lines: int) -> None:
+        self.lines += lines
+        self.skipped += len(result.skipped)
+        self.sessions += rows.count("sessions")
+        self.memories += rows.count("memories")
+        self.goals += rows.count("goals")
+        for name, table_rows in rows.tables.items():
+            if name.startswith("edge_"):
+                self.edges[name.removeprefix("edge_")] += len(table_rows)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            name: (dict(v) if isinstance(v := getattr(self, name), Counter) else v)
+            for name in self.__slots__
+        }
+
+
+def _read_batch(path: str, offset: int, compressed: bool) -> tuple[list[Any], int]:
+    if compressed:
+        # An archive is immutable: read it whole (cold Codex threads are small).
+        with open(path, "rb") as f:
+            data = zstandard.ZstdDecompressor().stream_reader(f).read()
+        return split_lines(data[offset:], offset)
+    with open(path, "rb") as f:
+        return read_lines(f, offset, max_bytes=BATCH_BYTES)
+
+
+def _head(path: str, compressed: bool) -> bytes:
+    with open(path, "rb") as f:
+        if compressed:
+            return zstandard.ZstdDecompressor().stream_reader(f).read(HEAD_BYTES)
+        return f.read(HEAD_BYTES)
+
+
+def _subagent_meta(path: str) -> dict[str, Any] | None:
+    from workers.transcripts.claude_code import subagent_meta_path
+
+    meta = subagent_meta_path(path)
+    if not meta:
+        return None
+    try:
+        loaded = json.loads(Path(meta).read_text())
+    except (OSError, ValueError):
+        return None
+    return loaded if isinstance(loaded, dict) else None
+
+
+def _locks(ctx: dict[str, Any]) -> dict[str, asyncio.Lock]:
+    return ctx.setdefault("transcript_locks", {})
+
+
+async def ingest_transcript(ctx: dict[str, Any], path: str) -> dict[str, Any]:
+    """Ingest what was appended to a transcript since the stored offset."""
+    lock = _locks(ctx).setdefault(path, asyncio.Lock())
+    async with lock:  # two jobs for one file in this worker would only repeat each other
+        return (await _ingest(ctx, path)).as_dict()
+
+
+async def _ingest(ctx: dict[str, Any], path: str) -> IngestReport:
+    started = time.perf_counter()
+    store, embedder = ctx["store"], ctx["embedder"]
+    report = IngestReport(path)
+    cursor = await store.transcript_cursor(path)
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        report.note = f"transcript unreadable ({exc.strerror}); its memories stay"
+        log.info("ingest %s: %s", path, report.note)
+        return report
+    compressed = path.endswith(".zst")
+    offset, saved = 0, None
+    if cursor is not None:
+        same_file = cursor["inode"] == info.st_ino and cursor["offset"] <= info.st_size
+        if same_file and not (compressed and cursor["size"] != info.st_size):
+            offset, saved = cursor["offset"], cursor.get("state")
+        else:
+            report.restarted = True
+            log.info("ingest %s: file replaced or truncated; reading again from the start", path)
+    # An archive is read whole once; a plain file only past its offset.
+    if (saved is not None) if compressed else offset >= info.st_size:
+        report.note = "up to date"
+        return report
+    try:
+        agent = (cursor or {}).get("agent") if saved else None
+        agent = agent or detect_agent(await asyncio.to_thread(_head, path, compressed), path)
+        report.agent = agent
+        if agent is None:
+            report.note = "not a transcript format memoryd knows; skipped"
+            log.warning("ingest %s: %s", path, report.note)
+            await store.write_transcript_batch(
+                {}, _cursor(path, info, None, info.st_size, None, 0, report.note)
+            )
+            return report
+        parser = parser_for(agent)
+        projects = [(p["id"], p["root"]) for p in await store.projects()]
+        source = Source.of(path, projects, _subagent_meta(path) if agent == "claude-code" else None)
+        state = ParserState.from_json(saved["parser"]) if saved else None
+        last: dict[str, str] = dict(saved["last"]) if saved else {}
+        skipped_before = (cursor or {}).get("lines_skipped", 0) if saved else 0
+        while True:
+            lines, next_offset = await asyncio.to_thread(_read_batch, path, offset, compressed)
+            if not lines:
+                break
+            result = await asyncio.to_thread(parser.parse, lines, state, source)
+            rows = await asyncio.to_thread(rows_for, result, path, last)
+            await _embed(embedder, rows)
+            state = result.state
+            for skip in result.skipped:
+                log.warning(
+                    "ingest %s: skipped line at byte %d: %s", path, skip.offset, skip.reason
+                )
+            skipped_before += len(result.skipped)
+            saved_state = {"parser": state.to_json(), "last": last}
+            await store.write_transcript_batch(
+                rows.tables,
+                _cursor(path, info, agent, next_offset, saved_state, skipped_before, None),
+            )
+            report.add(rows, result, len(lines))
+            offset = next_offset
+    except FileNotFoundError:
+        report.note = "transcript vanished while being read; what was read is kept"
+        log.info("ingest %s: %s", path, report.note)
+    report.seconds = round(time.perf_counter() - started, 3)
+    log.info(
+        "ingest %s (%s): %d lines, %d memories, %d sessions, edges %s, %d skipped in %.2fs",
+        path,
+        report.agent,
+        report.lines,
+        report.memories,
+        report.sessions,
+        dict(report.edges),
+        report.skipped,
+        report.seconds,
+    )
+    return report
+
+
+def _cursor(
+    path: str,
+    info: os.stat_result,
+    agent: str | None,
+    offset: int,
+    state: dict[str, Any] | None,
+    skipped: int,
+    note: str | None,
+) -> dict[str, Any]:
+    return {
+        "path": path,
+        "agent": agent,
+        "inode": info.st_ino,
+        "offset": offset,
+        "size": info.st_size,
+        "state": state,
+        "lines_skipped": skipped,
+        "note": note,
+    }
+
+
+async def _embed(embedder: Any, rows: Rows) -> None:
+    if not rows.embed:
+        return
+    vectors = await asyncio.to_thread(embedder.embed, [text for _, text in rows.embed])
+    for (row, _), vector in zip(rows.embed, vectors, strict=True):
+        row["embedding"] = vector
+        row["embedding_model"] = embedder.model
