@@ -13,6 +13,7 @@ from typing import Any
 import blake3
 from arq import ArqRedis, create_pool
 from arq.connections import RedisSettings
+from arq.constants import in_progress_key_prefix
 from arq.jobs import Job, JobStatus
 
 from memoryd.errors import MemorydError
@@ -134,6 +135,28 @@ async def _enqueue(
     )
 
 
+def ingest_job_id(path: str) -> str:
+    """A transcript only grows: its size and mtime name the work. Growth is a new job; a repeat
+    of a queued, running or finished namesake would read nothing new."""
+    try:
+        info = os.stat(path)
+        version = f"{info.st_size}:{info.st_mtime_ns}"
+    except OSError:
+        version = f"gone:{uuid.uuid4().hex}"
+    return f"ingest:{stable_id(path)}:{version}"
+
+
+async def enqueue_ingest(redis: ArqRedis, paths: Sequence[str]) -> list[Job]:
+    jobs = []
+    for path in paths:
+        job_id = ingest_job_id(path)
+        job = await redis.enqueue_job(
+            "ingest_transcript", path, _job_id=job_id, _queue_name=JOBS_QUEUE
+        )
+        jobs.append(job or Job(job_id, redis, _queue_name=JOBS_QUEUE))
+    return jobs
+
+
 async def wait_for(job: Job, timeout: float | None) -> Any:
     """A job's result; its exception is re-raised with the job's own message."""
     try:
@@ -162,6 +185,15 @@ async def call(redis: ArqRedis, function: str, *args: Any, timeout: float = 120.
     )
     assert job is not None  # fresh unique id: never refused
     return await wait_for(job, timeout)
+
+
+async def release_orphaned_jobs(redis: ArqRedis) -> int:
+    """Drop the in-progress marks of jobs whose worker is gone, so they run again now. Only
+    safe when no worker is alive, which the caller checks."""
+    keys = [key async for key in redis.scan_iter(match=f"{in_progress_key_prefix}*")]
+    if keys:
+        await redis.delete(*keys)
+    return len(keys)
 
 
 async def queue_depth(redis: ArqRedis, queue: str = JOBS_QUEUE) -> int:

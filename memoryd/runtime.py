@@ -20,7 +20,15 @@ from memoryd import queue
 from memoryd.config import Settings
 from memoryd.embedding import Embedder
 from memoryd.errors import MemorydError
-from memoryd.services import EmbeddedRedis, prepare_data_dir, socket_alive
+from memoryd.services import (
+    EmbeddedRedis,
+    daemon_pid,
+    prepare_data_dir,
+    remove_pidfile,
+    socket_alive,
+    stop_orphan,
+    write_pidfile,
+)
 from memoryd.store import Store
 
 log = logging.getLogger(__name__)
@@ -35,6 +43,7 @@ class Runtime:
         self.embedder: Embedder | None = None
         self.workers: list[Worker] = []
         self._tasks: list[asyncio.Task[Any]] = []
+        self._pidfile = False
         self._worker_key = f"{queue.WORKER_KEY_PREFIX}{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
     @property
@@ -52,16 +61,23 @@ class Runtime:
         `exclusive` (the daemon) refuses to share a private Redis with another daemon."""
         prepare_data_dir(self.settings.data_dir)
         if self.settings.embedded_redis:
-            if socket_alive(self.settings.redis_socket):
-                if exclusive:
+            if socket_alive(self.settings.redis_socket) and exclusive:
+                owner = daemon_pid(self.settings.data_dir)
+                if owner is not None:
                     raise MemorydError(
                         f"memoryd is already running with data dir {self.settings.data_dir} "
-                        "(its Redis answers on the socket there); stop it first"
+                        f"(pid {owner}); stop it first"
                     )
-            else:
+                # Its owner was killed: stop it in order (AOF flushed) and start our own.
+                log.info("stopping the private Redis left by a memoryd that was killed")
+                await asyncio.to_thread(stop_orphan, self.settings.redis_socket)
+            if not socket_alive(self.settings.redis_socket):
                 self.redis_service = EmbeddedRedis(self.settings.data_dir)
                 await asyncio.to_thread(self.redis_service.start)
         self.redis = await queue.connect(self.redis_url)
+        if exclusive:
+            write_pidfile(self.settings.data_dir)
+            self._pidfile = True
         return self.redis
 
     async def serve(self) -> None:
@@ -86,6 +102,12 @@ class Runtime:
 
         ctx = {"store": self.store, "embedder": self.embedder, "settings": s}
         self.workers = build_workers(ctx, queue.redis_settings(self.redis_url), s)
+        if await queue.live_workers(self.redis) == 0:
+            # Nobody else serves the queue: jobs marked in progress belong to a worker that
+            # died (a kill, a crash). Free them now rather than after their timeout.
+            freed = await queue.release_orphaned_jobs(self.redis)
+            if freed:
+                log.info("%d jobs of a stopped worker will run again", freed)
         await self._beat()
         self._tasks = [asyncio.create_task(w.async_run()) for w in self.workers]
         self._tasks.append(asyncio.create_task(self._heartbeat()))
@@ -135,6 +157,9 @@ class Runtime:
         if self.redis_service is not None:
             await asyncio.to_thread(self.redis_service.stop)
             self.redis_service = None
+        if self._pidfile:
+            remove_pidfile(self.settings.data_dir)
+            self._pidfile = False
 
     async def __aenter__(self) -> Runtime:
         return self

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
@@ -133,6 +134,37 @@ class EmbeddedRedis:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
+
+
+def _pidfile(data_dir: Path) -> Path:
+    return data_dir / "memoryd.pid"
+
+
+def write_pidfile(data_dir: Path) -> None:
+    _pidfile(data_dir).write_text(f"{os.getpid()}\n")
+
+
+def remove_pidfile(data_dir: Path) -> None:
+    _pidfile(data_dir).unlink(missing_ok=True)
+
+
+def daemon_pid(data_dir: Path) -> int | None:
+    """The pid of the live daemon owning this data dir, if any."""
+    try:
+        pid = int(_pidfile(data_dir).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if pid != os.getpid() and pid_alive(pid) else None
+
+
+def stop_orphan(socket: Path) -> None:
+    """Shut down a private Redis whose daemon died (SHUTDOWN writes the AOF first)."""
+    # The connection drops as the server exits: that error is the expected answer.
+    with contextlib.suppress(redis.RedisError, OSError):
+        redis.Redis(unix_socket_path=str(socket), socket_connect_timeout=1).shutdown(nosave=False)
+    deadline = time.monotonic() + 10
+    while socket_alive(socket) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def pid_alive(pid: int) -> bool:
