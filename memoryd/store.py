@@ -276,9 +276,12 @@ class Store:
         file_states: list[dict[str, Any]],
         files: list[dict[str, Any]],
         retire_paths: list[str],
+        symbols: list[dict[str, Any]] | None = None,
     ) -> int:
         """One transaction: upsert chunks, retire the chunks of `retire_paths` not in `chunks`,
-        record file states, upsert file entities and DEFINED_IN edges. Returns chunks retired."""
+        record file states, upsert file and symbol entities and DEFINED_IN edges (chunk -> its
+        file; chunk -> the symbol it defines, for chunks with a `symbol_id`). Retired chunks
+        keep their edges: readers filter on `valid_until`. Returns chunks retired."""
         at = now()
         project = rid("project", project_id)
         chunk_rows = [
@@ -308,6 +311,18 @@ class Store:
                 "last_seen": at,
             }
             for f in files
+        ] + [
+            {
+                "id": rid("entity", sym["entity_id"]),
+                "kind": "symbol",
+                "key": sym["key"],
+                "name": sym["name"],
+                "project": project,
+                "aliases": [sym["name"]],
+                "first_seen": at,
+                "last_seen": at,
+            }
+            for sym in symbols or []
         ]
         edge_rows = [
             {
@@ -316,9 +331,18 @@ class Store:
                 "out": rid("entity", c["entity_id"]),
             }
             for c in chunks
+        ] + [
+            {
+                "id": rid("defined_in", c["symbol_edge_id"]),
+                "in": rid("code_chunk", c["id"]),
+                "out": rid("entity", c["symbol_id"]),
+            }
+            for c in chunks
+            if c.get("symbol_id")
         ]
         for row in chunk_rows:
-            row.pop("entity_id", None)
+            for extra in ("entity_id", "symbol_id", "symbol_edge_id"):
+                row.pop(extra, None)
         result = await self.query(
             f"""
             BEGIN;
@@ -352,6 +376,61 @@ class Store:
         # The RETURN is the only statement whose result is a number (whether BEGIN/COMMIT get
         # entries of their own differs between engine versions).
         return next(r for r in reversed(result) if isinstance(r, int))
+
+    async def code_file_states(
+        self, project_id: str, paths: Sequence[str]
+    ) -> dict[str, dict[str, Any]]:
+        """Stored state of these files (size, mtime, hash, status and the skip reason)."""
+        rows = (
+            await self.query(
+                "SELECT path, size, mtime_ns, hash, status, reason FROM file_state "
+                "WHERE project = $p AND path IN $paths",
+                {"p": rid("project", project_id), "paths": list(paths)},
+            )
+        )[0] or []
+        return {row["path"]: row for row in rows}
+
+    async def code_index(self, project_id: str) -> dict[str, list[tuple[int, int, str]]]:
+        """The valid chunks of a project: path -> [(start_line, end_line, content_hash)] in line
+        order. What an exact comparison with the files on disk needs."""
+        rows = (
+            await self.query(
+                "SELECT path, start_line, end_line, content_hash FROM code_chunk "
+                "WHERE project = $p AND valid_until IS NONE",
+                {"p": rid("project", project_id)},
+            )
+        )[0] or []
+        index: dict[str, list[tuple[int, int, str]]] = {}
+        for row in rows:
+            index.setdefault(row["path"], []).append(
+                (row["start_line"], row["end_line"], row["content_hash"])
+            )
+        return {path: sorted(chunks) for path, chunks in sorted(index.items())}
+
+    async def code_chunk_links(self, project_id: str, path: str) -> list[dict[str, Any]]:
+        """Valid chunks of one file with the entities they are DEFINED_IN (file and symbol
+        keys), in line order."""
+        rows = (
+            await self.query(
+                "SELECT start_line, end_line, chunk_type, name, parent_name, "
+                "->defined_in->entity.{kind, key} AS defined_in FROM code_chunk "
+                "WHERE project = $p AND path = $path AND valid_until IS NONE "
+                "ORDER BY start_line",
+                {"p": rid("project", project_id), "path": path},
+            )
+        )[0] or []
+        return rows
+
+    async def live_symbols(self, project_id: str) -> set[str]:
+        """Keys of the symbol entities of a project that a valid chunk still defines."""
+        rows = (
+            await self.query(
+                "SELECT VALUE key FROM entity WHERE kind = 'symbol' AND project = $p "
+                "AND count(<-defined_in<-code_chunk[WHERE valid_until IS NONE]) > 0",
+                {"p": rid("project", project_id)},
+            )
+        )[0] or []
+        return set(rows)
 
     # -- search ------------------------------------------------------------------------------
 

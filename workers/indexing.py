@@ -2,6 +2,18 @@
 
 Pure planning (`plan_file`) is separate from the I/O (`index_files`), so the stage can be tested
 on its own and the job stays a thin loop around the store.
+
+What a file costs: a file whose size and mtime match its stored `file_state` costs one `stat`
+(it is not opened); a file whose content hash matches costs one read and one hash; only a
+changed file is chunked, and only chunks whose content hash has no vector yet are embedded.
+
+Every way a file can misbehave (binary, too large, minified, generated, not a regular file,
+unreadable, a symlink loop, gone before it was read, a chunker failure) is one log line and a
+`skipped` state for that file; the other files of the batch are not affected.
+
+Concurrent jobs for one file (two workers, or a burst cut in two) may finish in either order,
+so after writing, each file is checked against the disk once more: one that changed while it
+was being indexed is indexed again, so the last write always describes the file as it is.
 """
 
 from __future__ import annotations
@@ -17,10 +29,23 @@ from typing import Any
 
 import blake3
 
+from memoryd import queue
 from memoryd.scan import read_source, wanted
+from memoryd.store import QueryFailed
 from workers.chunking import chunk_text, language_for_path
 
 log = logging.getLogger(__name__)
+
+# A file modified this close to the moment it was read may be modified again within the same
+# clock tick without its mtime changing ("racy" in git's words). Its state is stored with
+# mtime 0, so the next look hashes it instead of trusting size and mtime.
+RACY_NS = 100_000_000
+# Rounds of index-then-verify in one job before the rest is handed to a follow-up job.
+_ROUNDS = 3
+# Chunk types that are a named definition; `block` is a piece of one (or a group that starts
+# with one) in languages where names are definitions, not config keys or headings.
+_SYMBOL_TYPES = frozenset({"function", "method", "class"})
+_NO_SYMBOL_LANGUAGES = frozenset({"json", "yaml", "toml", "markdown"})
 
 
 def _digest(*parts: str) -> str:
@@ -36,8 +61,26 @@ def file_entity_id(project_id: str, rel_path: str) -> str:
     return _digest("file", file_entity_key(project_id, rel_path))
 
 
+def symbol_entity_key(project_id: str, rel_path: str, name: str, parent: str | None) -> str:
+    """`<project>:<path>#<Parent>.<name>` or `<project>:<path>#<name>`."""
+    qualified = f"{parent}.{name}" if parent else name
+    return f"{file_entity_key(project_id, rel_path)}#{qualified}"
+
+
+def symbol_entity_id(key: str) -> str:
+    return _digest("symbol", key)
+
+
 def file_state_id(project_id: str, rel_path: str) -> str:
     return _digest(project_id, rel_path)
+
+
+def _symbol_of(chunk_type: str, name: str | None, language: str | None) -> bool:
+    if not name or language is None:
+        return False
+    if chunk_type in _SYMBOL_TYPES:
+        return True
+    return chunk_type == "block" and language not in _NO_SYMBOL_LANGUAGES
 
 
 @dataclass(slots=True)
@@ -46,38 +89,48 @@ class FilePlan:
 
     path: str
     chunks: list[dict[str, Any]]
+    symbols: list[dict[str, Any]] = field(default_factory=list)
 
 
 def plan_file(
     project_id: str, rel_path: str, text: str, file_hash: str, max_chars: int
 ) -> FilePlan:
     """Chunk a file and give each chunk a deterministic id: project + path + content hash
-    (+ occurrence number, so two identical chunks in one file stay two rows)."""
+    (+ occurrence number, so two identical chunks in one file stay two rows). Chunks of a named
+    definition also point at its symbol entity."""
     language = language_for_path(rel_path)
     seen: dict[str, int] = {}
     rows = []
+    symbols: dict[str, dict[str, Any]] = {}
     entity_id = file_entity_id(project_id, rel_path)
     for chunk in chunk_text(text, language, max_chars=max_chars):
         content_hash = blake3.blake3(chunk.content.encode("utf-8", "surrogatepass")).hexdigest()
         occurrence = seen.get(content_hash, 0)
         seen[content_hash] = occurrence + 1
-        rows.append(
-            {
-                "id": _digest(project_id, rel_path, content_hash, str(occurrence)),
-                "entity_id": entity_id,
-                "path": rel_path,
-                "language": language,
-                "chunk_type": chunk.chunk_type,
-                "name": chunk.name,
-                "parent_name": chunk.parent_name,
-                "start_line": chunk.start_line,
-                "end_line": chunk.end_line,
-                "content": chunk.content,
-                "content_hash": content_hash,
-                "file_hash": file_hash,
-            }
-        )
-    return FilePlan(rel_path, rows)
+        chunk_id = _digest(project_id, rel_path, content_hash, str(occurrence))
+        row = {
+            "id": chunk_id,
+            "entity_id": entity_id,
+            "path": rel_path,
+            "language": language,
+            "chunk_type": chunk.chunk_type,
+            "name": chunk.name,
+            "parent_name": chunk.parent_name,
+            "start_line": chunk.start_line,
+            "end_line": chunk.end_line,
+            "content": chunk.content,
+            "content_hash": content_hash,
+            "file_hash": file_hash,
+        }
+        if chunk.name and _symbol_of(chunk.chunk_type, chunk.name, language):
+            key = symbol_entity_key(project_id, rel_path, chunk.name, chunk.parent_name)
+            symbol_id = symbol_entity_id(key)
+            name = f"{chunk.parent_name}.{chunk.name}" if chunk.parent_name else chunk.name
+            symbols.setdefault(key, {"entity_id": symbol_id, "key": key, "name": name})
+            row["symbol_id"] = symbol_id
+            row["symbol_edge_id"] = _digest("symbol", chunk_id)
+        rows.append(row)
+    return FilePlan(rel_path, rows, list(symbols.values()))
 
 
 @dataclass(slots=True)
@@ -90,6 +143,9 @@ class IndexReport:
     chunks: int = 0
     embedded: int = 0
     retired: int = 0
+    reindexed: int = 0  # files that changed while being indexed, indexed again
+    requeued: int = 0  # files still changing after every round, handed to a follow-up job
+    failed: int = 0  # files whose rows the database refused (logged)
     seconds: float = 0.0
     skips: dict[str, str] = field(default_factory=dict)
 
@@ -97,124 +153,258 @@ class IndexReport:
         return {name: getattr(self, name) for name in self.__slots__}
 
 
-def _read(path: Path, max_bytes: int) -> tuple[os.stat_result | None, bytes | None, str | None]:
-    """stat + read, turning every way a file can misbehave into a skip reason."""
+class _Skip(Exception):
+    """A file that is there but is not indexed; the message is the reason."""
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def _check(info: os.stat_result, max_bytes: int) -> None:
+    if not stat.S_ISREG(info.st_mode):
+        raise _Skip(f"not a regular file ({_kind(info.st_mode)})")
+    if info.st_size > max_bytes:
+        raise _Skip(f"too large ({info.st_size} bytes, limit {max_bytes})")
+
+
+def _read_bytes(path: Path, max_bytes: int) -> tuple[os.stat_result, bytes]:
+    """The file's bytes and the stat of what was opened. O_NONBLOCK: a FIFO put in a file's
+    place between stat and open cannot hang the worker."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        _check(info, max_bytes)
+        parts: list[bytes] = []
+        total = 0
+        while block := os.read(fd, 1 << 20):
+            parts.append(block)
+            total += len(block)
+            if total > max_bytes:  # grew while being read
+                raise _Skip(f"too large (over {max_bytes} bytes)")
+        return info, b"".join(parts)
+    finally:
+        os.close(fd)
+
+
+def _unreadable(exc: OSError) -> str:
+    return f"unreadable: {exc.strerror or exc}"
+
+
+@dataclass(slots=True)
+class _Look:
+    """What one file looked like to this job, and what the job does about it."""
+
+    rel: str
+    action: str  # ignored | vanished | unchanged | same | skipped | indexed
+    info: os.stat_result | None = None
+    hash: str | None = None
+    reason: str | None = None
+    plan: FilePlan | None = None
+    racy: bool = False
+    replaced: bool = False
+
+
+def _trusted(previous: dict[str, Any] | None, info: os.stat_result, max_bytes: int) -> bool:
+    """The stored state still describes the file: same size and mtime, and the outcome could
+    not differ (a file that was unreadable or too large is looked at again)."""
+    if not previous or previous["status"] == "deleted":
+        return False
+    if previous["size"] != info.st_size or previous["mtime_ns"] != info.st_mtime_ns:
+        return False
+    reason = previous.get("reason") or ""
+    if previous["status"] == "skipped" and reason.startswith("unreadable"):
+        return False  # permissions are fixed without touching mtime
+    return not (reason.startswith("too large") and info.st_size <= max_bytes)
+
+
+def _look(
+    root: Path,
+    rel: str,
+    previous: dict[str, Any] | None,
+    project_id: str,
+    max_bytes: int,
+    max_chars: int,
+) -> _Look:
+    """Everything this job does with one file on disk (runs in a thread)."""
+    if not wanted(root, rel):
+        return _Look(rel, "ignored")
+    path = root / rel
     try:
         info = path.stat()
     except FileNotFoundError:
-        return None, None, None
-    except OSError as exc:  # permission denied, symlink loop, name too long
-        return None, None, f"unreadable: {exc.strerror or exc}"
-    if not stat.S_ISREG(info.st_mode):
-        return info, None, "not a regular file"
-    if info.st_size > max_bytes:
-        return info, None, f"too large ({info.st_size} bytes)"
+        return _Look(rel, "vanished")
+    except OSError as exc:  # permission denied on a directory, a symlink loop, name too long
+        return _Look(rel, "skipped", reason=_unreadable(exc))
+    if _trusted(previous, info, max_bytes):
+        return _Look(rel, "unchanged", info)
+    started = time.time_ns()
     try:
-        return info, path.read_bytes(), None
-    except FileNotFoundError:  # vanished between stat and read
-        return None, None, None
+        _check(info, max_bytes)
+        info, raw = _read_bytes(path, max_bytes)
+    except FileNotFoundError:  # deleted between the event (or the stat) and the read
+        return _Look(rel, "vanished")
+    except _Skip as skip:
+        return _Look(rel, "skipped", info, reason=str(skip))
     except OSError as exc:
-        return info, None, f"unreadable: {exc.strerror or exc}"
+        return _Look(rel, "skipped", info, reason=_unreadable(exc))
+    content = read_source(raw)
+    racy = abs(started - info.st_mtime_ns) < RACY_NS
+    look = _Look(rel, "indexed", info, content.hash, racy=racy, replaced=content.replaced)
+    if previous and previous.get("hash") == content.hash and previous["status"] == "indexed":
+        look.action = "same"
+        return look
+    if content.text is None:
+        look.action, look.reason = "skipped", content.skip_reason or "not text"
+        return look
+    try:
+        look.plan = plan_file(project_id, rel, content.text, content.hash, max_chars)
+    except Exception as exc:  # a chunker bug must not cost the rest of the batch
+        look.action, look.reason = "skipped", f"chunking failed: {type(exc).__name__}: {exc}"
+    return look
+
+
+def _signature(info: os.stat_result) -> tuple[int, ...]:
+    return (info.st_dev, info.st_ino, info.st_mode, info.st_size, info.st_mtime_ns)
+
+
+def _changed_since(root: Path, look: _Look, max_bytes: int) -> bool:
+    """Whether the file on disk differs from what this job just wrote about it."""
+    path = root / look.rel
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return look.info is not None
+    except OSError as exc:
+        return not (look.action == "skipped" and look.reason == _unreadable(exc))
+    if look.info is None:
+        return True
+    same_stat = _signature(info) == _signature(look.info)
+    racy = abs(time.time_ns() - info.st_mtime_ns) < RACY_NS
+    if same_stat and not racy:
+        return False
+    if look.hash is None:
+        return not same_stat
+    try:
+        _, raw = _read_bytes(path, max_bytes)
+    except (OSError, _Skip):
+        return True
+    return blake3.blake3(raw).hexdigest() != look.hash
+
+
+def _changed_files(root: Path, looks: list[_Look], max_bytes: int) -> list[str]:
+    return [look.rel for look in looks if _changed_since(root, look, max_bytes)]
+
+
+@dataclass(slots=True)
+class _Rows:
+    """The rows of one file, so a batch the database refuses can be written file by file."""
+
+    chunks: list[dict[str, Any]] = field(default_factory=list)
+    states: list[dict[str, Any]] = field(default_factory=list)
+    files: list[dict[str, Any]] = field(default_factory=list)
+    symbols: list[dict[str, Any]] = field(default_factory=list)
+    retire: list[str] = field(default_factory=list)
+
+
+def _rows_for(project_id: str, look: _Look, previous: dict[str, Any] | None) -> _Rows | None:
+    rows = _Rows()
+
+    def state(status: str, reason: str | None) -> dict[str, Any]:
+        info = look.info
+        return {
+            "id": file_state_id(project_id, look.rel),
+            "path": look.rel,
+            "size": info.st_size if info else 0,
+            "mtime_ns": 0 if info is None or look.racy else info.st_mtime_ns,
+            "hash": look.hash,
+            "status": status,
+            "reason": reason,
+        }
+
+    if look.action == "unchanged":
+        return None
+    if look.action in ("ignored", "vanished"):
+        if not previous or previous["status"] == "deleted":
+            return None  # never indexed (an editor's temp file), or already retired
+        rows.retire.append(look.rel)
+        rows.states.append(state("deleted", look.action))
+        return rows
+    if look.action == "skipped":
+        rows.retire.append(look.rel)
+        rows.states.append(state("skipped", look.reason))
+        return rows
+    rows.states.append(state("indexed", None))
+    if look.action == "indexed" and look.plan is not None:
+        rows.retire.append(look.rel)
+        rows.chunks = look.plan.chunks
+        rows.symbols = look.plan.symbols
+        rows.files.append(
+            {
+                "entity_id": file_entity_id(project_id, look.rel),
+                "key": file_entity_key(project_id, look.rel),
+                "path": look.rel,
+            }
+        )
+    return rows
+
+
+def _log_look(look: _Look, previous: dict[str, Any] | None) -> None:
+    """One line for each file that is not simply indexed; repeats of a known skip stay quiet."""
+    known = previous is not None and previous["status"] != "deleted"
+    if look.action == "skipped":
+        again = (
+            previous is not None
+            and previous["status"] == "skipped"
+            and previous.get("reason") == look.reason
+        )
+        log.log(logging.DEBUG if again else logging.INFO, "skip %s: %s", look.rel, look.reason)
+    elif look.action == "vanished":
+        if known:
+            log.info("%s is gone; its chunks are retired", look.rel)
+        else:
+            log.debug("%s vanished before it was read", look.rel)
+    elif look.action == "ignored" and known:
+        log.info("%s is ignored now; its chunks are retired", look.rel)
+    elif look.action == "indexed" and look.replaced:
+        log.info("%s is not valid UTF-8: bad bytes replaced, the rest indexed", look.rel)
 
 
 async def index_files(ctx: dict[str, Any], project_id: str, root: str, paths: list[str]) -> dict:
     """Bring the index of these files up to date; missing files are retired."""
     started = time.perf_counter()
-    store, embedder, settings = ctx["store"], ctx["embedder"], ctx["settings"]
+    settings = ctx["settings"]
     root_path = Path(root)
     report = IndexReport(files=len(paths))
-    states = await store.file_states(project_id, paths)
-    plans: list[FilePlan] = []
-    file_rows: list[dict[str, Any]] = []
-    gone: list[str] = []
-
-    def record(
-        rel: str,
-        info: os.stat_result | None,
-        file_hash: str | None,
-        status: str,
-        reason: str | None,
-    ) -> None:
-        file_rows.append(
-            {
-                "id": file_state_id(project_id, rel),
-                "path": rel,
-                "size": info.st_size if info else 0,
-                "mtime_ns": info.st_mtime_ns if info else 0,
-                "hash": file_hash,
-                "status": status,
-                "reason": reason,
-            }
+    pending = list(dict.fromkeys(paths))
+    for round_number in range(_ROUNDS):
+        looks = await _index_round(ctx, project_id, root_path, pending, report)
+        written = [look for look in looks if look.action not in ("unchanged", "ignored")]
+        changed = await asyncio.to_thread(
+            _changed_files, root_path, written, settings.max_file_bytes
         )
-
-    def forget(rel: str, reason: str) -> None:
-        gone.append(rel)
-        if rel in states and states[rel]["status"] != "deleted":
-            record(rel, None, None, "deleted", reason)
-
-    for rel in paths:
-        if not wanted(root_path, rel):
-            forget(rel, "ignored")  # newly ignored: its chunks no longer belong in the index
-            continue
-        info, raw, problem = await asyncio.to_thread(
-            _read, root_path / rel, settings.max_file_bytes
-        )
-        if info is None and problem is None:
-            forget(rel, "vanished")
-            continue
-        previous = states.get(rel)
-        if problem is not None or raw is None:
-            log.info("skip %s: %s", rel, problem)
-            report.skipped += 1
-            report.skips[rel] = problem or "unreadable"
-            assert info is not None
-            record(rel, info, None, "skipped", problem)
-            gone.append(rel)
-            continue
-        assert info is not None
-        if (
-            previous
-            and previous["size"] == info.st_size
-            and previous["mtime_ns"] == info.st_mtime_ns
-        ):
-            report.unchanged += 1
-            continue
-        content = read_source(raw)
-        if previous and previous.get("hash") == content.hash and previous["status"] == "indexed":
-            report.unchanged += 1
-            record(rel, info, content.hash, "indexed", None)
-            continue
-        if content.text is None:
-            log.info("skip %s: %s", rel, content.skip_reason)
-            report.skipped += 1
-            report.skips[rel] = content.skip_reason or "not text"
-            record(rel, info, content.hash, "skipped", content.skip_reason)
-            gone.append(rel)
-            continue
-        plan = await asyncio.to_thread(
-            plan_file, project_id, rel, content.text, content.hash, settings.chunk_max_chars
-        )
-        plans.append(plan)
-        record(rel, info, content.hash, "indexed", None)
-        report.indexed += 1
-
-    chunks = [chunk for plan in plans for chunk in plan.chunks]
-    await _attach_vectors(store, embedder, chunks, report)
-    report.removed = sum(1 for row in file_rows if row["status"] == "deleted")
-    changed_paths = [plan.path for plan in plans] + gone
-    if changed_paths or file_rows:
-        files = [
-            {
-                "entity_id": file_entity_id(project_id, p.path),
-                "key": file_entity_key(project_id, p.path),
-                "path": p.path,
-            }
-            for p in plans
-        ]
-        report.retired = await store.write_file_index(
-            project_id, chunks, file_rows, files, changed_paths
-        )
-    report.chunks = len(chunks)
+        if not changed:
+            break
+        if round_number + 1 < _ROUNDS:
+            log.info("%d files changed while being indexed; indexing them again", len(changed))
+            report.reindexed += len(changed)
+        pending = changed
+    else:
+        redis = ctx.get("redis")
+        if redis is not None:
+            log.info("%d files keep changing; a follow-up job will index them", len(pending))
+            await queue.enqueue_index(
+                redis, project_id, root_path, pending, settings.index_batch_files
+            )
+            report.requeued = len(pending)
     report.seconds = round(time.perf_counter() - started, 3)
     log.info(
         "index_files %s: %d files, %d indexed, %d unchanged, %d skipped, %d removed, "
@@ -233,6 +423,81 @@ async def index_files(ctx: dict[str, Any], project_id: str, root: str, paths: li
     return report.as_dict()
 
 
+async def _index_round(
+    ctx: dict[str, Any], project_id: str, root: Path, paths: list[str], report: IndexReport
+) -> list[_Look]:
+    store, embedder, settings = ctx["store"], ctx["embedder"], ctx["settings"]
+    states = await store.code_file_states(project_id, paths)
+    looks: list[_Look] = []
+    groups: dict[str, _Rows] = {}
+    for rel in paths:
+        previous = states.get(rel)
+        look = await asyncio.to_thread(
+            _look,
+            root,
+            rel,
+            previous,
+            project_id,
+            settings.max_file_bytes,
+            settings.chunk_max_chars,
+        )
+        looks.append(look)
+        _log_look(look, previous)
+        rows = _rows_for(project_id, look, previous)
+        if rows is not None:
+            groups[rel] = rows
+        if look.action in ("unchanged", "same"):
+            report.unchanged += 1
+        elif look.action == "skipped":
+            report.skipped += 1
+            report.skips[rel] = look.reason or "skipped"
+        elif look.action == "indexed":
+            report.indexed += 1
+    report.removed += sum(
+        1 for rows in groups.values() for s in rows.states if s["status"] == "deleted"
+    )
+    chunks = [chunk for rows in groups.values() for chunk in rows.chunks]
+    await _attach_vectors(store, embedder, chunks, report)
+    report.chunks += len(chunks)
+    if groups:
+        report.retired += await _write(store, project_id, groups, report)
+    return looks
+
+
+async def _write(store: Any, project_id: str, groups: dict[str, _Rows], report: IndexReport) -> int:
+    """The whole batch in one transaction. Should the database refuse it (a statement error,
+    not a lost connection: that fails the job, and arq retries it), file by file, so one bad
+    file costs only itself."""
+
+    def merged(parts: list[_Rows]) -> tuple[Any, ...]:
+        return (
+            [c for r in parts for c in r.chunks],
+            [s for r in parts for s in r.states],
+            [f for r in parts for f in r.files],
+            [p for r in parts for p in r.retire],
+            [s for r in parts for s in r.symbols],
+        )
+
+    batches = [list(groups.items())]
+    retired = 0
+    while batches:
+        batch = batches.pop()
+        try:
+            retired += await store.write_file_index(
+                project_id, *merged([rows for _, rows in batch])
+            )
+        except QueryFailed as exc:
+            if len(batch) == 1:
+                log.warning("cannot store %s: %s", batch[0][0], exc)
+                report.failed += 1
+            else:
+                log.warning(
+                    "a batch of %d files was refused (%s); writing file by file", len(batch), exc
+                )
+                batches.extend([item] for item in batch)
+    return retired
+
+
 async def _attach_vectors(
     store: Any, embedder: Any, chunks: list[dict[str, Any]], report: IndexReport
 ) -> None:
@@ -245,7 +510,7 @@ async def _attach_vectors(
     if missing:
         vectors = await asyncio.to_thread(embedder.embed, list(missing.values()))
         known.update(zip(missing.keys(), vectors, strict=True))
-        report.embedded = len(missing)
+        report.embedded += len(missing)
     for chunk in chunks:
         chunk["embedding"] = known[chunk["content_hash"]]
         chunk["embedding_model"] = embedder.model
