@@ -296,7 +296,7 @@ def ingest(
         async with Runtime(settings) as rt:
             redis = await rt.start_queue()
             await rt.serve_if_needed()
-            jobs = await queue.enqueue_ingest(redis, files)
+            jobs = await queue.enqueue_ingest(redis, files, fresh=True)
             return [await queue.wait_for(job, settings.job_timeout_seconds) for job in jobs]
 
     reports = _run(main)

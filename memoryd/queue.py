@@ -146,10 +146,11 @@ def ingest_job_id(path: str) -> str:
     return f"ingest:{stable_id(path)}:{version}"
 
 
-async def enqueue_ingest(redis: ArqRedis, paths: Sequence[str]) -> list[Job]:
+async def enqueue_ingest(redis: ArqRedis, paths: Sequence[str], fresh: bool = False) -> list[Job]:
+    """`fresh` (an explicit `memoryd ingest`) always runs, so its report is about this run."""
     jobs = []
     for path in paths:
-        job_id = ingest_job_id(path)
+        job_id = ingest_job_id(path) + (f":{uuid.uuid4().hex[:12]}" if fresh else "")
         job = await redis.enqueue_job(
             "ingest_transcript", path, _job_id=job_id, _queue_name=JOBS_QUEUE
         )

@@ -609,6 +609,13 @@ class Store:
         )
         return rows[0] or []
 
+    async def dump(self) -> dict[str, list[dict[str, Any]]]:
+        """Every row of every table: for diagnostics and for tests that check the whole graph."""
+        info = (await self.query("INFO FOR DB"))[0]
+        tables = sorted(info.get("tables") or {})
+        results = await self.query("; ".join(f"SELECT * FROM {t}" for t in tables))
+        return dict(zip(tables, (rows or [] for rows in results), strict=True))
+
 
 def _filter_clause(filters: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """`AND field = $f_field ...` for equality filters; `valid_now` keeps rows still valid."""

@@ -348,8 +348,9 @@ async def _ingest(ctx: dict[str, Any], path: str) -> IngestReport:
     compressed = path.endswith(".zst")
     offset, saved = 0, None
     if cursor is not None:
-        same_file = cursor["inode"] == info.st_ino and cursor["offset"] <= info.st_size
-        if same_file and not (compressed and cursor["size"] != info.st_size):
+        # An archive's offset counts decompressed bytes: it is the same file if unchanged.
+        continues = cursor["size"] == info.st_size if compressed else cursor["offset"] <= info.st_size
+        if cursor["inode"] == info.st_ino and continues:
             offset, saved = cursor["offset"], cursor.get("state")
         else:
             report.restarted = True

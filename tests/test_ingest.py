@@ -1,0 +1,279 @@
+"""Transcripts through the real queue into the real database: counts, views, dedupe, bad input.
+
+Exact numbers were checked by reading the fixtures (see tests/test_transcripts_claude.py for
+the per-file derivations): 37f83ec9 has 6 prompts, 76 assistant messages, 101 tool calls, 80
+tool results and 19 errors (282 memories); renderer.py was read 8 times and edited 6 times.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from memoryd import projects, queue
+from memoryd.runtime import Runtime
+from tests.conftest import MEMORYD, git_init
+
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "transcripts"
+CLAUDE = FIXTURES / "claude-code"
+LOG_SAMPLE = CLAUDE / "-Users-dain-workspace-claude-code-log-sample"
+S37 = LOG_SAMPLE / "37f83ec9-f2ea-42a9-925e-0d5c105cb6e8.jsonl"
+CB2 = "cb2e607c-c758-415a-8b45-c49e4631906a"
+SMALL = CLAUDE / "-src-experiments-claude_p" / "2b4ed4c0-b905-41de-9238-273db3ec737a.jsonl"
+RENDERER = "/Users/dain/workspace/claude-code-log/claude_code_log/renderer.py"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
+    env |= {"MEMORYD_CONFIG": "/nonexistent/memoryd.toml", "MEMORYD_TRANSCRIPTS": "[]"}
+    done = subprocess.run([MEMORYD, *args], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+@pytest.fixture(scope="module")
+def ingested() -> Iterator[tuple[Path, dict]]:
+    """All Claude Code and Codex fixtures, ingested once with `memoryd ingest`."""
+    data = Path(tempfile.mkdtemp(prefix="md-", dir="/tmp"))
+    done = cli("ingest", str(CLAUDE), str(FIXTURES / "codex"), "--data-dir", str(data), "--json")
+    yield data, json.loads(done.stdout)
+    shutil.rmtree(data, ignore_errors=True)
+
+
+def test_ingest_report_has_the_exact_counts(ingested: tuple[Path, dict]) -> None:
+    _, totals = ingested
+    by_name = {Path(r["path"]).name: r for r in totals["reports"]}
+    assert len(by_name) == 7
+    s37 = by_name[S37.name]
+    assert s37["agent"] == "claude-code"
+    assert s37["memories"] == 282 and s37["skipped"] == 0
+    assert s37["edges"]["modifies"] == 30  # 27 ok + 3 "Found 2 matches" failures
+    assert s37["edges"]["reads"] == 24
+    assert s37["edges"]["triggered"] == 19
+    assert s37["edges"]["denied"] == 2
+    assert s37["edges"]["next"] == 281  # one chain through all 282 memories
+    cb2 = by_name[f"{CB2}.jsonl"]
+    assert cb2["memories"] == 201 and cb2["edges"]["spawned"] == 1
+    assert cb2["edges"]["triggered"] == 5
+    summary_only = by_name["4e27c414-a885-46a0-b5c8-d58e1417377d.jsonl"]
+    assert summary_only["memories"] == 0 and summary_only["sessions"] == 0
+    codex = by_name["rollout-2026-05-11T11-26-55-019e1625-789d-76c0-80ab-3724b5ddb799.jsonl"]
+    assert codex["agent"] == "codex"
+    assert codex["memories"] == 117 and codex["edges"]["triggered"] == 2
+    assert totals["memories"] == 696
+
+
+def test_history_of_a_file(ingested: tuple[Path, dict]) -> None:
+    data, _ = ingested
+    doc = json.loads(cli("history", RENDERER, "--data-dir", str(data), "--json").stdout)
+    assert doc["file"] == {"kind": "file", "key": RENDERER, "project": None, "path": None}
+    [session] = doc["sessions"]
+    assert session["session"] == S37.stem
+    assert session["goal"].startswith("Hey Claude, please have a look at the git diff")
+    verbs: dict[str, int] = {}
+    for action in session["actions"]:
+        key = f"{action['verb']} {action['outcome'] or action['reason']}"
+        verbs[key] = verbs.get(key, 0) + 1
+    assert verbs == {"READS ok": 8, "MODIFIES ok": 6, "DENIED user_rejected": 1}
+    assert len(session["errors"]) == 19
+    assert doc["chunks"] == []  # not a watched project on this machine
+
+
+def test_session_replay_and_subagent_link(ingested: tuple[Path, dict]) -> None:
+    data, _ = ingested
+    doc = json.loads(cli("session", "cb2e607c", "--data-dir", str(data), "--json").stdout)
+    assert doc["session"] == CB2
+    assert doc["goal"] == (
+        "How can I make this possible to install as a library with `uv` so I can run from "
+        "any directory?"
+    )
+    assert len(doc["events"]) == 201
+    assert [e["seq"] for e in doc["events"]] == sorted(e["seq"] for e in doc["events"])
+    assert doc["subagents"] == [
+        {
+            "session": f"{CB2}:agent-ea02459f",
+            "description": "Explore project structure for packaging",
+            "seq": 2,
+        }
+    ]
+    assert len(doc["errors"]) == 5
+    child = json.loads(
+        cli("session", f"{CB2}:agent-ea02459f", "--data-dir", str(data), "--json").stdout
+    )
+    assert child["parent"] == CB2
+    assert sum(1 for e in child["events"] for x in e["edges"] if x["verb"] == "READS") == 13
+
+
+def test_search_memories_and_goals(ingested: tuple[Path, dict]) -> None:
+    data, _ = ingested
+    goals = json.loads(
+        cli(
+            "search",
+            "make the project installable as a library with uv",
+            "--kind",
+            "goal",
+            "--data-dir",
+            str(data),
+            "--json",
+        ).stdout
+    )
+    assert goals["results"][0]["session"].startswith(CB2)
+    memories = json.loads(
+        cli(
+            "search",
+            "No PR found for the current branch",
+            "--kind",
+            "memory",
+            "--data-dir",
+            str(data),
+            "--json",
+            "--limit",
+            "3",
+        ).stdout
+    )
+    top = memories["results"][0]
+    assert top["session"] == CB2 and top["name"] == "error"
+    assert "No PR found" in top["text"]
+
+
+def test_reingest_and_replaced_file_change_nothing(
+    ingested: tuple[Path, dict], tmp_path: Path
+) -> None:
+    data, _ = ingested
+    before = json.loads(cli("status", "--data-dir", str(data), "--json").stdout)["counts"]
+    again = json.loads(cli("ingest", str(S37), "--data-dir", str(data), "--json").stdout)
+    assert again["reports"][0]["note"] == "up to date"
+    # The same transcript under another path and inode: read from 0, deduplicated by its ids.
+    copy = tmp_path / "moved.jsonl"
+    shutil.copyfile(S37, copy)
+    moved = json.loads(cli("ingest", str(copy), "--data-dir", str(data), "--json").stdout)
+    assert moved["reports"][0]["memories"] == 282
+    after = json.loads(cli("status", "--data-dir", str(data), "--json").stdout)["counts"]
+    assert after == before
+
+
+async def test_agent_edits_join_the_indexed_code(stack: Runtime, tmp_path: Path) -> None:
+    """The product's point: a session's edits and the file's current chunks, one hop apart."""
+    repo = tmp_path / "claude-code-log"
+    (repo / "claude_code_log").mkdir(parents=True)
+    (repo / "claude_code_log" / "renderer.py").write_text(
+        "def generate_html(messages):\n    return '<html>' + ''.join(messages) + '</html>'\n\n\n"
+        "def session_navigation(sessions):\n    return [s.title for s in sessions]\n"
+    )
+    git_init(repo)
+    assert stack.redis is not None
+    project = projects.resolve(repo)
+    for job, _ in await projects.sync(stack.redis, project, 32):
+        await queue.wait_for(job, 300)
+    # The real transcript, as if it had been recorded in this repository.
+    transcript = tmp_path / "session.jsonl"
+    transcript.write_bytes(
+        S37.read_bytes().replace(b"/Users/dain/workspace/claude-code-log", str(repo).encode())
+    )
+    [job] = await queue.enqueue_ingest(stack.redis, [str(transcript)])
+    await queue.wait_for(job, 300)
+    doc = await queue.call(stack.redis, "history", str(repo / "claude_code_log" / "renderer.py"))
+    assert doc["file"] == {
+        "kind": "file",
+        "key": f"{project.id}:claude_code_log/renderer.py",
+        "project": project.id,
+        "path": "claude_code_log/renderer.py",
+    }
+    [session] = doc["sessions"]
+    modified = [a for a in session["actions"] if a["verb"] == "MODIFIES"]
+    assert len(modified) == 6 and {a["outcome"] for a in modified} == {"ok"}
+    assert [(c["start_line"], c["end_line"]) for c in doc["chunks"]] == [(1, 6)]
+
+
+async def test_planted_secrets_never_reach_the_database(stack: Runtime, tmp_path: Path) -> None:
+    secrets = {
+        "AKIAIOSFODNN7EXAMPLE",
+        "ghp_1234567890abcdefghijklmnopqrstuvwxyzAB",
+        "sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJ",
+        "hunter2-super-secret-password",
+        "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
+        "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    }
+    lines = SMALL.read_bytes().splitlines(keepends=True)
+    prompt = json.loads(lines[2])  # the user's first prompt
+    prompt["message"]["content"] = (
+        "deploy with AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE and "
+        "GITHUB_TOKEN=ghp_1234567890abcdefghijklmnopqrstuvwxyzAB\n"
+        "ANTHROPIC_API_KEY=sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJ\n"
+        "DB_PASSWORD=hunter2-super-secret-password\n"
+        "Authorization: Bearer eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
+        "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
+    )
+    lines[2] = json.dumps(prompt).encode() + b"\n"
+    planted = tmp_path / "planted.jsonl"
+    planted.write_bytes(b"".join(lines))
+    assert stack.redis is not None and stack.store is not None
+    [job] = await queue.enqueue_ingest(stack.redis, [str(planted)])
+    report = await queue.wait_for(job, 300)
+    assert report["memories"] == 22
+    everything = repr(await stack.store.dump())
+    assert "[REDACTED:" in everything
+    for secret in secrets:
+        assert secret not in everything
+
+
+async def test_bad_lines_are_skipped_and_a_partial_line_waits(
+    stack: Runtime, tmp_path: Path
+) -> None:
+    lines = SMALL.read_bytes().splitlines(keepends=True)
+    assert len(lines) == 24
+    bad = tmp_path / "bad.jsonl"
+    # A NUL-padded stub glued to the next record, pure garbage, invalid UTF-8, and the last
+    # record cut in half (no newline yet), as a writer mid-append leaves it.
+    damaged = [
+        *lines[:3],
+        b"\x00\x00\x00" + lines[3],
+        b'{"type": "user", "trunc' + lines[4],
+        b"this is not json\n",
+        b'\xff\xfe{"type":"x"}\n',
+        *lines[5:23],
+    ]
+    half = len(lines[23]) // 2
+    bad.write_bytes(b"".join(damaged) + lines[23][:half])
+    assert stack.redis is not None and stack.store is not None
+    [job] = await queue.enqueue_ingest(stack.redis, [str(bad)])
+    first = await queue.wait_for(job, 300)
+    # Skipped, each with a log line: the glued stub's fragment, the garbage line, and on the
+    # undecodable line its broken prefix and then the record it held (an unknown type).
+    assert first["skipped"] == 4
+    cursor = await stack.store.transcript_cursor(str(bad))
+    assert cursor is not None and cursor["offset"] == bad.stat().st_size - half
+    with bad.open("ab") as f:
+        f.write(lines[23][half:])
+    [job] = await queue.enqueue_ingest(stack.redis, [str(bad)], fresh=True)
+    second = await queue.wait_for(job, 300)
+    assert second["lines"] == 1 and second["skipped"] == 0
+    # Everything the clean file holds is there: same memories as ingesting it whole.
+    clean = tmp_path / "clean.jsonl"
+    shutil.copyfile(SMALL, clean)
+    [job] = await queue.enqueue_ingest(stack.redis, [str(clean)])
+    assert (await queue.wait_for(job, 300))["memories"] == first["memories"] + second["memories"]
+    assert (await stack.store.counts())["memory"] == 22
+
+
+async def test_compressed_archive_and_vanished_file(stack: Runtime, tmp_path: Path) -> None:
+    archive = tmp_path / "rollout.jsonl.zst"
+    archive.write_bytes(zstandard.ZstdCompressor().compress(SMALL.read_bytes()))
+    gone = tmp_path / "gone.jsonl"
+    gone.write_bytes(SMALL.read_bytes())
+    assert stack.redis is not None and stack.store is not None
+    jobs = await queue.enqueue_ingest(stack.redis, [str(archive), str(gone)])
+    gone.unlink()  # deleted before the worker gets to it
+    zst, vanished = [await queue.wait_for(job, 300) for job in jobs]
+    assert zst["agent"] == "claude-code" and zst["memories"] == 22
+    assert vanished["memories"] == 0 and "memories stay" in vanished["note"]
+    [job] = await queue.enqueue_ingest(stack.redis, [str(archive)], fresh=True)
+    assert (await queue.wait_for(job, 300))["note"] == "up to date"
