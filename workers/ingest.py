@@ -349,7 +349,8 @@ async def _ingest(ctx: dict[str, Any], path: str) -> IngestReport:
     offset, saved = 0, None
     if cursor is not None:
         # An archive's offset counts decompressed bytes: it is the same file if unchanged.
-        continues = cursor["size"] == info.st_size if compressed else cursor["offset"] <= info.st_size
+        size = info.st_size
+        continues = cursor["size"] == size if compressed else cursor["offset"] <= size
         if cursor["inode"] == info.st_ino and continues:
             offset, saved = cursor["offset"], cursor.get("state")
         else:
