@@ -138,15 +138,13 @@ def run(
         async with Runtime(settings) as rt:
             redis = await rt.start_queue(exclusive=True)
             await rt.serve()
-            watcher = RepoWatcher(
-                redis, watched, settings.debounce_seconds, settings.index_batch_files
-            )
-            await watcher.start()
+            watchers = await _start_watchers(redis, settings, watched)
             log.info("memoryd running: %s; watching %d repos", _describe(rt), len(watched))
             try:
                 await _until_signal(rt.wait_serving())
             finally:
-                await watcher.stop()
+                for watcher in watchers:
+                    await watcher.stop()
 
     _run(main)
     log.info("memoryd stopped")
@@ -175,22 +173,18 @@ def watch(repo: Repos = None, data_dir: DataDir = None, redis_url: RedisUrl = No
     """Run the watcher alone: it enqueues jobs for the workers and never touches the database."""
     _setup_logging()
     settings = _settings(data_dir=data_dir, redis_url=redis_url, extra_repos=repo)
-    if not settings.repos:
-        _fail(MemorydError("nothing to watch: pass --repo PATH or set repos in the config"))
     watched = [projects.resolve(p) for p in settings.repos]
 
     async def main() -> None:
         async with Runtime(settings) as rt:
             redis = await rt.start_queue()
-            watcher = RepoWatcher(
-                redis, watched, settings.debounce_seconds, settings.index_batch_files
-            )
-            await watcher.start()
-            log.info("watching %d repos; %s", len(watched), _describe(rt))
+            watchers = await _start_watchers(redis, settings, watched)
+            log.info("watching %d repos and transcripts; %s", len(watched), _describe(rt))
             try:
                 await _until_signal()
             finally:
-                await watcher.stop()
+                for watcher in watchers:
+                    await watcher.stop()
 
     _run(main)
 

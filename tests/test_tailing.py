@@ -1,0 +1,141 @@
+"""Tailing a transcript while it is written, with the daemon killed and restarted in between,
+ends with exactly the graph a one-shot ingest of the finished file produces."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memoryd import queue
+from memoryd.runtime import Runtime
+from memoryd.store import Store
+from tests.conftest import MEMORYD
+
+FIXTURE = (
+    Path(__file__).resolve().parents[2]
+    / "shared"
+    / "fixtures"
+    / "transcripts"
+    / "claude-code"
+    / "-Users-dain-workspace-claude-code-log-sample"
+    / "0d3a8e6f-290f-4105-a327-a2496e5e2a83.jsonl"
+)
+SESSION = FIXTURE.stem
+# Fields that record when memoryd did something, not what the transcript says.
+VOLATILE = {"ingestion_time", "updated_at", "valid_from", "embedding", "applied_at", "id"}
+COMPARED = (
+    "session",
+    "memory",
+    "goal",
+    "entity",
+    "summary",
+    "contains",
+    "next",
+    "has_goal",
+    "reads",
+    "modifies",
+    "executes",
+    "triggered",
+    "denied",
+    "spawned",
+)
+
+
+def _start(data_dir: Path, transcripts: Path, log: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "MEMORYD_TRANSCRIPTS": json.dumps([str(transcripts)])}
+    with log.open("a") as out:
+        return subprocess.Popen(
+            [MEMORYD, "run", "--data-dir", str(data_dir)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+
+def _events(data_dir: Path) -> int:
+    done = subprocess.run(
+        [MEMORYD, "session", SESSION, "--data-dir", str(data_dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if done.returncode != 0:
+        return -1
+    return len(json.loads(done.stdout)["events"])
+
+
+def _normalise(dump: dict[str, list[dict[str, Any]]]) -> dict[str, list[str]]:
+    out = {}
+    for table in COMPARED:
+        rows = [
+            {k: v for k, v in row.items() if k not in VOLATILE} | {"key": str(row["id"])}
+            for row in dump.get(table, [])
+        ]
+        out[table] = sorted(repr(sorted(row.items())) for row in rows)
+    return out
+
+
+async def test_tailing_with_kills_equals_one_shot(
+    data_dir: Path, tmp_path: Path, stack: Runtime
+) -> None:
+    transcripts = tmp_path / "transcripts"
+    transcripts.mkdir()
+    target = transcripts / f"{SESSION}.jsonl"
+    target.write_bytes(b"")
+    payload = FIXTURE.read_bytes()
+    rng = random.Random(20261121)
+    # Random cut points, many of them inside lines (and inside the 1 MB line).
+    cuts = [*sorted(rng.sample(range(1, len(payload)), 24)), len(payload)]
+    kill_after = {6, 15}  # kill the daemon after these pieces were written
+
+    tail_dir = Path(str(data_dir) + "-tail")
+    log = tmp_path / "daemon.log"
+    daemon = _start(tail_dir, transcripts, log)
+    try:
+        written = 0
+        for index, cut in enumerate(cuts):
+            with target.open("ab") as f:
+                f.write(payload[written:cut])
+            written = cut
+            time.sleep(rng.uniform(0.05, 0.4))
+            if index in kill_after:
+                time.sleep(rng.uniform(0.5, 2.0))  # let it be somewhere in the middle of work
+                daemon.send_signal(signal.SIGKILL)
+                daemon.wait(timeout=30)
+                daemon = _start(tail_dir, transcripts, log)
+        deadline = time.monotonic() + 180
+        while _events(tail_dir) != 41:
+            if time.monotonic() > deadline:
+                pytest.fail(f"tailed session incomplete; daemon log:\n{log.read_text()[-4000:]}")
+            time.sleep(2)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=60)
+    assert daemon.returncode == 0
+
+    # The one-shot reference: the finished file, ingested whole into another database.
+    assert stack.redis is not None and stack.store is not None
+    [job] = await queue.enqueue_ingest(stack.redis, [str(target)])
+    report = await queue.wait_for(job, 300)
+    assert report["memories"] == 41
+    reference = _normalise(await stack.store.dump())
+
+    tailed_store = await Store.open(f"surrealkv://{tail_dir / 'db'}", "memoryd", "memory")
+    try:
+        tailed = _normalise(await tailed_store.dump())
+        cursor = await tailed_store.transcript_cursor(str(target))
+    finally:
+        await tailed_store.close()
+    assert cursor is not None and cursor["offset"] == len(payload)
+    assert len(tailed["memory"]) == 41 and len(tailed["next"]) == 40
+    for table in COMPARED:
+        assert tailed[table] == reference[table], table
