@@ -162,3 +162,56 @@ async def test_locked_database_says_so(data_dir: Path) -> None:
         assert "server mode" in locked.stderr
     finally:
         await holder.close()
+
+
+def test_worker_and_watcher_as_separate_processes(
+    data_dir: Path, arq_tree: Path, tmp_path: Path
+) -> None:
+    """The two halves of the daemon run apart and share the work through the queue."""
+    import shutil
+
+    repo = tmp_path / "repo"
+    shutil.copytree(arq_tree, repo)
+    worker = subprocess.Popen(
+        [MEMORYD, "worker", "--data-dir", str(data_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    watcher = None
+    try:
+        deadline = time.monotonic() + 60
+        while not socket_alive(data_dir / "redis" / "redis.sock"):
+            assert time.monotonic() < deadline, "worker did not start its Redis"
+            time.sleep(0.2)
+        time.sleep(2)  # the worker loads the model and announces itself
+        watcher = subprocess.Popen(
+            [MEMORYD, "watch", "--data-dir", str(data_dir), "--repo", str(repo)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            time.sleep(2)
+            found = memoryd(
+                "search",
+                "parse a redis connection DSN url",
+                "--data-dir",
+                str(data_dir),
+                "--limit",
+                "3",
+            )
+            if found.returncode == 0 and "from_dsn" in found.stdout:
+                break
+        else:
+            pytest.fail("the watcher's reconciliation never reached the worker")
+        status = json.loads(memoryd("status", "--data-dir", str(data_dir), "--json").stdout)
+        assert status["daemon_running"] is True  # a worker answers the queue
+        assert status["counts"]["project"] == 1
+    finally:
+        for process in (watcher, worker):
+            if process is not None:
+                process.send_signal(signal.SIGTERM)
+                process.communicate(timeout=60)
+    assert watcher is not None and watcher.returncode == 0 and worker.returncode == 0

@@ -1,0 +1,62 @@
+"""Settings sources and their precedence; refusing what is wrong."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memoryd.config import DEFAULT_MODEL, load_settings
+from memoryd.errors import MemorydError
+
+
+def test_precedence_file_then_environment_then_flags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'data_dir = "{tmp_path / "from-file"}"\nchunk_max_chars = 900\nrepos = ["{tmp_path}"]\n'
+    )
+    monkeypatch.setenv("MEMORYD_CONFIG", str(config))
+    settings = load_settings()
+    assert settings.data_dir == tmp_path / "from-file"
+    assert settings.chunk_max_chars == 900
+    assert settings.repos == [tmp_path]
+    assert settings.model == DEFAULT_MODEL
+    assert settings.embedded_redis and settings.embedded_db
+
+    monkeypatch.setenv("MEMORYD_DATA_DIR", str(tmp_path / "from-env"))
+    monkeypatch.setenv("MEMORYD_REDIS_URL", "redis://127.0.0.1:6379/0")
+    settings = load_settings()
+    assert settings.data_dir == tmp_path / "from-env"
+    assert not settings.embedded_redis
+
+    settings = load_settings(data_dir=tmp_path / "from-flag", extra_repos=[tmp_path / "b"])
+    assert settings.data_dir == tmp_path / "from-flag"
+    assert settings.repos == [tmp_path, tmp_path / "b"]
+    assert settings.database_url == f"surrealkv://{tmp_path / 'from-flag' / 'db'}"
+
+
+def test_default_data_dir_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert load_settings().data_dir == tmp_path / "xdg" / "memoryd"
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("nonsense_key = 3\n", "nonsense_key: Extra inputs are not permitted"),
+        ("chunk_max_chars = 10\n", "chunk_max_chars: Input should be greater than or equal"),
+        ("this is not toml [\n", "cannot read config file"),
+    ],
+)
+def test_bad_config_is_refused_with_the_reason(
+    text: str, needle: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(text)
+    monkeypatch.setenv("MEMORYD_CONFIG", str(config))
+    with pytest.raises(MemorydError) as raised:
+        load_settings()
+    assert needle in str(raised.value)
+    assert str(config) in str(raised.value)
