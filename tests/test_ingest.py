@@ -277,3 +277,26 @@ async def test_compressed_archive_and_vanished_file(stack: Runtime, tmp_path: Pa
     assert vanished["memories"] == 0 and "memories stay" in vanished["note"]
     [job] = await queue.enqueue_ingest(stack.redis, [str(archive)], fresh=True)
     assert (await queue.wait_for(job, 300))["note"] == "up to date"
+
+
+async def test_truncated_then_rewritten_transcript_is_read_again(
+    stack: Runtime, tmp_path: Path
+) -> None:
+    path = tmp_path / "session.jsonl"
+    path.write_bytes(SMALL.read_bytes())
+    assert stack.redis is not None and stack.store is not None
+    [job] = await queue.enqueue_ingest(stack.redis, [str(path)], fresh=True)
+    assert (await queue.wait_for(job, 300))["memories"] == 22
+    # Truncated (an editor, a rotation): the stored offset is past the end, so read from 0.
+    lines = SMALL.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:10]))
+    [job] = await queue.enqueue_ingest(stack.redis, [str(path)], fresh=True)
+    report = await queue.wait_for(job, 300)
+    assert report["restarted"] is True and report["lines"] == 10
+    path.write_bytes(SMALL.read_bytes())
+    [job] = await queue.enqueue_ingest(stack.redis, [str(path)], fresh=True)
+    assert (await queue.wait_for(job, 300))["lines"] == 14
+    # Every record is there exactly once.
+    assert (await stack.store.counts())["memory"] == 22
+    cursor = await stack.store.transcript_cursor(str(path))
+    assert cursor is not None and cursor["offset"] == path.stat().st_size
