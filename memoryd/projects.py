@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,11 +54,41 @@ async def register(redis: ArqRedis, project: Project) -> None:
     await queue.call(redis, "register_project", project.id, fields)
 
 
-async def sync(redis: ArqRedis, project: Project, batch: int) -> list[tuple[Job, int]]:
+async def sync(
+    redis: ArqRedis,
+    project: Project,
+    batch: int,
+    *,
+    under: Iterable[str] | None = None,
+    extra: Iterable[str] = (),
+) -> list[tuple[Job, int]]:
     """Enqueue every file on disk and every file the index still holds: the jobs index what is
-    new or changed (unchanged files cost one stat) and retire what is gone."""
-    await register(redis, project)
-    on_disk = await asyncio.to_thread(lambda: list(walk(project.root)))
+    new or changed (unchanged files cost one stat) and retire what is gone.
+
+    `under` limits this to some directories (relative; "" is the whole project): what a
+    directory deleted or moved away, or an edited nested .gitignore, may have changed. `extra`
+    paths are added as they are."""
+    dirs = None if under is None else sorted({d.strip("/") for d in under})
+    if dirs is None or "" in dirs:
+        await register(redis, project)
+        dirs = None
+    on_disk = await asyncio.to_thread(_walk_dirs, project.root, dirs)
     stored = await queue.call(redis, "stored_paths", project.id)
-    paths = sorted(set(on_disk) | set(stored))
-    return await queue.enqueue_index(redis, project.id, project.root, paths, batch, fresh=True)
+    if dirs is not None:
+        stored = [p for p in stored if any(_inside(p, d) for d in dirs)]
+    paths = sorted(set(on_disk) | set(stored) | set(extra))
+    # A whole-project sync always runs (its report describes this run); a partial one shares
+    # a job with an identical request that is still waiting.
+    return await queue.enqueue_index(
+        redis, project.id, project.root, paths, batch, fresh=dirs is None
+    )
+
+
+def _inside(path: str, directory: str) -> bool:
+    return path.startswith(directory + "/")
+
+
+def _walk_dirs(root: Path, dirs: list[str] | None) -> list[str]:
+    if dirs is None:
+        return list(walk(root))
+    return [rel for d in dirs for rel in walk(root, under=d)]

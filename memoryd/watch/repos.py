@@ -1,4 +1,24 @@
-"""Watch repositories with watchdog; coalesce bursts into batched `index_files` jobs."""
+"""Watch repositories with watchdog; coalesce bursts into batched `index_files` jobs.
+
+Events are filtered on watchdog's thread (built-in ignore list, editors' temp files, .gitignore
+files at every level, .git/) and gathered per project on the event loop. A burst ends after
+`debounce` seconds without events, or is cut after _MAX_WAIT so that a long stream of writes (a
+big checkout) still makes progress; each flush is a few jobs of up to `batch` files.
+
+What an event leads to:
+- a file created, modified, deleted or moved (both of its paths): the path is looked at again
+  by a job, which reads the disk when it runs. An editor's save dance (write a temp file and
+  rename it over, or delete and create) inside one burst is one update of the real file; one
+  spread over two bursts ends in the same state, because the job that runs last sees the disk
+  as it is (workers/indexing.py re-checks each file after writing it).
+- a directory deleted, or moved: watchdog reports the files that moved with a directory inside
+  the tree, but not those of a directory moved out of it; every stored path under the old
+  directory is looked at again, and the new one is walked.
+- a `.gitignore` created, edited or deleted: its directory is synced again (the whole project
+  for the top one): newly ignored files are retired, newly visible ones indexed.
+- `.git/HEAD` changed (a branch switch): the project's branch and head are recorded again.
+- the kernel's inotify queue overflowed (events were lost): every project is synced again.
+"""
 
 from __future__ import annotations
 
@@ -14,54 +34,87 @@ from watchdog.observers import Observer
 
 from memoryd import projects, queue
 from memoryd.projects import Project
-from memoryd.scan import ignored_by_name
+from memoryd.scan import wanted
 
 log = logging.getLogger(__name__)
 
-# A burst ends after this long without events, or is cut after _MAX_WAIT so that a long
-# stream of writes (a big checkout) still makes progress.
+# A burst ends after `debounce` seconds without events, or is cut after _MAX_WAIT.
 _MAX_WAIT = 2.0
 _TICK = 0.05
+# watchdog says so (and nothing else) when the kernel dropped events.
+_INOTIFY_LOGGER = "watchdog.observers.inotify"
 
 
 @dataclass(slots=True)
 class _Pending:
     paths: set[str] = field(default_factory=set)
-    full_sync: bool = False
+    dirs: set[str] = field(default_factory=set)  # to sync again; "" is the whole project
+    head: bool = False
     first: float = 0.0
     last: float = 0.0
 
+    def merge(self, other: _Pending) -> None:
+        self.paths |= other.paths
+        self.dirs |= other.dirs
+        self.head |= other.head
+
 
 class _Handler(FileSystemEventHandler):
-    """Runs on watchdog's thread: only records relative paths, hands them to the loop."""
+    """Runs on watchdog's thread: turns events into project-relative paths worth a look."""
 
     def __init__(self, watcher: RepoWatcher, project: Project) -> None:
         self.watcher = watcher
         self.project = project
 
+    def _rel(self, raw: bytes | str) -> str | None:
+        if not raw:
+            return None
+        path = raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
+        try:
+            rel = Path(path).relative_to(self.project.root).as_posix()
+        except ValueError:
+            return None
+        return None if rel == "." else rel
+
     def on_any_event(self, event: FileSystemEvent) -> None:
-        if event.event_type in ("opened", "closed_no_write"):
+        kind = event.event_type
+        if kind in ("opened", "closed_no_write"):
             return
-        paths = [event.src_path, getattr(event, "dest_path", "") or ""]
-        rels = []
-        for raw in paths:
-            if not raw:
+        if event.is_directory and kind not in ("deleted", "moved"):
+            return  # a new directory's files get events of their own
+        paths: set[str] = set()
+        dirs: set[str] = set()
+        head = False
+        for raw in (event.src_path, getattr(event, "dest_path", "") or ""):
+            rel = self._rel(raw)
+            if rel is None:
                 continue
-            path = raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
-            try:
-                rel = Path(path).relative_to(self.project.root).as_posix()
-            except ValueError:
+            if rel == ".git/HEAD":
+                head = True
+            elif rel == ".git" or rel.startswith(".git/"):
                 continue
-            if rel == "." or rel.startswith(".git/") or rel == ".git":
-                continue
-            rels.append(rel)
-        if not rels:
-            return
-        # A directory moved or deleted hides which files went with it: sync the project.
-        full = event.is_directory and event.event_type in ("moved", "deleted")
-        if event.is_directory and not full:
-            return
-        self.watcher.loop.call_soon_threadsafe(self.watcher.note, self.project, rels, full)
+            elif event.is_directory:
+                dirs.add(rel)
+            elif rel.rsplit("/", 1)[-1] == ".gitignore":
+                dirs.add(rel.rpartition("/")[0])
+            elif wanted(self.project.root, rel):
+                paths.add(rel)
+        if paths or dirs or head:
+            self.watcher.loop.call_soon_threadsafe(
+                self.watcher.note, self.project, paths, dirs, head
+            )
+
+
+class _OverflowSignal(logging.Handler):
+    """watchdog only logs an inotify queue overflow; hear it, and sync everything again."""
+
+    def __init__(self, watcher: RepoWatcher) -> None:
+        super().__init__(logging.WARNING)
+        self.watcher = watcher
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "overflow" in record.getMessage().lower():
+            self.watcher.loop.call_soon_threadsafe(self.watcher.overflowed)
 
 
 class RepoWatcher:
@@ -76,17 +129,35 @@ class RepoWatcher:
         self._pending: dict[str, _Pending] = {}
         self._observer = Observer()
         self._flusher: asyncio.Task[None] | None = None
+        self._flushing = False
+        self._overflow = _OverflowSignal(self)
+        # What the watcher did, for `status`-like reports and tests.
+        self.stats = {"flushes": 0, "jobs": 0, "files": 0, "syncs": 0}
 
-    def note(self, project: Project, rels: list[str], full: bool) -> None:
-        pending = self._pending.setdefault(project.id, _Pending())
+    @property
+    def idle(self) -> bool:
+        """No events waiting to be flushed, and none being enqueued."""
+        return not self._pending and not self._flushing
+
+    def note(self, project: Project, paths: set[str], dirs: set[str], head: bool = False) -> None:
+        """Record events (on the event loop)."""
+        pending = self._pending.get(project.id)
         now = time.monotonic()
-        if not pending.paths and not pending.full_sync:
-            pending.first = now
+        if pending is None:
+            pending = self._pending[project.id] = _Pending(first=now)
         pending.last = now
-        pending.full_sync |= full or ".gitignore" in {r.rsplit("/", 1)[-1] for r in rels}
-        pending.paths.update(r for r in rels if not ignored_by_name(r))
+        pending.merge(_Pending(paths, dirs, head))
+
+    def overflowed(self) -> None:
+        log.warning("file events were lost (inotify queue overflow): syncing every project")
+        for project in self.projects:
+            self.note(project, set(), {""})
 
     async def start(self) -> None:
+        inotify_log = logging.getLogger(_INOTIFY_LOGGER)
+        if not inotify_log.isEnabledFor(logging.WARNING):
+            inotify_log.setLevel(logging.WARNING)
+        inotify_log.addHandler(self._overflow)
         for project in self.projects:
             self._observer.schedule(_Handler(self, project), str(project.root), recursive=True)
         self._observer.start()
@@ -107,24 +178,44 @@ class RepoWatcher:
                 if not (quiet or now - pending.first >= _MAX_WAIT):
                     continue
                 del self._pending[project_id]
-                project = by_id[project_id]
+                self._flushing = True
                 try:
-                    if pending.full_sync:
-                        await projects.sync(self.redis, project, self.batch)
-                    elif pending.paths:
-                        paths = sorted(pending.paths)
-                        await queue.enqueue_index(
-                            self.redis, project.id, project.root, paths, self.batch
-                        )
-                        log.info("queued %d changed files of %s", len(paths), project.id)
+                    await self._flush(by_id[project_id], pending)
                 except Exception:
-                    # Redis hiccup: keep the paths for the next round instead of losing them.
-                    log.exception("enqueue failed for %s; retrying", project.id)
+                    # Redis hiccup: keep everything for the next round instead of losing it.
+                    log.exception("enqueue failed for %s; retrying", project_id)
                     again = self._pending.setdefault(project_id, _Pending(first=now, last=now))
-                    again.paths |= pending.paths
-                    again.full_sync |= pending.full_sync
+                    again.merge(pending)
+                finally:
+                    self._flushing = False
+
+    async def _flush(self, project: Project, pending: _Pending) -> None:
+        jobs: list[tuple[object, int]] = []
+        if pending.dirs:
+            jobs = await projects.sync(
+                self.redis, project, self.batch, under=pending.dirs, extra=pending.paths
+            )
+            self.stats["syncs"] += 1
+            log.info(
+                "synced %s under %s: %d jobs",
+                project.id,
+                ", ".join(sorted(d or "/" for d in pending.dirs)),
+                len(jobs),
+            )
+        elif pending.paths:
+            paths = sorted(pending.paths)
+            jobs = await queue.enqueue_index(
+                self.redis, project.id, project.root, paths, self.batch
+            )
+            log.info("queued %d changed files of %s in %d jobs", len(paths), project.id, len(jobs))
+        if pending.head:
+            await projects.register(self.redis, project)
+        self.stats["flushes"] += 1
+        self.stats["jobs"] += len(jobs)
+        self.stats["files"] += sum(count for _, count in jobs)
 
     async def stop(self) -> None:
+        logging.getLogger(_INOTIFY_LOGGER).removeHandler(self._overflow)
         if self._flusher is not None:
             self._flusher.cancel()
         self._observer.stop()
