@@ -241,9 +241,11 @@ def _look(
     try:
         info = path.stat()
     except FileNotFoundError:
-        return _Look(rel, "vanished")
+        return _Look(rel, "vanished", reason="deleted")
     except OSError as exc:  # permission denied on a directory, a symlink loop, name too long
         return _Look(rel, "skipped", reason=_unreadable(exc))
+    if stat.S_ISDIR(info.st_mode):  # the file was replaced by a directory: the file is gone
+        return _Look(rel, "vanished", reason="a directory now")
     if _trusted(previous, info, max_bytes):
         return _Look(rel, "unchanged", info)
     started = time.time_ns()
@@ -251,7 +253,7 @@ def _look(
         _check(info, max_bytes)
         info, raw = _read_bytes(path, max_bytes)
     except FileNotFoundError:  # deleted between the event (or the stat) and the read
-        return _Look(rel, "vanished")
+        return _Look(rel, "vanished", reason="deleted before it was read")
     except _Skip as skip:
         return _Look(rel, "skipped", info, reason=str(skip))
     except OSError as exc:
@@ -285,6 +287,8 @@ def _changed_since(root: Path, look: _Look, max_bytes: int) -> bool:
         return look.info is not None
     except OSError as exc:
         return not (look.action == "skipped" and look.reason == _unreadable(exc))
+    if stat.S_ISDIR(info.st_mode):
+        return look.action != "vanished"
     if look.info is None:
         return True
     same_stat = _signature(info) == _signature(look.info)
@@ -336,7 +340,7 @@ def _rows_for(project_id: str, look: _Look, previous: dict[str, Any] | None) -> 
         if not previous or previous["status"] == "deleted":
             return None  # never indexed (an editor's temp file), or already retired
         rows.retire.append(look.rel)
-        rows.states.append(state("deleted", look.action))
+        rows.states.append(state("deleted", look.reason or look.action))
         return rows
     if look.action == "skipped":
         rows.retire.append(look.rel)
@@ -368,10 +372,8 @@ def _log_look(look: _Look, previous: dict[str, Any] | None) -> None:
         )
         log.log(logging.DEBUG if again else logging.INFO, "skip %s: %s", look.rel, look.reason)
     elif look.action == "vanished":
-        if known:
-            log.info("%s is gone; its chunks are retired", look.rel)
-        else:
-            log.debug("%s vanished before it was read", look.rel)
+        level = logging.INFO if known else logging.DEBUG  # else: an editor's temp file
+        log.log(level, "%s: %s; its chunks are retired", look.rel, look.reason)
     elif look.action == "ignored" and known:
         log.info("%s is ignored now; its chunks are retired", look.rel)
     elif look.action == "indexed" and look.replaced:
