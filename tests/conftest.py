@@ -83,3 +83,79 @@ async def stack(data_dir: Path) -> AsyncIterator[Runtime]:
         yield rt
     finally:
         await rt.close()
+
+
+# --- the code index against the disk (tests/test_watch.py, tests/test_indexing_bad_input.py) ---
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.invalid",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.invalid",
+}
+
+
+def git(root: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(root), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, **GIT_ENV},
+    )
+    return done.stdout
+
+
+def expected_index(root: Path, project_id: str, max_chars: int) -> dict[str, list[tuple]]:
+    """What the index must hold for the tree as it is on disk now: path -> [(start, end,
+    content hash)] of every chunk, computed by the pure stages alone."""
+    import stat as stat_module
+
+    from memoryd.scan import read_source, walk
+    from workers.indexing import plan_file
+
+    index: dict[str, list[tuple]] = {}
+    for rel in walk(root):
+        try:
+            info = (root / rel).stat()
+            if not stat_module.S_ISREG(info.st_mode) or info.st_size > 2_000_000:
+                continue
+            content = read_source((root / rel).read_bytes())
+        except OSError:
+            continue
+        if content.text is None:
+            continue
+        plan = plan_file(project_id, rel, content.text, content.hash, max_chars)
+        chunks = sorted((c["start_line"], c["end_line"], c["content_hash"]) for c in plan.chunks)
+        if chunks:
+            index[rel] = chunks
+    return index
+
+
+async def settle(
+    rt: Runtime, root: Path, project_id: str, watcher: object | None = None, timeout: float = 60
+) -> dict[str, list[tuple]]:
+    """Poll until nothing is queued or waiting in the watcher and the index equals the disk,
+    exactly; fail with the difference after `timeout` seconds."""
+    import asyncio
+    import time
+
+    from memoryd import queue
+
+    assert rt.redis is not None and rt.store is not None
+    deadline = time.monotonic() + timeout
+    while True:
+        idle = getattr(watcher, "idle", True) and await queue.queue_depth(rt.redis) == 0
+        if idle:
+            got = await rt.store.code_index(project_id)
+            want = expected_index(root, project_id, rt.settings.chunk_max_chars)
+            if got == want:
+                return got
+            if time.monotonic() > deadline:
+                missing = sorted(set(want) - set(got))
+                stale = sorted(set(got) - set(want))
+                wrong = sorted(p for p in set(got) & set(want) if got[p] != want[p])
+                pytest.fail(f"index != disk: missing {missing}, stale {stale}, differ {wrong}")
+        elif time.monotonic() > deadline:
+            pytest.fail("the queue or the watcher never went idle")
+        await asyncio.sleep(0.1)

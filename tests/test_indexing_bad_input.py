@@ -1,0 +1,200 @@
+"""What a real machine puts in a repository: each bad file is skipped (or indexed correctly) with
+one clear log line, and nothing else is affected. Real queue, worker, database and model."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import workers.indexing
+from memoryd import projects, queue
+from memoryd.runtime import Runtime
+from tests.conftest import MEMORYD, git, settle
+
+GOOD = "def tax_rate_for_region(region):\n    return {'north': 0.2}.get(region, 0.25)\n"
+NON_ASCII = "docs/notes with spaces/naïve café.py"
+
+
+def _lines_about(caplog: pytest.LogCaptureFixture, name: str) -> list[str]:
+    """Log lines at INFO or above that name one file (the job's summary line names none)."""
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno >= logging.INFO
+        and r.name in ("workers.indexing", "memoryd.scan")
+        and re.search(rf"(^|[\s']){re.escape(name)}[:' ]", r.getMessage())
+    ]
+
+
+async def _sync(rt: Runtime, root: Path) -> dict[str, Any]:
+    assert rt.redis is not None
+    totals: dict[str, Any] = {"skips": {}}
+    for job, _ in await projects.sync(rt.redis, projects.resolve(root), 32):
+        report = await queue.wait_for(job, timeout=120)
+        for key in ("indexed", "skipped", "removed", "failed"):
+            totals[key] = totals.get(key, 0) + report[key]
+        totals["skips"].update(report["skips"])
+    return totals
+
+
+async def test_bad_files_are_skipped_with_one_line_each(
+    stack: Runtime,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    caplog.set_level(logging.INFO)
+    root = tmp_path / "bad"
+    root.mkdir()
+    (root / "good.py").write_text(GOOD)
+    (root / "payload.txt").write_bytes(b"header\x00\x01\x02" * 100)
+    (root / "latin1.py").write_bytes(b"# caf\xe9 au lait\ndef brew_latin_coffee():\n    return 1\n")
+    # 50 MB of generated code, never opened: its size alone rules it out.
+    with open(root / "huge_generated.py", "wb") as out:
+        block = b"VALUE_%08d = %d\n"
+        out.write(b"".join(block % (i, i) for i in range(2_500_000)))
+    assert (root / "huge_generated.py").stat().st_size > 50_000_000
+    (root / "bundle.js").write_text("var a=1;" * 650_000)  # one line, 5.2 MB
+    (root / "small_bundle.js").write_text("var b=2;" * 150_000)  # one line, 1.2 MB: minified
+    os.mkfifo(root / "pipe.py")
+    (root / "loop_a.py").symlink_to("loop_b.py")
+    (root / "loop_b.py").symlink_to("loop_a.py")
+    (root / os.fsdecode(b"caf\xe9-latin1-name.py")).write_text("def x():\n    return 1\n")
+    (root / NON_ASCII).parent.mkdir(parents=True)
+    (root / NON_ASCII).write_text("def crème_brûlée_recipe():\n    return 'caramelise the top'\n")
+    git(root, "init", "-q", "-b", "main")
+
+    opened: list[str] = []
+    original = workers.indexing._read_bytes
+
+    def spy(path: Path, max_bytes: int) -> Any:
+        opened.append(Path(path).name)
+        return original(path, max_bytes)
+
+    monkeypatch.setattr(workers.indexing, "_read_bytes", spy)
+    totals = await _sync(stack, root)
+    assert totals["skips"] == {
+        "payload.txt": "binary",
+        "huge_generated.py": f"too large ({(root / 'huge_generated.py').stat().st_size} bytes, "
+        "limit 2000000)",
+        "bundle.js": "too large (5200000 bytes, limit 2000000)",
+        "small_bundle.js": "minified",
+        "pipe.py": "not a regular file (a FIFO)",
+        "loop_a.py": "unreadable: Too many levels of symbolic links",
+        "loop_b.py": "unreadable: Too many levels of symbolic links",
+    }
+    assert totals["failed"] == 0
+    assert "huge_generated.py" not in opened and "pipe.py" not in opened
+    for name in totals["skips"]:
+        assert len(_lines_about(caplog, name)) == 1, (name, _lines_about(caplog, name))
+    assert _lines_about(caplog, "latin1.py") == [
+        "latin1.py is not valid UTF-8: bad bytes replaced, the rest indexed"
+    ]
+    assert [m for m in caplog.messages if "name is not valid UTF-8" in m] == [
+        "skip 'caf\\udce9-latin1-name.py': the file name is not valid UTF-8"
+    ]
+
+    # Everything else is indexed exactly, the odd path included, and found by search.
+    pid = projects.resolve(root).id
+    index = await settle(stack, root, pid)
+    assert set(index) == {"good.py", "latin1.py", NON_ASCII}
+    hits = await queue.call(stack.redis, "search", "crème brûlée recipe", 1, None, "code")
+    assert hits[0]["path"] == NON_ASCII and hits[0]["name"] == "crème_brûlée_recipe"
+    hits = await queue.call(stack.redis, "search", "brew latin coffee", 1, None, "code")
+    assert hits[0]["path"] == "latin1.py"
+
+    # A second look at the same tree is quiet: known skips are not logged again.
+    caplog.clear()
+    await _sync(stack, root)
+    assert all(not _lines_about(caplog, name) for name in totals["skips"])
+
+
+async def test_files_that_change_shape_or_vanish_under_the_job(
+    stack: Runtime,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    caplog.set_level(logging.INFO)
+    root = tmp_path / "shapes"
+    root.mkdir()
+    (root / "good.py").write_text(GOOD)
+    (root / "becomes_dir.py").write_text("def soon_a_directory():\n    return 1\n")
+    (root / "deleted_late.py").write_text("def deleted_between_event_and_read():\n    return 2\n")
+    git(root, "init", "-q", "-b", "main")
+    pid = projects.resolve(root).id
+    await _sync(stack, root)
+    await settle(stack, root, pid)
+    assert stack.redis is not None and stack.store is not None
+
+    # A file replaced by a directory (with a file of its own).
+    (root / "becomes_dir.py").unlink()
+    (root / "becomes_dir.py").mkdir()
+    (root / "becomes_dir.py" / "inner.py").write_text("def inside_the_new_dir():\n    return 3\n")
+    # A file deleted after the job looked at it but before it was read.
+    original = workers.indexing._read_bytes
+
+    def delete_first(path: Path, max_bytes: int) -> Any:
+        if Path(path).name == "deleted_late.py":
+            Path(path).unlink()
+        return original(path, max_bytes)
+
+    monkeypatch.setattr(workers.indexing, "_read_bytes", delete_first)
+    os.utime(root / "deleted_late.py", ns=(1, 1))  # stat says: changed, read it
+    paths = ["becomes_dir.py", "becomes_dir.py/inner.py", "deleted_late.py", "good.py"]
+    [(job, _)] = await queue.enqueue_index(stack.redis, pid, root, paths, 32)
+    report = await queue.wait_for(job, timeout=60)
+    assert (report["indexed"], report["unchanged"], report["removed"]) == (1, 1, 2)
+    assert _lines_about(caplog, "becomes_dir.py") == [
+        "becomes_dir.py: a directory now; its chunks are retired"
+    ]
+    assert _lines_about(caplog, "deleted_late.py") == [
+        "deleted_late.py: deleted before it was read; its chunks are retired"
+    ]
+    index = await settle(stack, root, pid)
+    assert set(index) == {"good.py", "becomes_dir.py/inner.py"}
+
+
+def test_permission_denied_is_skipped_by_an_unprivileged_daemon(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """Tests run as root, which reads everything; `memoryd index` runs here without the
+    capabilities that let root ignore file modes (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH), so
+    mode 000 means what it means for any user."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("setpriv (util-linux) is needed to drop root's file-mode override")
+    root = tmp_path / "perm"
+    root.mkdir()
+    (root / "good.py").write_text(GOOD)
+    (root / "secret.py").write_text("def hidden_secret():\n    return 'x'\n")
+    (root / "locked").mkdir()
+    (root / "locked" / "inner.py").write_text("def behind_a_locked_door():\n    return 1\n")
+    git(root, "init", "-q", "-b", "main")
+    os.chmod(root / "secret.py", 0)
+    os.chmod(root / "locked", 0)
+    try:
+        drop = "-dac_override,-dac_read_search"
+        unprivileged = [setpriv, "--bounding-set", drop, "--inh-caps", drop]
+        done = subprocess.run(
+            [*unprivileged, MEMORYD, "index", str(root), "--data-dir", str(data_dir), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        os.chmod(root / "secret.py", 0o644)
+        os.chmod(root / "locked", 0o755)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["skips"] == {"secret.py": "unreadable: Permission denied"}
+    assert report["indexed"] == 1  # good.py
+    assert f"skip directory {root / 'locked'}: Permission denied" in done.stderr
