@@ -421,3 +421,89 @@ async def test_lost_events_lead_to_a_full_sync(
     assert watcher.stats["syncs"] == syncs + 1
     assert "syncing every project" in caplog.text
     assert (await _search(stack, "words joined by tildes", 1))[0]["path"] == "lib/strings.py"
+
+
+def test_the_daemon_follows_a_branch_switch(data_dir: Path, tmp_path: Path) -> None:
+    """`memoryd run` as a user starts it, `memoryd search` as a user runs it; after the branch
+    switch the index is compared with the disk exactly, with the daemon stopped."""
+    import json
+    import signal
+    import subprocess
+    import time
+
+    from memoryd.store import Store
+    from tests.conftest import MEMORYD, expected_index, settings_for
+
+    root = make_repo(tmp_path / "shop")
+    git(root, "checkout", "-q", "-b", "feature")
+    (root / "app/util.py").write_text(UTIL.replace("parse_price", "parse_amount_with_vat"))
+    (root / "lib/stock.py").write_text(
+        "def reorder_level(weekly_sales: int) -> int:\n    return weekly_sales * 3\n"
+    )
+    (root / "lib/strings.py").unlink()
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "feature")
+    git(root, "checkout", "-q", "main")
+
+    def search(text: str) -> list[dict[str, Any]]:
+        done = subprocess.run(
+            [MEMORYD, "search", text, "--data-dir", str(data_dir), "--json", "--limit", "5"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)["results"] or [{"path": None}]
+
+    def until(found: Any, what: str, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while not found():
+            if time.monotonic() > deadline:
+                pytest.fail(f"never: {what}")
+            time.sleep(0.5)  # each check is a whole process start: poll gently
+
+    log_path = tmp_path / "daemon.log"
+    log = open(log_path, "w")  # noqa: SIM115 - closed after the daemon
+    daemon = subprocess.Popen(
+        [MEMORYD, "run", "--data-dir", str(data_dir), "--repo", str(root)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        # Commands sent while the daemon is still starting may find its parts half up.
+        until(lambda: "memoryd running" in log_path.read_text(), "the daemon up")
+        until(
+            lambda: any(h["path"] == "lib/strings.py" for h in search("slugify product URLs")),
+            "the first index",
+        )
+        git(root, "checkout", "-q", "feature")
+        until(
+            lambda: search("reorder_level weekly_sales")[0]["path"] == "lib/stock.py",
+            "the added file found",
+        )
+        until(
+            lambda: (
+                search("parse_amount_with_vat")[0]["path"] == "app/util.py"
+                and all(h["path"] != "lib/strings.py" for h in search("slugify product URLs"))
+            ),
+            "the changed file found, the deleted one gone",
+        )
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=60)
+        log.close()
+    assert daemon.returncode == 0, log_path.read_text()
+
+    async def stored() -> dict[str, list[tuple]]:
+        settings = settings_for(data_dir)
+        store = await Store.open(
+            settings.database_url, settings.surreal_namespace, settings.surreal_database
+        )
+        try:
+            return await store.code_index(projects.resolve(root).id)
+        finally:
+            await store.close()
+
+    pid = projects.resolve(root).id
+    assert asyncio.run(stored()) == expected_index(root, pid, 1500)
