@@ -407,6 +407,56 @@ def _one_line(text: str | None, width: int = 120) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
+maintenance_app = typer.Typer(help="Scheduled upkeep, run now: decay, prune.")
+app.add_typer(maintenance_app, name="maintenance")
+TASKS = ("decay", "prune")
+
+
+@maintenance_app.command("run")
+def maintenance_run(
+    task: Annotated[str, typer.Argument(help=f"One of: {', '.join(TASKS)}.")],
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="prune: only show what would go.")
+    ] = False,
+    data_dir: DataDir = None,
+    redis_url: RedisUrl = None,
+    surreal_url: SurrealUrl = None,
+    as_json: AsJson = False,
+) -> None:
+    """Run one maintenance task now, through the queue, and print what it did."""
+    _setup_logging("WARNING")
+    if task not in TASKS:
+        _fail(MemorydError(f"unknown task {task!r}; choose from {', '.join(TASKS)}"))
+    settings = _settings(data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url)
+    kwargs = {"dry_run": True} if dry_run and task == "prune" else {}
+
+    async def main() -> Any:
+        async with Runtime(settings) as rt:
+            redis = await rt.start_queue()
+            await rt.serve_if_needed()
+            job = await redis.enqueue_job(task, _queue_name=queue.JOBS_QUEUE, **kwargs)
+            assert job is not None
+            return await queue.wait_for(job, settings.job_timeout_seconds)
+
+    result = _run(main)
+    print(json.dumps(result, indent=2) if as_json else f"{task}: {json.dumps(result)}")
+
+
+@app.command()
+def pin(
+    memory_id: Annotated[str, typer.Argument(help="A memory id (from search --kind memory).")],
+    unpin: Annotated[bool, typer.Option("--unpin", help="Let it decay again.")] = False,
+    data_dir: DataDir = None,
+    redis_url: RedisUrl = None,
+    surreal_url: SurrealUrl = None,
+) -> None:
+    """Pin a memory: it keeps importance 1 and is never pruned."""
+    _setup_logging("WARNING")
+    settings = _settings(data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url)
+    done = _query(settings, "pin", memory_id, not unpin)
+    print(f"{done['memory']}: {'pinned' if done['pinned'] else 'unpinned'}")
+
+
 @app.command()
 def status(
     data_dir: DataDir = None,
@@ -456,6 +506,8 @@ def status(
     print(f"  {'valid chunks':<12}{info['valid_chunks']}")
     for p in info["projects"]:
         print(f"project       {p['id']}  {p['root']}")
+    for task, run in info["maintenance"].items():
+        print(f"last {task:<9}{run['finished_at']}  {json.dumps(run['result'])[:100]}")
 
 
 def main() -> None:  # pragma: no cover - console entry point alias

@@ -71,6 +71,35 @@ class Settings(BaseSettings):
     debounce_seconds: float = Field(0.3, ge=0)
     job_timeout_seconds: int = Field(1800, ge=10)
 
+    # Maintenance (decay / prune), run by the workers' cron and `memoryd maintenance run`.
+    # Importance halves every half-life (days) of a memory's kind since its last access.
+    half_life_days: dict[str, float] = Field(
+        default_factory=lambda: {
+            "user_prompt": 90.0,
+            "assistant_message": 30.0,
+            "tool_call": 14.0,
+            "tool_result": 7.0,
+            "error": 30.0,
+            "summary": 90.0,
+        }
+    )
+    default_half_life_days: float = Field(30.0, gt=0)
+    access_boost: float = Field(0.2, ge=0)
+    # Rows invalid (replaced, deleted) for longer than this are deleted by prune.
+    retention_days: float = Field(30.0, gt=0)
+    # Memories below this importance and not read for prune_idle_days are deleted by prune.
+    importance_floor: float = Field(0.05, ge=0, le=1)
+    prune_idle_days: float = Field(60.0, gt=0)
+    maintenance_batch: int = Field(2000, ge=1)
+
+    @field_validator("half_life_days", mode="after")
+    @classmethod
+    def _positive_half_lives(cls, value: dict[str, float]) -> dict[str, float]:
+        bad = [kind for kind, days in value.items() if days <= 0]
+        if bad:
+            raise ValueError(f"half-lives must be positive (got {', '.join(bad)})")
+        return value
+
     @field_validator("data_dir", mode="after")
     @classmethod
     def _absolute(cls, value: Path) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from memoryd.embedding import Embedder
@@ -96,6 +97,8 @@ async def search(
     hits = await store.hybrid_search(
         spec.table, spec.text_field, vector, query, limit, filters, spec.fields
     )
+    if kind == "memory":
+        await store.bump_access("memory", [hit.id for hit in hits], datetime.now(UTC))
     return [_result(kind, hit.id, round(hit.score, 6), hit.fields) for hit in hits]
 
 

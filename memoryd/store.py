@@ -616,6 +616,119 @@ class Store:
         results = await self.query("; ".join(f"SELECT * FROM {t}" for t in tables))
         return dict(zip(tables, (rows or [] for rows in results), strict=True))
 
+    # -- maintenance -------------------------------------------------------------------------
+
+    async def decay_memories(
+        self,
+        at: datetime,
+        half_lives: dict[str, float],
+        default_half_life: float,
+        access_boost: float,
+        after: str,
+        batch: int,
+    ) -> tuple[int, str | None]:
+        """Recompute `importance` of one batch of unpinned memories (by id order, after
+        `after`): 0.5^(age / half-life of its kind) x (1 + boost x ln(1 + access_count)), capped
+        at 1, where age runs from the last access or else the event. Returns (count, last id)."""
+        rows = await self.query(
+            """
+            UPDATE (SELECT VALUE id FROM memory WHERE pinned = false AND id > $after
+                    ORDER BY id LIMIT $batch)
+            SET importance = math::min([1.0,
+                math::pow(0.5, math::max([0.0, duration::secs($at - (last_accessed ?? event_time
+                    ?? ingestion_time))]) / 86400.0 / ($half[kind] ?? $half_default))
+                * (1.0 + $boost * math::ln(1.0 + access_count))])
+            RETURN VALUE record::id(id);
+            """,
+            {
+                "at": at,
+                "half": half_lives,
+                "half_default": default_half_life,
+                "boost": access_boost,
+                "after": rid("memory", after),
+                "batch": batch,
+            },
+        )
+        done = rows[0] or []
+        return len(done), (max(done) if done else None)
+
+    async def prune_candidates(
+        self, at: datetime, retention_days: float, floor: float, idle_days: float, batch: int
+    ) -> dict[str, list[str]]:
+        """What a prune would delete, at most `batch` of each kind."""
+        params = {
+            "at": at,
+            "retention": retention_days * 86400.0,
+            "floor": floor,
+            "idle": idle_days * 86400.0,
+            "batch": batch,
+        }
+        expired_chunks, expired_memories, faded = await self.query(
+            """
+            SELECT VALUE record::id(id) FROM code_chunk WHERE valid_until IS NOT NONE
+                AND duration::secs($at - valid_until) > $retention LIMIT $batch;
+            SELECT VALUE record::id(id) FROM memory WHERE pinned = false
+                AND valid_until IS NOT NONE AND duration::secs($at - valid_until) > $retention
+                LIMIT $batch;
+            SELECT VALUE record::id(id) FROM memory WHERE pinned = false AND importance < $floor
+                AND duration::secs($at - (last_accessed ?? event_time ?? ingestion_time)) > $idle
+                LIMIT $batch;
+            """,
+            params,
+        )
+        memories = sorted({*(expired_memories or []), *(faded or [])})
+        return {"code_chunk": sorted(expired_chunks or []), "memory": memories}
+
+    async def delete_rows(self, table: str, keys: list[str]) -> int:
+        """Delete rows and the edges touching them (DELETE of a record removes its edges)."""
+        if not keys:
+            return 0
+        await self.query("BEGIN; DELETE $ids; COMMIT;", {"ids": [rid(table, k) for k in keys]})
+        return len(keys)
+
+    async def orphan_entities(self, batch: int) -> list[str]:
+        """Entities nothing points at any more (no edge in or out)."""
+        rows = await self.query(
+            "SELECT VALUE record::id(id) FROM entity WHERE count(<-?) = 0 AND count(->?) = 0 "
+            "LIMIT $batch",
+            {"batch": batch},
+        )
+        return sorted(rows[0] or [])
+
+    async def set_pinned(self, table: str, key: str, pinned: bool) -> bool:
+        rows = await self.query(
+            "UPDATE $id SET pinned = $pinned, importance = 1.0 RETURN id",
+            {"id": rid(table, key), "pinned": pinned},
+        )
+        return bool(rows[0])
+
+    async def bump_access(self, table: str, keys: Sequence[str], at: datetime) -> None:
+        """Reading a memory counts: decay starts again from now, and often-read ones last."""
+        if keys:
+            await self.query(
+                "UPDATE $ids SET access_count += 1, last_accessed = $at",
+                {"ids": [rid(table, k) for k in keys], "at": at},
+            )
+
+    async def record_maintenance(
+        self, task: str, started: datetime, result: dict[str, Any], dry_run: bool
+    ) -> None:
+        await self.query(
+            "CREATE maintenance_run CONTENT {task: $task, started_at: $started, "
+            "finished_at: time::now(), dry_run: $dry, result: $result}",
+            {"task": task, "started": started, "dry": dry_run, "result": result},
+        )
+
+    async def last_maintenance(self) -> dict[str, dict[str, Any]]:
+        rows = await self.query(
+            "SELECT task, started_at, finished_at, dry_run, result FROM maintenance_run "
+            "WHERE dry_run = false ORDER BY finished_at DESC LIMIT 50"
+        )
+        last: dict[str, dict[str, Any]] = {}
+        for row in rows[0] or []:
+            last.setdefault(row["task"], row)
+        return last
+
 
 def _filter_clause(filters: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """`AND field = $f_field ...` for equality filters; `valid_now` keeps rows still valid."""

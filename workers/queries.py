@@ -32,6 +32,9 @@ async def status(ctx: dict[str, Any]) -> dict[str, Any]:
             {"id": p["id"], "name": p["name"], "root": p["root"]} for p in await store.projects()
         ],
         "schema_version": await store.schema_version(),
+        "maintenance": {
+            task: graph.plain(run) for task, run in (await store.last_maintenance()).items()
+        },
         "model": ctx["embedder"].model,
         "database": store.url,
     }
@@ -63,3 +66,10 @@ async def session(ctx: dict[str, Any], session_id: str) -> dict[str, Any]:
         return await graph.session(ctx["store"], session_id)
     except MemorydError as exc:
         return {"error": str(exc)}
+
+
+async def pin(ctx: dict[str, Any], memory_id: str, pinned: bool) -> dict[str, Any]:
+    """Pinned memories keep importance 1 and are never pruned."""
+    if not await ctx["store"].set_pinned("memory", memory_id, pinned):
+        return {"error": f"no memory {memory_id!r}"}
+    return {"memory": memory_id, "pinned": pinned}

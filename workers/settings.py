@@ -9,12 +9,13 @@ from typing import Any
 
 from arq import Retry, Worker
 from arq.connections import RedisSettings
+from arq.cron import cron
 from arq.worker import func
 
 from memoryd.config import Settings
 from memoryd.errors import MemorydError
 from memoryd.queue import JOBS_QUEUE, QUERY_QUEUE
-from workers import queries
+from workers import maintenance, queries
 from workers.indexing import index_files
 from workers.ingest import ingest_transcript
 
@@ -43,7 +44,12 @@ def portable_errors(function: Callable[..., Awaitable[Any]]) -> Callable[..., Aw
 # Jobs are idempotent (deterministic ids, upserts), so a retry after a crash is safe.
 JOB_FUNCTIONS = [
     func(portable_errors(fn), name=fn.__name__, max_tries=3)
-    for fn in (index_files, ingest_transcript)
+    for fn in (index_files, ingest_transcript, maintenance.decay, maintenance.prune)
+]
+# Scheduled upkeep; arq gives each run a unique job id, so one worker runs it, not all.
+CRON_JOBS = [
+    cron(portable_errors(maintenance.decay), name="cron:decay", minute={17}, unique=True),
+    cron(portable_errors(maintenance.prune), name="cron:prune", hour={3}, minute={41}, unique=True),
 ]
 QUERY_FUNCTIONS = [
     func(portable_errors(fn), name=fn.__name__, max_tries=1)
@@ -54,6 +60,7 @@ QUERY_FUNCTIONS = [
         queries.stored_paths,
         queries.history,
         queries.session,
+        queries.pin,
     )
 ]
 
@@ -70,6 +77,7 @@ def build_workers(
     return [
         Worker(
             functions=JOB_FUNCTIONS,  # type: ignore[arg-type]
+            cron_jobs=CRON_JOBS,
             queue_name=JOBS_QUEUE,
             max_jobs=2,
             job_timeout=settings.job_timeout_seconds,

@@ -1,0 +1,87 @@
+"""Decay and prune with the clock driven by the test: exact outcomes per memory."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from memoryd import queue
+from memoryd.runtime import Runtime
+from tests.test_ingest import SMALL
+
+
+async def _memories(rt: Runtime) -> dict[str, dict]:
+    assert rt.store is not None
+    return {str(row["id"].id): row for row in (await rt.store.dump())["memory"]}
+
+
+async def _run(rt: Runtime, task: str, at: datetime, **kwargs: object) -> dict:
+    assert rt.redis is not None
+    job = await rt.redis.enqueue_job(task, at.isoformat(), _queue_name=queue.JOBS_QUEUE, **kwargs)
+    assert job is not None
+    return await queue.wait_for(job, 300)
+
+
+async def test_decay_pin_access_and_prune(stack: Runtime, tmp_path: Path) -> None:
+    transcript = tmp_path / "session.jsonl"
+    transcript.write_bytes(SMALL.read_bytes())
+    assert stack.redis is not None and stack.store is not None
+    [job] = await queue.enqueue_ingest(stack.redis, [str(transcript)])
+    await queue.wait_for(job, 300)
+    memories = await _memories(stack)
+    assert len(memories) == 22
+    kinds: dict[str, list[str]] = {}
+    for key, row in memories.items():
+        kinds.setdefault(row["kind"], []).append(key)
+    prompt = min(kinds["user_prompt"], key=lambda k: memories[k]["seq"])
+    t0 = memories[prompt]["event_time"]
+    pinned = kinds["tool_result"][0]
+    assert (await queue.call(stack.redis, "pin", pinned, True)) == {
+        "memory": pinned,
+        "pinned": True,
+    }
+
+    # 90 days on, a prompt (half-life 90 days, never read) is worth exactly half.
+    result = await _run(stack, "decay", t0 + timedelta(days=90))
+    assert result["memories"] == 21  # all but the pinned one
+    after = await _memories(stack)
+    assert math.isclose(after[prompt]["importance"], 0.5, rel_tol=1e-9)
+    assert after[pinned]["importance"] == 1.0
+    for key in kinds["tool_call"]:
+        age = (t0 + timedelta(days=90) - after[key]["event_time"]).total_seconds() / 86400
+        # The database counts whole seconds of age.
+        assert math.isclose(after[key]["importance"], 0.5 ** (age / 14.0), rel_tol=1e-6)
+
+    # Reading the prompt (a search returned it) restarts its clock and boosts it.
+    read_at = t0 + timedelta(days=90)
+    await stack.store.bump_access("memory", [prompt], read_at)
+    await _run(stack, "decay", read_at)
+    assert (await _memories(stack))[prompt]["importance"] == 1.0  # capped at 1
+
+    # 200 days on: what faded below the floor and was not read for 60 days goes; prompts
+    # (half-life 90) stay above it, the pinned result stays whatever it is.
+    later = t0 + timedelta(days=200)
+    await _run(stack, "decay", later)
+    faded = await _memories(stack)
+    expected_gone = {
+        k for k, row in faded.items() if row["importance"] < 0.05 and k != pinned and k != prompt
+    }
+    survivors = set(kinds["user_prompt"]) | {pinned}
+    assert expected_gone == set(faded) - survivors
+    dry = await _run(stack, "prune", later, dry_run=True)
+    assert dry["deleted"]["memory"] == len(expected_gone)
+    assert len(await _memories(stack)) == 22  # a dry run deletes nothing
+    done = await _run(stack, "prune", later)
+    assert done["deleted"]["memory"] == len(expected_gone)
+    assert done["deleted"]["entity"] > 0  # targets only the deleted tool calls pointed at
+    assert set(await _memories(stack)) == survivors
+    dump = await stack.store.dump()
+    memory_ids = {str(row["id"].id) for row in dump["memory"]}
+    # No edge is left pointing at a deleted memory, no entity is left without edges.
+    for table in ("contains", "next", "reads", "executes", "triggered", "denied"):
+        for edge in dump.get(table, []):
+            assert str(edge["in"].id) in memory_ids or edge["in"].table_name == "session"
+    assert await stack.store.orphan_entities(100) == []
+    info = await queue.call(stack.redis, "status")
+    assert set(info["maintenance"]) == {"decay", "prune"}

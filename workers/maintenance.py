@@ -1,0 +1,83 @@
+"""Scheduled upkeep: decay importance, prune what is long invalid or forgotten.
+
+Each task works in bounded batches (so it never holds the database for long), is safe to stop
+at any point (every batch is complete on its own) and takes `now` as a parameter, so tests drive
+the clock.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def _now(at: str | None) -> datetime:
+    return datetime.fromisoformat(at) if at else datetime.now(UTC)
+
+
+async def decay(ctx: dict[str, Any], at: str | None = None) -> dict[str, Any]:
+    store, settings = ctx["store"], ctx["settings"]
+    now = _now(at)
+    started = datetime.now(UTC)
+    after, total = "", 0
+    while True:
+        count, last = await store.decay_memories(
+            now,
+            settings.half_life_days,
+            settings.default_half_life_days,
+            settings.access_boost,
+            after,
+            settings.maintenance_batch,
+        )
+        total += count
+        if last is None or count < settings.maintenance_batch:
+            break
+        after = last
+    result = {"memories": total, "at": now.isoformat()}
+    await store.record_maintenance("decay", started, result, dry_run=False)
+    log.info("decay: importance recomputed for %d memories", total)
+    return result
+
+
+async def prune(
+    ctx: dict[str, Any], at: str | None = None, dry_run: bool = False, max_batches: int = 1000
+) -> dict[str, Any]:
+    store, settings = ctx["store"], ctx["settings"]
+    now = _now(at)
+    started = datetime.now(UTC)
+    deleted: dict[str, list[str]] = {"code_chunk": [], "memory": [], "entity": []}
+    for _ in range(max_batches):
+        found = await store.prune_candidates(
+            now,
+            settings.retention_days,
+            settings.importance_floor,
+            settings.prune_idle_days,
+            settings.maintenance_batch,
+        )
+        if dry_run or not any(found.values()):
+            for table, keys in found.items():
+                deleted[table].extend(keys)
+            break
+        for table, keys in found.items():
+            await store.delete_rows(table, keys)
+            deleted[table].extend(keys)
+    # Entities are orphaned by the deletions above; a dry run reports today's orphans.
+    for _ in range(max_batches):
+        orphans = await store.orphan_entities(settings.maintenance_batch)
+        if dry_run or not orphans:
+            deleted["entity"].extend(orphans)
+            break
+        await store.delete_rows("entity", orphans)
+        deleted["entity"].extend(orphans)
+    result = {
+        "dry_run": dry_run,
+        "at": now.isoformat(),
+        "deleted": {table: len(keys) for table, keys in deleted.items()},
+        "ids": {table: keys[:50] for table, keys in deleted.items()},
+    }
+    await store.record_maintenance("prune", started, result, dry_run=dry_run)
+    log.info("prune%s: %s", " (dry run)" if dry_run else "", result["deleted"])
+    return result
