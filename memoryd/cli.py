@@ -407,9 +407,9 @@ def _one_line(text: str | None, width: int = 120) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
-maintenance_app = typer.Typer(help="Scheduled upkeep, run now: decay, prune.")
+maintenance_app = typer.Typer(help="Scheduled upkeep, run now: decay, prune, reembed.")
 app.add_typer(maintenance_app, name="maintenance")
-TASKS = ("decay", "prune")
+TASKS = ("decay", "prune", "reembed")
 
 
 @maintenance_app.command("run")
@@ -499,6 +499,8 @@ def status(
     print(f"surrealdb     {info['surreal']} ({info['surreal_mode']})")
     print(f"daemon        {'running' if info['daemon_running'] else 'not running'}")
     print(f"model         {info['model']}")
+    waiting = sum(info["waiting_for_reembed"].values())
+    print(f"re-embedding  {waiting} rows wait for the configured model")
     print(f"schema        {info['schema_version']}")
     print(f"queue         {info['queue']['jobs']} jobs waiting, {info['queue']['queries']} queries")
     for table, n in info["counts"].items():

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fastembed import TextEmbedding
+from fastembed.common.model_description import ModelSource, PoolingType
 
 from memoryd.config import DEFAULT_MODEL
 from memoryd.errors import MemorydError
@@ -50,6 +51,26 @@ def offline_model_dir(cache_dir: Path) -> Path:
     return target
 
 
+# The packaged model under CLS pooling: a second model that loads offline, so a switch of the
+# configured model (and `reembed`) can be exercised on any machine.
+CLS_MODEL = "memoryd/all-MiniLM-L6-v2-cls"
+OFFLINE_MODELS = (DEFAULT_MODEL, CLS_MODEL)
+
+
+def _register_cls_model() -> None:
+    if any(m.model == CLS_MODEL for m in TextEmbedding._list_supported_models()):
+        return
+    TextEmbedding.add_custom_model(
+        model=CLS_MODEL,
+        pooling=PoolingType.CLS,
+        normalization=True,
+        sources=ModelSource(hf=CLS_MODEL),  # never fetched: loaded from specific_model_path
+        dim=DEFAULT_DIM,
+        model_file="model.onnx",
+        description="all-MiniLM-L6-v2 int8 with CLS pooling (offline, from the PyPI package)",
+    )
+
+
 class Embedder:
     """One loaded model; `embed` takes texts in order and returns unit-length vectors."""
 
@@ -58,7 +79,9 @@ class Embedder:
         self.batch_size = batch_size
         cache_dir.mkdir(parents=True, exist_ok=True)
         try:
-            if model == DEFAULT_MODEL:
+            if model in OFFLINE_MODELS:
+                if model == CLS_MODEL:
+                    _register_cls_model()
                 self._model = TextEmbedding(
                     model_name=model,
                     specific_model_path=str(offline_model_dir(cache_dir)),

@@ -89,13 +89,13 @@ async def search(
         raise MemorydError(f"unknown kind {kind!r}; choose from {', '.join(KINDS)}")
     [vector] = await asyncio.to_thread(embedder.embed, [query])
     # Only vectors of the configured model are compared: never two models in one k-NN.
-    filters: dict[str, Any] = {"valid_now": spec.valid_now, "embedding_model": embedder.model}
+    filters: dict[str, Any] = {"valid_now": spec.valid_now}
     if project is not None:
         if kind != "code":
             raise MemorydError("--project applies to code search")
         filters["project"] = rid("project", await resolve_project(store, project))
     hits = await store.hybrid_search(
-        spec.table, spec.text_field, vector, query, limit, filters, spec.fields
+        spec.table, spec.text_field, vector, query, limit, filters, spec.fields, embedder.model
     )
     if kind == "memory":
         await store.bump_access("memory", [hit.id for hit in hits], datetime.now(UTC))

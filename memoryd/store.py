@@ -443,15 +443,19 @@ class Store:
         limit: int,
         filters: dict[str, Any],
         fields: Sequence[str],
+        model: str,
     ) -> list[SearchHit]:
-        """k-NN over the HNSW index and BM25 over the full-text index, fused with RRF."""
+        """k-NN over the HNSW index and BM25 over the full-text index, fused with RRF. The
+        k-NN compares only vectors of `model` (never two models in one ranking); BM25 also
+        finds rows whose vectors still wait for re-embedding."""
         where, params = _filter_clause(filters)
         candidates = max(limit * _CANDIDATE_FACTOR, 20)
-        params |= {"vec": vector, "text": text}
+        params |= {"vec": vector, "text": text, "model": model}
         rows = await self.query(
             f"""
             LET $vs = SELECT id, vector::distance::knn() AS distance FROM {table}
-                WHERE embedding <|{candidates},{_HNSW_EF}|> $vec {where} ORDER BY distance;
+                WHERE embedding <|{candidates},{_HNSW_EF}|> $vec AND embedding_model = $model
+                {where} ORDER BY distance;
             LET $ft = SELECT id, search::score(1) AS ft_score FROM {table}
                 WHERE {text_field} @1,OR@ $text {where} ORDER BY ft_score DESC LIMIT {candidates};
             RETURN search::rrf([$vs, $ft], {limit}, {_RRF_K});
@@ -728,6 +732,39 @@ class Store:
         for row in rows[0] or []:
             last.setdefault(row["task"], row)
         return last
+
+    async def stale_vectors(
+        self, table: str, text_field: str, model: str, batch: int
+    ) -> list[dict[str, Any]]:
+        """Rows embedded with another model than `model`, to re-embed."""
+        rows = await self.query(
+            f"SELECT record::id(id) AS key, {text_field} AS text FROM {table} "
+            "WHERE embedding_model IS NOT NONE AND embedding_model != $model LIMIT $batch",
+            {"model": model, "batch": batch},
+        )
+        return rows[0] or []
+
+    async def count_stale_vectors(self, model: str) -> dict[str, int]:
+        tables = ("code_chunk", "memory", "goal")
+        results = await self.query(
+            "; ".join(
+                f"SELECT count() AS n FROM {t} WHERE embedding_model IS NOT NONE "
+                "AND embedding_model != $model GROUP ALL"
+                for t in tables
+            ),
+            {"model": model},
+        )
+        return {t: (rows[0]["n"] if rows else 0) for t, rows in zip(tables, results, strict=True)}
+
+    async def set_vectors(self, table: str, vectors: dict[str, list[float]], model: str) -> None:
+        await self.query(
+            "BEGIN; FOR $v IN $rows { UPDATE $v.id SET embedding = $v.embedding, "
+            "embedding_model = $model; }; COMMIT;",
+            {
+                "rows": [{"id": rid(table, k), "embedding": v} for k, v in vectors.items()],
+                "model": model,
+            },
+        )
 
 
 def _filter_clause(filters: dict[str, Any]) -> tuple[str, dict[str, Any]]:

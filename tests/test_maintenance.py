@@ -85,3 +85,60 @@ async def test_decay_pin_access_and_prune(stack: Runtime, tmp_path: Path) -> Non
     assert await stack.store.orphan_entities(100) == []
     info = await queue.call(stack.redis, "status")
     assert set(info["maintenance"]) == {"decay", "prune"}
+
+
+async def test_switching_model_reembeds_everything(
+    data_dir: Path, arq_tree: Path, tmp_path: Path
+) -> None:
+    from memoryd import projects
+    from memoryd.embedding import CLS_MODEL
+    from tests.conftest import settings_for
+
+    transcript = tmp_path / "session.jsonl"
+    transcript.write_bytes(SMALL.read_bytes())
+    first = Runtime(settings_for(data_dir))
+    try:
+        await first.start_queue(exclusive=True)
+        await first.serve()
+        assert first.redis is not None
+        for job, _ in await projects.sync(first.redis, projects.resolve(arq_tree), 32):
+            await queue.wait_for(job, 300)
+        [job] = await queue.enqueue_ingest(first.redis, [str(transcript)])
+        await queue.wait_for(job, 300)
+    finally:
+        await first.close()
+
+    # The configured model changes: nothing is re-embedded at start, search keeps working.
+    second = Runtime(settings_for(data_dir, model=CLS_MODEL, maintenance_batch=20))
+    try:
+        await second.start_queue(exclusive=True)
+        await second.serve()
+        assert second.redis is not None and second.store is not None
+        waiting = (await queue.call(second.redis, "status"))["waiting_for_reembed"]
+        assert waiting["code_chunk"] > 0 and waiting["memory"] > 0 and waiting["goal"] == 1
+        # Before migration only BM25 can find code (no k-NN across two models).
+        hits = await queue.call(second.redis, "search", "from_dsn", 3, None, "code")
+        assert any(h["name"] == "RedisSettings.from_dsn" for h in hits)
+        # One run with a single small batch per table is partial; runs resume until done.
+        job = await second.redis.enqueue_job("reembed", 1, _queue_name=queue.JOBS_QUEUE)
+        assert job is not None
+        partial = await queue.wait_for(job, 300)
+        assert sum(partial["remaining"].values()) > 0
+        while sum(partial["remaining"].values()):
+            job = await second.redis.enqueue_job("reembed", _queue_name=queue.JOBS_QUEUE)
+            assert job is not None
+            partial = await queue.wait_for(job, 600)
+        models = {
+            row.get("embedding_model")
+            for t in ("code_chunk", "goal")
+            for row in (await second.store.dump())[t]
+        }
+        assert models == {CLS_MODEL}
+        hits = await queue.call(
+            second.redis, "search", "parse a redis connection DSN url", 3, None, "code"
+        )
+        assert any(
+            h["path"] == "connections.py" and h["name"] == "RedisSettings.from_dsn" for h in hits
+        ), hits
+    finally:
+        await second.close()

@@ -1,4 +1,4 @@
-"""Scheduled upkeep: decay importance, prune what is long invalid or forgotten.
+"""Scheduled upkeep: decay importance, prune what is long invalid or forgotten, re-embed.
 
 Each task works in bounded batches (so it never holds the database for long), is safe to stop
 at any point (every batch is complete on its own) and takes `now` as a parameter, so tests drive
@@ -7,9 +7,12 @@ the clock.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import UTC, datetime
 from typing import Any
+
+from workers.ingest import EMBED_CHARS
 
 log = logging.getLogger(__name__)
 
@@ -80,4 +83,37 @@ async def prune(
     }
     await store.record_maintenance("prune", started, result, dry_run=dry_run)
     log.info("prune%s: %s", " (dry run)" if dry_run else "", result["deleted"])
+    return result
+
+
+REEMBED_TABLES = (("code_chunk", "content"), ("memory", "content"), ("goal", "intent"))
+
+
+async def reembed(ctx: dict[str, Any], batches: int = 5) -> dict[str, Any]:
+    """Move vectors of another model to the configured one, a bounded number of batches per
+    run. Each batch commits on its own, so a killed run resumes where it stopped."""
+    store, embedder, settings = ctx["store"], ctx["embedder"], ctx["settings"]
+    started = datetime.now(UTC)
+    done: dict[str, int] = {}
+    for table, text_field in REEMBED_TABLES:
+        done[table] = 0
+        for _ in range(batches):
+            rows = await store.stale_vectors(
+                table, text_field, embedder.model, settings.maintenance_batch
+            )
+            if not rows:
+                break
+            vectors = await asyncio.to_thread(
+                embedder.embed, [(row["text"] or "")[:EMBED_CHARS] for row in rows]
+            )
+            await store.set_vectors(
+                table,
+                {row["key"]: v for row, v in zip(rows, vectors, strict=True)},
+                embedder.model,
+            )
+            done[table] += len(rows)
+    remaining = await store.count_stale_vectors(embedder.model)
+    result = {"model": embedder.model, "reembedded": done, "remaining": remaining}
+    await store.record_maintenance("reembed", started, result, dry_run=False)
+    log.info("reembed: %s, remaining %s", done, remaining)
     return result

@@ -36,6 +36,7 @@ async def status(ctx: dict[str, Any]) -> dict[str, Any]:
             task: graph.plain(run) for task, run in (await store.last_maintenance()).items()
         },
         "model": ctx["embedder"].model,
+        "waiting_for_reembed": await store.count_stale_vectors(ctx["embedder"].model),
         "database": store.url,
     }
 

@@ -44,7 +44,13 @@ def portable_errors(function: Callable[..., Awaitable[Any]]) -> Callable[..., Aw
 # Jobs are idempotent (deterministic ids, upserts), so a retry after a crash is safe.
 JOB_FUNCTIONS = [
     func(portable_errors(fn), name=fn.__name__, max_tries=3)
-    for fn in (index_files, ingest_transcript, maintenance.decay, maintenance.prune)
+    for fn in (
+        index_files,
+        ingest_transcript,
+        maintenance.decay,
+        maintenance.prune,
+        maintenance.reembed,
+    )
 ]
 # Scheduled upkeep; arq gives each run a unique job id, so one worker runs it, not all.
 CRON_JOBS = [
