@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -249,6 +250,9 @@ def search(
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=200)] = 10,
     project: Annotated[str | None, typer.Option(help="Project id, name or root.")] = None,
     kind: Annotated[str, typer.Option(help=f"What to search: {', '.join(KINDS)}.")] = "code",
+    as_of: Annotated[
+        str | None, typer.Option("--as-of", help="Search what was valid then (ISO-8601 time).")
+    ] = None,
     data_dir: DataDir = None,
     redis_url: RedisUrl = None,
     surreal_url: SurrealUrl = None,
@@ -258,7 +262,9 @@ def search(
     _setup_logging("WARNING")
     settings = _settings(data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url)
 
-    results = _query(settings, "search", query, limit, project, kind)
+    results = _query(
+        settings, "search", query, limit, project, kind, _timestamp(as_of) if as_of else None
+    )
     if as_json:
         print(json.dumps({"query": query, "results": results}, indent=2))
         return
@@ -400,6 +406,16 @@ def session(
             print(f"        -> {edges}")
     for sub in doc["subagents"]:
         print(f"subagent {sub['session']}: {sub['description'] or ''}")
+
+
+def _timestamp(text: str) -> str:
+    """An ISO-8601 time (naive means local time), as UTC ISO for the worker."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        _fail(MemorydError(f"--as-of: not an ISO-8601 time: {text!r}"))
+        raise
+    return moment.astimezone(UTC).isoformat()
 
 
 def _one_line(text: str | None, width: int = 120) -> str:

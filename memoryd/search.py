@@ -83,13 +83,17 @@ async def search(
     limit: int = 10,
     project: str | None = None,
     kind: str = "code",
+    as_of: datetime | None = None,
 ) -> list[Result]:
+    """Hybrid search over what is valid now, or over what was valid `as_of` a past time."""
     spec = KINDS.get(kind)
     if spec is None:
         raise MemorydError(f"unknown kind {kind!r}; choose from {', '.join(KINDS)}")
     [vector] = await asyncio.to_thread(embedder.embed, [query])
     # Only vectors of the configured model are compared: never two models in one k-NN.
-    filters: dict[str, Any] = {"valid_now": spec.valid_now}
+    filters: dict[str, Any] = (
+        {"valid_at": as_of} if as_of and spec.valid_now else {"valid_now": spec.valid_now}
+    )
     if project is not None:
         if kind != "code":
             raise MemorydError("--project applies to code search")

@@ -768,13 +768,20 @@ class Store:
 
 
 def _filter_clause(filters: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """`AND field = $f_field ...` for equality filters; `valid_now` keeps rows still valid."""
+    """`AND field = $f_field ...` for equality filters. `valid_at`: rows valid at that time
+    (valid_from <= t < valid_until); `valid_now`: rows not closed yet."""
     parts: list[str] = []
     params: dict[str, Any] = {}
     for name, value in filters.items():
         if name == "valid_now":
             if value:
                 parts.append("valid_until IS NONE")
+            continue
+        if name == "valid_at":
+            parts.append(
+                "valid_from <= $valid_at AND (valid_until IS NONE OR valid_until > $valid_at)"
+            )
+            params["valid_at"] = value
             continue
         if value is None:
             continue

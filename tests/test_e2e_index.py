@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 
 from memoryd import projects, queue
@@ -108,6 +109,7 @@ async def test_changed_and_deleted_files_are_retired(
     await _index(stack, root)
     assert stack.store is not None and stack.redis is not None
     before = await stack.store.valid_chunk_count()
+    before_change = datetime.now(UTC).isoformat()
     (root / "version.py").unlink()
     (root / "constants.py").write_text("def brand_new_marker_function():\n    return 42\n")
     totals = await _index(stack, root)
@@ -119,3 +121,11 @@ async def test_changed_and_deleted_files_are_retired(
     assert hits[0]["start_line"] == 1 and hits[0]["end_line"] == 2
     project = projects.resolve(root)
     assert "version.py" not in await stack.store.indexed_paths(project.id)
+    # The deleted file is gone from search now, and still there as of before the change.
+    now = await queue.call(stack.redis, "search", "package VERSION string", 10, None, "code")
+    assert "version.py" not in {h["path"] for h in now}
+    then = await queue.call(
+        stack.redis, "search", "package VERSION string", 10, None, "code", before_change
+    )
+    assert "version.py" in {h["path"] for h in then}
+    assert "brand_new_marker_function" not in {h["name"] for h in then}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from memoryd import graph
@@ -11,11 +12,22 @@ from workers.entities import canonical_file
 
 
 async def search(
-    ctx: dict[str, Any], query: str, limit: int, project: str | None, kind: str
+    ctx: dict[str, Any],
+    query: str,
+    limit: int,
+    project: str | None,
+    kind: str,
+    as_of: str | None = None,
 ) -> list[dict[str, Any]] | dict[str, str]:
     try:
         results = await search_module.search(
-            ctx["store"], ctx["embedder"], query, limit=limit, project=project, kind=kind
+            ctx["store"],
+            ctx["embedder"],
+            query,
+            limit=limit,
+            project=project,
+            kind=kind,
+            as_of=datetime.fromisoformat(as_of) if as_of else None,
         )
     except MemorydError as exc:
         # A user error travels back as data; arq would log it as a failed job otherwise.
