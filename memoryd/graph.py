@@ -57,6 +57,12 @@ async def history(
     """Every session that read, modified or was denied this file, newest first, with its goal,
     its actions on the file and its errors; then the file's current chunks."""
     actions = [plain(a) for a in await store.file_actions(entity_id(kind, key))]
+    retired = (
+        plain(await store.last_retired(project_id, rel_path))
+        if project_id and rel_path is not None
+        else None
+    )
+    mark_changed_since(actions, retired)
     by_session: dict[str, list[dict[str, Any]]] = {}
     for action in actions:
         by_session.setdefault(action.pop("session"), []).append(action)
@@ -77,6 +83,22 @@ async def history(
         "sessions": sessions,
         "chunks": chunks,
     }
+
+
+def mark_changed_since(actions: list[dict[str, Any]], retired: str | None) -> None:
+    """`changed_since`: the file changed after this action, so what the session saw or wrote
+    is not what is there now: a later MODIFIES by any session, or (after a READS) code of the
+    file replaced in the index later. ISO-8601 UTC strings compare in time order."""
+    modified = sorted(
+        a["event_time"]
+        for a in actions
+        if a["verb"] == "MODIFIES" and a["outcome"] == "ok" and a["event_time"]
+    )
+    for action in actions:
+        at = action["event_time"] or ""
+        later_edit = any(t > at for t in modified)
+        later_index = action["verb"] == "READS" and retired is not None and retired > at
+        action["changed_since"] = later_edit or later_index
 
 
 async def session(store: Store, given: str) -> dict[str, Any]:

@@ -605,6 +605,15 @@ class Store:
         )
         return rows[0] or []
 
+    async def last_retired(self, project_id: str, path: str) -> datetime | None:
+        """When code of this file was last replaced or removed (a chunk's valid_until)."""
+        rows = await self.query(
+            "SELECT VALUE valid_until FROM code_chunk WHERE project = $p AND path = $path "
+            "AND valid_until IS NOT NONE ORDER BY valid_until DESC LIMIT 1",
+            {"p": rid("project", project_id), "path": path},
+        )
+        return rows[0][0] if rows[0] else None
+
     async def valid_chunks(self, project_id: str, path: str) -> list[dict[str, Any]]:
         rows = await self.query(
             "SELECT path, start_line, end_line, chunk_type, name, parent_name FROM code_chunk "

@@ -83,6 +83,10 @@ def test_history_of_a_file(ingested: tuple[Path, dict]) -> None:
         key = f"{action['verb']} {action['outcome'] or action['reason']}"
         verbs[key] = verbs.get(key, 0) + 1
     assert verbs == {"READS ok": 8, "MODIFIES ok": 6, "DENIED user_rejected": 1}
+    # Everything before the session's last edit of the file is stale now.
+    last_edit = max(a["event_time"] for a in session["actions"] if a["verb"] == "MODIFIES")
+    for action in session["actions"]:
+        assert action["changed_since"] == (action["event_time"] < last_edit)
     assert len(session["errors"]) == 19
     assert doc["chunks"] == []  # not a watched project on this machine
 
