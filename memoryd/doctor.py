@@ -97,7 +97,7 @@ def loose_files(root: Path, limit: int = 10_000) -> list[Path]:
 
 def check_data_dir(settings: Settings) -> Check:
     path = settings.data_dir
-    name = "data dir"
+    name = "data_dir"
     if settings.embedded_redis and len(str(settings.redis_socket)) > _MAX_SOCKET_PATH:
         return fail(
             name,

@@ -44,7 +44,7 @@ async def test_a_healthy_setup_with_no_daemon(data_dir: Path, tmp_path: Path) ->
     assert [c.level for c in checks] == ["ok"] * len(checks), doctor.render(checks)
     found = by_name(checks)
     assert list(found) == [
-        "data dir",
+        "data_dir",
         "redis",
         "database",
         "model",
