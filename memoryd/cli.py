@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+from arq import ArqRedis
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -74,6 +75,12 @@ def _settings(**overrides: Any) -> Settings:
         raise  # unreachable; keeps type checkers content
 
 
+def _client(data_dir: Path | None, redis_url: str | None, surreal_url: str | None) -> Settings:
+    """Settings for a one-shot command, whose logs stay quiet unless something is wrong."""
+    _setup_logging("WARNING")
+    return _settings(data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url)
+
+
 def _fail(exc: BaseException) -> None:
     err.print(f"[bold red]memoryd:[/] {exc}", highlight=False, soft_wrap=True)
     raise typer.Exit(1)
@@ -85,6 +92,19 @@ def _run(main: Callable[[], Awaitable[T]]) -> T:
     except MemorydError as exc:
         _fail(exc)
         raise
+
+
+def _through_queue(settings: Settings, work: Callable[[ArqRedis], Awaitable[T]]) -> T:
+    """Run `work` against the queue of the running daemon, or, when none serves it, of a
+    worker started in this process for the length of the command."""
+
+    async def main() -> T:
+        async with Runtime(settings) as rt:
+            redis = await rt.start_queue()
+            await rt.serve_if_needed()
+            return await work(redis)
+
+    return _run(main)
 
 
 async def _until_signal(*waitables: Awaitable[Any]) -> None:
@@ -199,22 +219,18 @@ def index(
     as_json: AsJson = False,
 ) -> None:
     """Index a repository once, through the queue, with a progress bar."""
-    _setup_logging("WARNING")
-    settings = _settings(data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url)
+    settings = _client(data_dir, redis_url, surreal_url)
     try:
         project = projects.resolve(path)
     except MemorydError as exc:
         _fail(exc)
         raise
 
-    async def main() -> dict[str, Any]:
-        async with Runtime(settings) as rt:
-            redis = await rt.start_queue()
-            await rt.serve_if_needed()
-            jobs = await projects.sync(redis, project, settings.index_batch_files)
-            return await _follow(jobs, settings, quiet=as_json)
+    async def work(redis: ArqRedis) -> dict[str, Any]:
+        jobs = await projects.sync(redis, project, settings.index_batch_files)
+        return await _follow(jobs, settings, quiet=as_json)
 
-    totals = _run(main)
+    totals = _through_queue(settings, work)
     totals = {"project": project.id, "root": str(project.root), **totals}
     if as_json:
         print(json.dumps(totals))
@@ -259,8 +275,7 @@ def search(
     as_json: AsJson = False,
 ) -> None:
     """Hybrid search (vector k-NN + BM25, reciprocal rank fusion): `path:start-end  score  name`."""
-    _setup_logging("WARNING")
-    settings = _settings(data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url)
+    settings = _client(data_dir, redis_url, surreal_url)
 
     results = _query(
         settings, "search", query, limit, project, kind, _timestamp(as_of) if as_of else None
@@ -283,8 +298,7 @@ def ingest(
     as_json: AsJson = False,
 ) -> None:
     """Ingest agent transcripts once (agent detected from content), through the queue."""
-    _setup_logging("WARNING")
-    settings = _settings(data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url)
+    settings = _client(data_dir, redis_url, surreal_url)
     for path in paths:
         if not path.exists():
             _fail(MemorydError(f"{path} does not exist"))
@@ -292,14 +306,11 @@ def ingest(
     if not files:
         _fail(MemorydError("no transcript files (*.jsonl, *.jsonl.zst) found"))
 
-    async def main() -> list[dict[str, Any]]:
-        async with Runtime(settings) as rt:
-            redis = await rt.start_queue()
-            await rt.serve_if_needed()
-            jobs = await queue.enqueue_ingest(redis, files, fresh=True)
-            return [await queue.wait_for(job, settings.job_timeout_seconds) for job in jobs]
+    async def work(redis: ArqRedis) -> list[dict[str, Any]]:
+        jobs = await queue.enqueue_ingest(redis, files, fresh=True)
+        return [await queue.wait_for(job, settings.job_timeout_seconds) for job in jobs]
 
-    reports = _run(main)
+    reports = _through_queue(settings, work)
     totals = {
         "files": len(reports),
         "lines": sum(r["lines"] for r in reports),
@@ -332,13 +343,10 @@ def _sum_counts(counts: Any) -> dict[str, int]:
 def _query(settings: Settings, function: str, *args: Any) -> Any:
     """Run a query job (on the daemon, or served here) and fail cleanly on its error."""
 
-    async def main() -> Any:
-        async with Runtime(settings) as rt:
-            redis = await rt.start_queue()
-            await rt.serve_if_needed()
-            return await queue.call(redis, function, *args)
+    async def work(redis: ArqRedis) -> Any:
+        return await queue.call(redis, function, *args)
 
-    result = _run(main)
+    result = _through_queue(settings, work)
     if isinstance(result, dict) and "error" in result:
         _fail(MemorydError(result["error"]))
     return result
@@ -353,8 +361,7 @@ def history(
     as_json: AsJson = False,
 ) -> None:
     """Every session that read or modified this file, newest first, and its current chunks."""
-    _setup_logging("WARNING")
-    settings = _settings(data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url)
+    settings = _client(data_dir, redis_url, surreal_url)
     doc = _query(settings, "history", os.path.abspath(path))
     if as_json:
         print(json.dumps(doc, indent=2))
@@ -385,8 +392,7 @@ def session(
     as_json: AsJson = False,
 ) -> None:
     """Replay a session in order: goal, actions with outcomes, errors, subagents."""
-    _setup_logging("WARNING")
-    settings = _settings(data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url)
+    settings = _client(data_dir, redis_url, surreal_url)
     doc = _query(settings, "session", session_id)
     if as_json:
         print(json.dumps(doc, indent=2))
@@ -446,15 +452,12 @@ def maintenance_run(
     settings = _settings(data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url)
     kwargs = {"dry_run": True} if dry_run and task == "prune" else {}
 
-    async def main() -> Any:
-        async with Runtime(settings) as rt:
-            redis = await rt.start_queue()
-            await rt.serve_if_needed()
-            job = await redis.enqueue_job(task, _queue_name=queue.JOBS_QUEUE, **kwargs)
-            assert job is not None
-            return await queue.wait_for(job, settings.job_timeout_seconds)
+    async def work(redis: ArqRedis) -> Any:
+        job = await redis.enqueue_job(task, _queue_name=queue.JOBS_QUEUE, **kwargs)
+        assert job is not None  # no job id given: never refused
+        return await queue.wait_for(job, settings.job_timeout_seconds)
 
-    result = _run(main)
+    result = _through_queue(settings, work)
     print(json.dumps(result, indent=2) if as_json else f"{task}: {json.dumps(result)}")
 
 
@@ -467,8 +470,7 @@ def pin(
     surreal_url: SurrealUrl = None,
 ) -> None:
     """Pin a memory: it keeps importance 1 and is never pruned."""
-    _setup_logging("WARNING")
-    settings = _settings(data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url)
+    settings = _client(data_dir, redis_url, surreal_url)
     done = _query(settings, "pin", memory_id, not unpin)
     print(f"{done['memory']}: {'pinned' if done['pinned'] else 'unpinned'}")
 
@@ -481,8 +483,7 @@ def status(
     as_json: AsJson = False,
 ) -> None:
     """Queue depth, rows per table, data dir, and which Redis and SurrealDB are in use."""
-    _setup_logging("WARNING")
-    settings = _settings(data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url)
+    settings = _client(data_dir, redis_url, surreal_url)
 
     async def main() -> dict[str, Any]:
         async with Runtime(settings) as rt:

@@ -100,6 +100,16 @@ def _session_row(info: SessionInfo) -> dict[str, Any]:
     }
 
 
+def _verb_edge(event: Action | Triggered | Denied) -> tuple[str, Entity, dict[str, Any]]:
+    """The edge table, target entity and edge-specific fields of a tool call's outcome."""
+    if isinstance(event, Action):
+        fields = {"outcome": event.outcome, "exit_code": event.exit_code, "detail": event.detail}
+        return VERB_TABLES[event.verb], event.entity, fields
+    if isinstance(event, Triggered):
+        return "triggered", event.error, {"exit_code": event.exit_code, "message": event.message}
+    return "denied", event.entity, {"reason": event.reason, "message": event.message}
+
+
 @dataclass(slots=True)
 class Rows:
     """Rows for one transaction, by table; `embed` lists (row, text) still needing a vector."""
@@ -202,45 +212,18 @@ def rows_for(result: ParseResult, path: str, last: dict[str, str]) -> Rows:
                     "out": Ref("goal", event.id),
                 },
             )
-        elif isinstance(event, Action):
+        elif isinstance(event, Action | Triggered | Denied):
             at = when(event.event_time)
+            table, target, fields = _verb_edge(event)
             edge(
-                VERB_TABLES[event.verb],
+                table,
                 event.id,
                 event.memory_id,
-                entity(event.entity, at),
+                entity(target, at),
                 session=Ref("session", event.session_id),
                 tool=event.tool,
-                outcome=event.outcome,
-                exit_code=event.exit_code,
-                detail=event.detail,
                 event_time=at,
-            )
-        elif isinstance(event, Triggered):
-            at = when(event.event_time)
-            edge(
-                "triggered",
-                event.id,
-                event.memory_id,
-                entity(event.error, at),
-                session=Ref("session", event.session_id),
-                tool=event.tool,
-                exit_code=event.exit_code,
-                message=event.message,
-                event_time=at,
-            )
-        elif isinstance(event, Denied):
-            at = when(event.event_time)
-            edge(
-                "denied",
-                event.id,
-                event.memory_id,
-                entity(event.entity, at),
-                session=Ref("session", event.session_id),
-                tool=event.tool,
-                reason=event.reason,
-                message=event.message,
-                event_time=at,
+                **fields,
             )
         elif isinstance(event, Spawned):
             edge(
