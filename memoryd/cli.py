@@ -521,8 +521,8 @@ def status(
     print(f"schema        {info['schema_version']}")
     print(f"queue         {info['queue']['jobs']} jobs waiting, {info['queue']['queries']} queries")
     for table, n in info["counts"].items():
-        print(f"  {table:<12}{n}")
-    print(f"  {'valid chunks':<12}{info['valid_chunks']}")
+        print(f"  {table:<14}{n}")
+    print(f"  {'valid chunks':<14}{info['valid_chunks']}")
     for p in info["projects"]:
         print(f"project       {p['id']}  {p['root']}")
     for task, run in info["maintenance"].items():
