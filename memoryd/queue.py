@@ -98,9 +98,11 @@ async def enqueue_index(
     paths: Sequence[str],
     batch: int,
     fresh: bool = False,
+    generation: int = 0,
 ) -> list[tuple[Job, int]]:
     """Enqueue `index_files` jobs of up to `batch` files; returns each job with its file count.
     `fresh` (an explicit sync) always runs, so its report describes this run, not a kept one.
+    `generation` > 0: a worker's follow-up for files that kept changing while it read them.
 
     arq refuses an id while a job with it is queued, running, or its result is kept. Only a job
     that has not started yet reads the disk after this call, so only then is the refusal
@@ -113,25 +115,31 @@ async def enqueue_index(
             job_id = f"index:{project_id}:{uuid.uuid4().hex}"
         else:
             job_id = await asyncio.to_thread(index_job_id, project_id, root, part)
-        job = await _enqueue(redis, job_id, project_id, root, part)
+        job = await _enqueue(redis, job_id, project_id, root, part, generation)
         if job is None:
             waiting = Job(job_id, redis, _queue_name=JOBS_QUEUE)
             if await waiting.status() in (JobStatus.queued, JobStatus.deferred):
                 job = waiting
             else:
-                job = await _enqueue(
-                    redis, f"{job_id}:{uuid.uuid4().hex[:12]}", project_id, root, part
-                )
+                job_id = f"{job_id}:{uuid.uuid4().hex[:12]}"
+                job = await _enqueue(redis, job_id, project_id, root, part, generation)
                 assert job is not None  # fresh unique id: never refused
         jobs.append((job, len(part)))
     return jobs
 
 
 async def _enqueue(
-    redis: ArqRedis, job_id: str, project_id: str, root: Path, part: list[str]
+    redis: ArqRedis, job_id: str, project_id: str, root: Path, part: list[str], generation: int
 ) -> Job | None:
+    extra = {"generation": generation} if generation else {}
     return await redis.enqueue_job(
-        "index_files", project_id, str(root), part, _job_id=job_id, _queue_name=JOBS_QUEUE
+        "index_files",
+        project_id,
+        str(root),
+        part,
+        _job_id=job_id,
+        _queue_name=JOBS_QUEUE,
+        **extra,
     )
 
 

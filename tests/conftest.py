@@ -117,11 +117,13 @@ def expected_index(root: Path, project_id: str, max_chars: int) -> dict[str, lis
     index: dict[str, list[tuple]] = {}
     for rel in walk(root):
         try:
+            if not (root / rel).resolve().is_relative_to(root.resolve()):
+                continue  # a symlink out of the tree is not followed
             info = (root / rel).stat()
             if not stat_module.S_ISREG(info.st_mode) or info.st_size > 2_000_000:
                 continue
             content = read_source((root / rel).read_bytes())
-        except OSError:
+        except (OSError, RuntimeError):  # RuntimeError: a symlink loop, from resolve()
             continue
         if content.text is None:
             continue

@@ -3,6 +3,8 @@ one clear log line, and nothing else is affected. Real queue, worker, database a
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
 import logging
 import os
@@ -67,6 +69,9 @@ async def test_bad_files_are_skipped_with_one_line_each(
     os.mkfifo(root / "pipe.py")
     (root / "loop_a.py").symlink_to("loop_b.py")
     (root / "loop_b.py").symlink_to("loop_a.py")
+    (tmp_path / "elsewhere.py").write_text("PASSWORD = 'not for the index'\n")
+    (root / "outside.py").symlink_to(tmp_path / "elsewhere.py")
+    (root / "inside.py").symlink_to("good.py")  # a link within the tree is indexed as a file
     (root / os.fsdecode(b"caf\xe9-latin1-name.py")).write_text("def x():\n    return 1\n")
     (root / NON_ASCII).parent.mkdir(parents=True)
     (root / NON_ASCII).write_text("def crème_brûlée_recipe():\n    return 'caramelise the top'\n")
@@ -90,6 +95,7 @@ async def test_bad_files_are_skipped_with_one_line_each(
         "pipe.py": "not a regular file (a FIFO)",
         "loop_a.py": "unreadable: Too many levels of symbolic links",
         "loop_b.py": "unreadable: Too many levels of symbolic links",
+        "outside.py": "a symlink to outside the repository",
     }
     assert totals["failed"] == 0
     assert "huge_generated.py" not in opened and "pipe.py" not in opened
@@ -105,7 +111,7 @@ async def test_bad_files_are_skipped_with_one_line_each(
     # Everything else is indexed exactly, the odd path included, and found by search.
     pid = projects.resolve(root).id
     index = await settle(stack, root, pid)
-    assert set(index) == {"good.py", "latin1.py", NON_ASCII}
+    assert set(index) == {"good.py", "inside.py", "latin1.py", NON_ASCII}
     hits = await queue.call(stack.redis, "search", "crème brûlée recipe", 1, None, "code")
     assert hits[0]["path"] == NON_ASCII and hits[0]["name"] == "crème_brûlée_recipe"
     hits = await queue.call(stack.redis, "search", "brew latin coffee", 1, None, "code")
@@ -198,3 +204,41 @@ def test_permission_denied_is_skipped_by_an_unprivileged_daemon(
     assert report["skips"] == {"secret.py": "unreadable: Permission denied"}
     assert report["indexed"] == 1  # good.py
     assert f"skip directory {root / 'locked'}: Permission denied" in done.stderr
+
+
+async def test_a_file_written_without_pause_does_not_keep_the_queue_busy(
+    stack: Runtime,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each job re-checks its files after writing and indexes again what changed meanwhile;
+    for a file that is rewritten all the time (a log that is not gitignored), that stops after
+    three follow-up jobs (a watcher sends a job for each change anyway). Here every read of the
+    file is followed by a write to it, so every check finds it changed."""
+    caplog.set_level(logging.INFO)
+    root = tmp_path / "churn"
+    root.mkdir()
+    (root / "busy.py").write_text(GOOD)
+    git(root, "init", "-q", "-b", "main")
+    writes = itertools.count()
+    original = workers.indexing._read_bytes
+
+    def read_then_written(path: Path, max_bytes: int) -> Any:
+        result = original(path, max_bytes)
+        Path(path).write_text(f"{GOOD}# write {next(writes)}\n")
+        return result
+
+    monkeypatch.setattr(workers.indexing, "_read_bytes", read_then_written)
+    assert stack.redis is not None
+    pid = projects.resolve(root).id
+    [(job, _)] = await queue.enqueue_index(stack.redis, pid, root, ["busy.py"], 32, fresh=True)
+    report = await queue.wait_for(job, timeout=60)
+    assert (report["reindexed"], report["requeued"]) == (2, 1)
+    for _ in range(1200):
+        if "still changing after 3 follow-up jobs: busy.py" in caplog.text:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        pytest.fail("the follow-ups never stopped")
+    assert caplog.text.count("a follow-up job will index them") == 3

@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 RACY_NS = 100_000_000
 # Rounds of index-then-verify in one job before the rest is handed to a follow-up job.
 _ROUNDS = 3
+_FOLLOW_UPS = 3
 # Chunk types that are a named definition; `block` is a piece of one (or a group that starts
 # with one) in languages where names are definitions, not config keys or headings.
 _SYMBOL_TYPES = frozenset({"function", "method", "class"})
@@ -238,6 +239,8 @@ def _look(
     if not wanted(root, rel):
         return _Look(rel, "ignored")
     path = root / rel
+    if _points_outside(root, path):
+        return _Look(rel, "skipped", reason="a symlink to outside the repository")
     try:
         info = path.stat()
     except FileNotFoundError:
@@ -274,6 +277,19 @@ def _look(
     return look
 
 
+def _points_outside(root: Path, path: Path) -> bool:
+    """A symlink whose target is outside the tree (git keeps the link, not what it points at;
+    following it could index anything on the machine). Loops and dangling links are left to
+    `stat`, which says what is wrong with them."""
+    if not path.is_symlink():
+        return False
+    try:
+        target = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return False
+    return not target.is_relative_to(root.resolve())
+
+
 def _signature(info: os.stat_result) -> tuple[int, ...]:
     return (info.st_dev, info.st_ino, info.st_mode, info.st_size, info.st_mtime_ns)
 
@@ -281,6 +297,10 @@ def _signature(info: os.stat_result) -> tuple[int, ...]:
 def _changed_since(root: Path, look: _Look, max_bytes: int) -> bool:
     """Whether the file on disk differs from what this job just wrote about it."""
     path = root / look.rel
+    if look.action == "skipped" and look.info is None:
+        # Skipped before any stat worked (a link out of the tree, a loop, a locked directory):
+        # changed when the reason would be another now.
+        return _reason_without_stat(root, path) != look.reason
     try:
         info = path.stat()
     except FileNotFoundError:
@@ -302,6 +322,16 @@ def _changed_since(root: Path, look: _Look, max_bytes: int) -> bool:
     except (OSError, _Skip):
         return True
     return blake3.blake3(raw).hexdigest() != look.hash
+
+
+def _reason_without_stat(root: Path, path: Path) -> str | None:
+    if _points_outside(root, path):
+        return "a symlink to outside the repository"
+    try:
+        path.stat()
+    except OSError as exc:
+        return _unreadable(exc)
+    return None
 
 
 def _changed_files(root: Path, looks: list[_Look], max_bytes: int) -> list[str]:
@@ -380,8 +410,11 @@ def _log_look(look: _Look, previous: dict[str, Any] | None) -> None:
         log.info("%s is not valid UTF-8: bad bytes replaced, the rest indexed", look.rel)
 
 
-async def index_files(ctx: dict[str, Any], project_id: str, root: str, paths: list[str]) -> dict:
-    """Bring the index of these files up to date; missing files are retired."""
+async def index_files(
+    ctx: dict[str, Any], project_id: str, root: str, paths: list[str], generation: int = 0
+) -> dict:
+    """Bring the index of these files up to date; missing files are retired. `generation`
+    counts follow-up jobs for files that kept changing while being indexed."""
     started = time.perf_counter()
     settings = ctx["settings"]
     root_path = Path(root)
@@ -401,10 +434,24 @@ async def index_files(ctx: dict[str, Any], project_id: str, root: str, paths: li
         pending = changed
     else:
         redis = ctx.get("redis")
-        if redis is not None:
+        if generation >= _FOLLOW_UPS:
+            # The watcher sends a job for each real change; a file that never looks the same
+            # twice must not keep the queue busy forever.
+            log.warning(
+                "%d files still changing after %d follow-up jobs: %s",
+                len(pending),
+                generation,
+                ", ".join(pending[:5]),
+            )
+        elif redis is not None:
             log.info("%d files keep changing; a follow-up job will index them", len(pending))
             await queue.enqueue_index(
-                redis, project_id, root_path, pending, settings.index_batch_files
+                redis,
+                project_id,
+                root_path,
+                pending,
+                settings.index_batch_files,
+                generation=generation + 1,
             )
             report.requeued = len(pending)
     report.seconds = round(time.perf_counter() - started, 3)
