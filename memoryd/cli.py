@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import signal
-import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,10 +15,10 @@ from typing import Annotated, Any, TypeVar
 import typer
 from arq import ArqRedis
 from rich.console import Console
-from rich.logging import RichHandler
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from memoryd import projects, queue
+from memoryd import doctor as doctor_checks
+from memoryd import logs, metrics, projects, queue, service
 from memoryd.config import Settings, config_file, load_settings
 from memoryd.errors import MemorydError
 from memoryd.runtime import Runtime
@@ -52,19 +51,25 @@ Repos = Annotated[
     list[Path] | None, typer.Option("--repo", help="Repository to watch (repeatable).")
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
+LogFormat = Annotated[
+    str | None,
+    typer.Option(
+        "--log-format",
+        help="auto (text on a terminal, JSON lines otherwise), human or json.",
+    ),
+]
 
 
-def _setup_logging(level: str = "INFO") -> None:
-    handler: logging.Handler
-    if sys.stderr.isatty():
-        handler = RichHandler(console=err, show_path=False, rich_tracebacks=True)
-        handler.setFormatter(logging.Formatter("%(message)s"))
-    else:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=level, handlers=[handler], force=True)
-    # arq logs every job start/finish at INFO; ours already say what matters.
-    logging.getLogger("arq").setLevel(logging.WARNING)
+def _setup_logging(level: str = "INFO", fmt: str = "auto") -> None:
+    try:
+        logs.setup(level, fmt)
+    except ValueError as exc:
+        _fail(MemorydError(str(exc)))
+
+
+def _daemon_umask() -> None:
+    # Everything the daemon writes (database, AOF, logs) is the user's alone: files 0600.
+    os.umask(0o077)
 
 
 def _settings(**overrides: Any) -> Settings:
@@ -135,6 +140,15 @@ async def _start_watchers(
     return [repos, transcripts]
 
 
+async def _start_metrics(rt: Runtime) -> metrics.Endpoint | None:
+    """The Prometheus endpoint when `metrics_port` is set; lag needs the database (not the
+    watcher alone), queue depth only Redis."""
+    s = rt.settings
+    return await metrics.start(
+        s.metrics_port, s.metrics_host, rt.redis, rt.store, s.transcript_roots
+    )
+
+
 def _describe(rt: Runtime) -> str:
     s = rt.settings
     redis = f"private redis {s.redis_socket}" if rt.redis_service else f"redis {rt.redis_url}"
@@ -147,18 +161,21 @@ def run(
     data_dir: DataDir = None,
     redis_url: RedisUrl = None,
     surreal_url: SurrealUrl = None,
+    log_format: LogFormat = None,
 ) -> None:
     """Run the daemon: private Redis, database, model, watcher and one worker in one process."""
-    _setup_logging()
     settings = _settings(
         data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url, extra_repos=repo
     )
+    _setup_logging("INFO", log_format or settings.log_format)
+    _daemon_umask()
     watched = [projects.resolve(p) for p in settings.repos] if settings.repos else []
 
     async def main() -> None:
         async with Runtime(settings) as rt:
             redis = await rt.start_queue(exclusive=True)
             await rt.serve()
+            endpoint = await _start_metrics(rt)
             watchers = await _start_watchers(redis, settings, watched)
             log.info("memoryd running: %s; watching %d repos", _describe(rt), len(watched))
             try:
@@ -166,6 +183,8 @@ def run(
             finally:
                 for watcher in watchers:
                     await watcher.stop()
+                if endpoint is not None:
+                    await endpoint.close()
 
     _run(main)
     log.info("memoryd stopped")
@@ -173,32 +192,48 @@ def run(
 
 @app.command()
 def worker(
-    data_dir: DataDir = None, redis_url: RedisUrl = None, surreal_url: SurrealUrl = None
+    data_dir: DataDir = None,
+    redis_url: RedisUrl = None,
+    surreal_url: SurrealUrl = None,
+    log_format: LogFormat = None,
 ) -> None:
     """Run one worker (server mode: many of them against one Redis and one SurrealDB server)."""
-    _setup_logging()
     settings = _settings(data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url)
+    _setup_logging("INFO", log_format or settings.log_format)
+    _daemon_umask()
 
     async def main() -> None:
         async with Runtime(settings) as rt:
             await rt.start_queue()
             await rt.serve()
+            endpoint = await _start_metrics(rt)
             log.info("worker running: %s", _describe(rt))
-            await _until_signal(rt.wait_serving())
+            try:
+                await _until_signal(rt.wait_serving())
+            finally:
+                if endpoint is not None:
+                    await endpoint.close()
 
     _run(main)
 
 
 @app.command()
-def watch(repo: Repos = None, data_dir: DataDir = None, redis_url: RedisUrl = None) -> None:
+def watch(
+    repo: Repos = None,
+    data_dir: DataDir = None,
+    redis_url: RedisUrl = None,
+    log_format: LogFormat = None,
+) -> None:
     """Run the watcher alone: it enqueues jobs for the workers and never touches the database."""
-    _setup_logging()
     settings = _settings(data_dir=data_dir, redis_url=redis_url, extra_repos=repo)
+    _setup_logging("INFO", log_format or settings.log_format)
+    _daemon_umask()
     watched = [projects.resolve(p) for p in settings.repos]
 
     async def main() -> None:
         async with Runtime(settings) as rt:
             redis = await rt.start_queue()
+            endpoint = await _start_metrics(rt)
             watchers = await _start_watchers(redis, settings, watched)
             log.info("watching %d repos and transcripts; %s", len(watched), _describe(rt))
             try:
@@ -206,6 +241,8 @@ def watch(repo: Repos = None, data_dir: DataDir = None, redis_url: RedisUrl = No
             finally:
                 for watcher in watchers:
                     await watcher.stop()
+                if endpoint is not None:
+                    await endpoint.close()
 
     _run(main)
 
@@ -527,6 +564,98 @@ def status(
         print(f"project       {p['id']}  {p['root']}")
     for task, run in info["maintenance"].items():
         print(f"last {task:<9}{run['finished_at']}  {json.dumps(run['result'])[:100]}")
+
+
+@app.command()
+def doctor(
+    check: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--check", help=f"Run only this check (repeatable): {', '.join(doctor_checks.CHECKS)}."
+        ),
+    ] = None,
+    repo: Repos = None,
+    data_dir: DataDir = None,
+    redis_url: RedisUrl = None,
+    surreal_url: SurrealUrl = None,
+    as_json: AsJson = False,
+) -> None:
+    """Check the setup (Redis, database, model, watched paths, inotify) and say what to fix."""
+    _setup_logging("WARNING")
+    settings = _settings(
+        data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url, extra_repos=repo
+    )
+    checks = _run(lambda: doctor_checks.diagnose(settings, check))
+    if as_json:
+        print(json.dumps([c.as_dict() for c in checks], indent=2))
+    else:
+        print(doctor_checks.render(checks))
+    raise typer.Exit(doctor_checks.exit_code(checks))
+
+
+service_app = typer.Typer(
+    help="Run memoryd as a user service (systemd on Linux, launchd on macOS).",
+    no_args_is_help=True,
+)
+app.add_typer(service_app, name="service")
+
+
+def _report(lines: list[str], ok: bool) -> None:
+    for line in lines:
+        err.print(line, highlight=False, soft_wrap=True)
+    if not ok:
+        raise typer.Exit(1)
+
+
+@service_app.command("install")
+def service_install(
+    data_dir: DataDir = None,
+    start: Annotated[
+        bool, typer.Option("--start/--no-start", help="Enable and (re)start it now.")
+    ] = True,
+    sandbox: Annotated[
+        bool | None,
+        typer.Option(
+            "--sandbox/--no-sandbox",
+            help="Filesystem sandbox in the systemd unit (default: when this system supports it).",
+        ),
+    ] = None,
+) -> None:
+    """Write the unit (or plist) for this memoryd and data dir, enable and start it."""
+    settings = _settings(data_dir=data_dir)
+    try:
+        kind = service.platform_kind()
+        spec = service.make_spec(settings.data_dir, config_file().absolute(), sandbox, kind)
+        report = service.install(spec, kind, start)
+    except MemorydError as exc:
+        _fail(exc)
+        raise
+    _report(report.lines, report.ok)
+
+
+@service_app.command("uninstall")
+def service_uninstall() -> None:
+    """Stop and disable the service and remove its file (the data dir is kept)."""
+    try:
+        report = service.uninstall(service.platform_kind())
+    except MemorydError as exc:
+        _fail(exc)
+        raise
+    _report(report.lines, report.ok)
+
+
+@service_app.command("status")
+def service_status(as_json: AsJson = False) -> None:
+    """Whether the service is installed, which memoryd it runs, and its state."""
+    try:
+        state = service.status(service.platform_kind())
+    except MemorydError as exc:
+        _fail(exc)
+        raise
+    if as_json:
+        print(json.dumps(state.as_dict(), indent=2))
+    else:
+        print("\n".join(state.lines()))
 
 
 def main() -> None:  # pragma: no cover - console entry point alias

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import (
@@ -70,6 +70,12 @@ class Settings(BaseSettings):
     chunk_max_chars: int = Field(1500, ge=200)
     debounce_seconds: float = Field(0.3, ge=0)
     job_timeout_seconds: int = Field(1800, ge=10)
+    # Prometheus endpoint: off unless a port is set (0: any free port). Loopback by default;
+    # a container that must be scraped from its network sets metrics_host = "0.0.0.0".
+    metrics_port: int | None = Field(None, ge=0, le=65535)
+    metrics_host: str = "127.0.0.1"
+    # Daemon logs: auto = text on a terminal, JSON lines otherwise (journald, launchd, docker).
+    log_format: Literal["auto", "human", "json"] = "auto"
 
     # Maintenance (decay / prune), run by the workers' cron and `memoryd maintenance run`.
     # Importance halves every half-life (days) of a memory's kind since its last access.

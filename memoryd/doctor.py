@@ -22,10 +22,10 @@ from typing import Any, Literal
 from memoryd import queue
 from memoryd.config import DEFAULT_MODEL, Settings
 from memoryd.errors import MemorydError
+from memoryd.services import MAX_SOCKET_PATH, daemon_pid
 
 Level = Literal["ok", "warn", "fail"]
 CHECKS = ("data_dir", "redis", "database", "model", "repos", "transcripts", "inotify")
-_MAX_SOCKET_PATH = 107  # sun_path is 108 bytes with its NUL
 _TIMEOUT = 20.0
 # Room for what else the user runs: editors, IDEs, file sync tools watch directories too.
 _WATCH_HEADROOM = 0.5
@@ -98,7 +98,7 @@ def loose_files(root: Path, limit: int = 10_000) -> list[Path]:
 def check_data_dir(settings: Settings) -> Check:
     path = settings.data_dir
     name = "data_dir"
-    if settings.embedded_redis and len(str(settings.redis_socket)) > _MAX_SOCKET_PATH:
+    if settings.embedded_redis and len(str(settings.redis_socket)) > MAX_SOCKET_PATH:
         return fail(
             name,
             f"{path} is too long for the private Redis's unix socket ({settings.redis_socket})",
@@ -193,7 +193,6 @@ def _db_summary(info: dict[str, Any]) -> str:
 
 async def check_database_via_daemon(redis: Any, settings: Settings) -> tuple[Check, dict[str, Any]]:
     """The database is held by a running memoryd: ask it through the queue."""
-    from memoryd.services import daemon_pid
 
     owner = daemon_pid(settings.data_dir)
     who = f"the running memoryd (pid {owner})" if owner else "a running memoryd worker"
@@ -256,8 +255,6 @@ async def check_database_direct(settings: Settings) -> Check:
 
 def _database_fix(settings: Settings, message: str) -> str:
     if "locked" in message:
-        from memoryd.services import daemon_pid
-
         owner = daemon_pid(settings.data_dir)
         holder = f"memoryd pid {owner}" if owner else "the other process using this data dir"
         return (

@@ -16,7 +16,7 @@ from typing import Any
 
 from arq import ArqRedis, Worker
 
-from memoryd import queue
+from memoryd import metrics, queue
 from memoryd.config import Settings
 from memoryd.embedding import Embedder
 from memoryd.errors import MemorydError
@@ -94,6 +94,7 @@ class Runtime:
         self.embedder = await asyncio.to_thread(
             Embedder, s.model, s.data_dir / "models", s.embed_batch_size
         )
+        metrics.instrument_embedder(self.embedder)  # embed throughput; counting costs ~nothing
         applied = await self.store.apply_schema(self.embedder.dim)
         if applied:
             log.info("schema applied: %s", ", ".join(applied))

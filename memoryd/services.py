@@ -17,7 +17,7 @@ from memoryd.errors import MemorydError
 log = logging.getLogger(__name__)
 
 # sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
-_MAX_SOCKET_PATH = 107
+MAX_SOCKET_PATH = 107
 
 
 def prepare_data_dir(path: Path) -> Path:
@@ -63,7 +63,7 @@ class EmbeddedRedis:
         return f"unix://{self.socket}"
 
     def start(self, timeout: float = 15.0) -> None:
-        if len(str(self.socket)) > _MAX_SOCKET_PATH:
+        if len(str(self.socket)) > MAX_SOCKET_PATH:
             raise MemorydError(
                 f"data dir path too long for a unix socket ({self.socket}); "
                 "use a shorter --data-dir"

@@ -107,21 +107,11 @@ def test_repositories_are_mounted_read_only(compose: dict[str, Any]) -> None:
                 assert volume.endswith(":ro"), f"{name}: {volume} should be read-only"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 6: watcher and worker have no healthcheck yet (docker-compose.yml); "
-    "remove this mark when they do",
-)
 def test_every_service_has_a_healthcheck(compose: dict[str, Any]) -> None:
     missing = [n for n, svc in compose["services"].items() if "healthcheck" not in svc]
     assert missing == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 6: the watcher does not bind-mount the transcript folders yet "
-    "(docker-compose.yml); remove this mark when it does",
-)
 def test_watcher_mounts_transcript_folders(compose: dict[str, Any]) -> None:
     watcher = compose["services"]["watcher"]
     mounts = " ".join(v for v in watcher.get("volumes", []) if isinstance(v, str))

@@ -12,6 +12,7 @@ from arq.connections import RedisSettings
 from arq.cron import cron
 from arq.worker import func
 
+from memoryd import metrics
 from memoryd.config import Settings
 from memoryd.errors import MemorydError
 from memoryd.queue import JOBS_QUEUE, QUERY_QUEUE
@@ -41,9 +42,15 @@ def portable_errors(function: Callable[..., Awaitable[Any]]) -> Callable[..., Aw
     return run
 
 
+def job(function: Callable[..., Awaitable[Any]], name: str | None = None) -> Any:
+    """A job as the worker runs it: metrics outermost (they count the outcome arq sees),
+    then errors made portable."""
+    return metrics.instrument(portable_errors(function), name)
+
+
 # Jobs are idempotent (deterministic ids, upserts), so a retry after a crash is safe.
 JOB_FUNCTIONS = [
-    func(portable_errors(fn), name=fn.__name__, max_tries=3)
+    func(job(fn), name=fn.__name__, max_tries=3)
     for fn in (
         index_files,
         ingest_transcript,
@@ -54,11 +61,19 @@ JOB_FUNCTIONS = [
 ]
 # Scheduled upkeep; arq gives each run a unique job id, so one worker runs it, not all.
 CRON_JOBS = [
-    cron(portable_errors(maintenance.decay), name="cron:decay", minute={17}, unique=True),
-    cron(portable_errors(maintenance.prune), name="cron:prune", hour={3}, minute={41}, unique=True),
+    cron(job(maintenance.decay, "cron:decay"), name="cron:decay", minute={17}, unique=True),
+    cron(
+        job(maintenance.prune, "cron:prune"), name="cron:prune", hour={3}, minute={41}, unique=True
+    ),
+    cron(
+        job(maintenance.reembed, "cron:reembed"),
+        name="cron:reembed",
+        minute=set(range(0, 60, 5)),
+        unique=True,
+    ),
 ]
 QUERY_FUNCTIONS = [
-    func(portable_errors(fn), name=fn.__name__, max_tries=1)
+    func(job(fn), name=fn.__name__, max_tries=1)
     for fn in (
         queries.search,
         queries.status,
