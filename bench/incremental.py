@@ -55,6 +55,10 @@ GIT_ENV = {
 }
 
 
+def load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
 def git(root: Path, *args: str) -> None:
     subprocess.run(["git", "-C", str(root), *args], check=True, env=GIT_ENV)
 
@@ -153,7 +157,8 @@ async def part_a(data_dir: Path, root: Path) -> None:
     finally:
         await rt.close()
     print(
-        f"(a) cold index: {totals['files']} files, {totals['chunks']} chunks "
+        f"(a) cold index (load average now {load()}): "
+        f"{totals['files']} files, {totals['chunks']} chunks "
         f"({totals['embedded']} embedded) in {cold:.1f} s "
         f"({totals['files'] / cold:.1f} files/s, {totals['chunks'] / cold:.1f} chunks/s)"
     )
@@ -224,6 +229,12 @@ async def wait_idle(redis: Any, timeout: float = 3600) -> None:
         await asyncio.sleep(0.1)
 
 
+def made_up_word(rng: random.Random) -> str:
+    """A word no source file contains, so each edit's text is its own."""
+    consonants, vowels = "bdfgklmnprstvz", "aeiou"
+    return "".join(rng.choice(consonants) + rng.choice(vowels) for _ in range(4))
+
+
 async def part_b(redis: Any, root: Path, data_dir: Path, edits: int) -> None:
     rng = random.Random(11)
     files = sorted(p for p in root.rglob("*.py") if ".git" not in p.parts)
@@ -231,13 +242,12 @@ async def part_b(redis: Any, root: Path, data_dir: Path, edits: int) -> None:
     for i in range(edits):
         target = rng.choice(files)
         rel = target.relative_to(root).as_posix()
-        marker = f"ledger_reconcile_{i}_{rng.randrange(16**6):06x}"
+        words = [made_up_word(rng) for _ in range(3)]
+        marker = f"{words[0]}_{words[1]}"
         await wait_idle(redis)
         with open(target, "a") as out:
             out.write(
-                f"\n\ndef {marker}(entries):\n"
-                f'    """Reconcile the ledger entries of batch {i}."""\n'
-                f"    return sorted(entries)\n"
+                f'\n\ndef {marker}(entries):\n    """{" ".join(words)}."""\n    return entries\n'
             )
         written = time.perf_counter()
         # A small function merges into the chunk before it: look for the chunk holding its line.
@@ -246,12 +256,22 @@ async def part_b(redis: Any, root: Path, data_dir: Path, edits: int) -> None:
             for n, text in enumerate(target.read_text().splitlines(), start=1)
             if text.startswith(f"def {marker}(")
         )
+        query = " ".join(words)
         while True:
-            hits = await queue.call(redis, "search", marker, 5, None, "code")
+            hits = await queue.call(redis, "search", query, 5, None, "code")
             if any(h["path"] == rel and h["start_line"] <= line <= h["end_line"] for h in hits):
                 break
             if time.perf_counter() - written > 120:
-                raise SystemExit(f"edit {i} to {rel} never became searchable")
+                hits = await queue.call(redis, "search", query, 200, None, "code")
+                rank = next(
+                    (
+                        n
+                        for n, h in enumerate(hits, 1)
+                        if h["path"] == rel and h["start_line"] <= line <= h["end_line"]
+                    ),
+                    None,
+                )
+                raise SystemExit(f"edit {i} to {rel} not in the top 5 after 120 s (rank {rank})")
             await asyncio.sleep(0.02)
         latencies.append(time.perf_counter() - written)
     latencies.sort()
@@ -262,7 +282,7 @@ async def part_b(redis: Any, root: Path, data_dir: Path, edits: int) -> None:
     )
     started = time.perf_counter()
     done = subprocess.run(
-        [MEMORYD, "search", marker, "--data-dir", str(data_dir), "--limit", "1"],
+        [MEMORYD, "search", query, "--data-dir", str(data_dir), "--limit", "1"],
         capture_output=True,
         text=True,
         check=True,
@@ -273,31 +293,39 @@ async def part_b(redis: Any, root: Path, data_dir: Path, edits: int) -> None:
     )
 
 
-async def part_c(redis: Any, daemon: Daemon, root: Path, changes: dict[str, int]) -> float:
+async def wait_match(redis: Any, root: Path, stable: float = 2.0) -> float:
+    """Until the daemon's queue is empty and its count of valid chunks is the tree's, and both
+    stay so for `stable` seconds; returns the moment that began (perf_counter)."""
     project = projects.resolve(root)
-    await wait_idle(redis)
-    log_mark = len(daemon.lines())
-    started = time.perf_counter()
-    git(root, "checkout", "-q", "other")
-    git_seconds = time.perf_counter() - started
     settings = load_settings()
     want = await asyncio.to_thread(expected_index, root, project.id, settings.chunk_max_chars)
     want_chunks = sum(len(v) for v in want.values())
     matched_at: float | None = None
+    started = time.perf_counter()
     while True:
         depth = await queue.queue_depth(redis)
         status = await queue.call(redis, "status")
         now = time.perf_counter()
         if depth == 0 and status["valid_chunks"] == want_chunks:
             matched_at = matched_at or now
-            if now - matched_at >= 2.0:
-                break
+            if now - matched_at >= stable:
+                return matched_at
         else:
             matched_at = None
         if now - started > 3600:
-            raise SystemExit("the index never matched the new branch")
+            raise SystemExit("the index never matched the tree")
         await asyncio.sleep(0.1)
-    seconds = matched_at - started
+
+
+async def part_c(redis: Any, daemon: Daemon, root: Path, changes: dict[str, int]) -> float:
+    # The edits of (b) are undone first, so the switch touches exactly the branch's files.
+    git(root, "checkout", "-q", "--", ".")
+    await wait_match(redis, root)
+    log_mark = len(daemon.lines())
+    started = time.perf_counter()
+    git(root, "checkout", "-q", "other")
+    git_seconds = time.perf_counter() - started
+    seconds = await wait_match(redis, root) - started
     queued = [line for line in daemon.lines()[log_mark:] if "changed files of" in line]
     jobs = sum(int(line.rsplit(" in ", 1)[1].split()[0]) for line in queued)
     files = sum(int(line.split("queued ", 1)[1].split()[0]) for line in queued)
@@ -353,7 +381,7 @@ async def main() -> None:
         print(
             f"tree: {args.files} real Python files (<= {args.max_bytes} bytes each, "
             f"{size / 1e6:.1f} MB) from installed packages and the standard library; "
-            f"machine: {os.cpu_count()} cores"
+            f"machine: {os.cpu_count()} cores, load average {load()}"
         )
         await part_a(data_dir, root)
         daemon = Daemon(data_dir, root, work / "daemon.log")
@@ -370,6 +398,7 @@ async def main() -> None:
         finally:
             daemon.stop()
         await exact_check(data_dir, root)
+        print(f"load average at the end: {load()} (other work on the machine slows all of this)")
     finally:
         if args.keep:
             print(f"kept {work}")
