@@ -1,0 +1,129 @@
+"""The daemon as a service: no TCP port, private files, and SIGTERM mid-indexing loses nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from memoryd import projects, queue
+from memoryd.runtime import Runtime
+from memoryd.store import Store
+from tests.conftest import MEMORYD, git_init, site_package
+
+
+def _status(data_dir: Path) -> dict | None:
+    done = subprocess.run(
+        [MEMORYD, "status", "--data-dir", str(data_dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return json.loads(done.stdout) if done.returncode == 0 else None
+
+
+def _wait(data_dir: Path, ready: object, timeout: float = 300) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(1.5)
+        info = _status(data_dir)
+        if info is not None and ready(info):  # type: ignore[operator]
+            return info
+    pytest.fail("the daemon did not get there in time")
+
+
+def _tree(tmp_path: Path) -> Path:
+    """Two installed packages' source: enough files for indexing to take a while."""
+    root = tmp_path / "tree"
+    for name in ("arq", "pathspec"):
+        shutil.copytree(
+            site_package(name), root / name, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    git_init(root)
+    return root
+
+
+def test_default_mode_opens_no_port_and_keeps_files_private(data_dir: Path, arq_tree: Path) -> None:
+    daemon = subprocess.Popen(
+        [MEMORYD, "run", "--data-dir", str(data_dir), "--repo", str(arq_tree)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait(data_dir, lambda i: i["daemon_running"] and i["counts"]["code_chunk"] > 0)
+        processes = [psutil.Process(daemon.pid), *psutil.Process(daemon.pid).children(True)]
+        names = {p.name() for p in processes}
+        assert any("redis" in n for n in names), names
+        listening = [
+            c
+            for p in processes
+            for c in p.net_connections(kind="inet")
+            if c.status == psutil.CONN_LISTEN
+        ]
+        assert listening == []
+        unix = [c.laddr for p in processes for c in p.net_connections(kind="unix") if c.laddr]
+        assert str(data_dir / "redis" / "redis.sock") in unix
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=60)
+    assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
+    db_files = [p for p in (data_dir / "db").rglob("*") if p.is_file()]
+    assert db_files
+    loose = {
+        str(p): oct(stat.S_IMODE(p.stat().st_mode))
+        for p in db_files
+        if stat.S_IMODE(p.stat().st_mode) & 0o077
+    }
+    assert loose == {}
+
+
+async def test_sigterm_mid_indexing_then_restart_equals_an_uninterrupted_run(
+    data_dir: Path, tmp_path: Path, stack: Runtime
+) -> None:
+    root = _tree(tmp_path)
+    total = sum(1 for _ in (root).rglob("*.py"))
+    stopped_dir = Path(str(data_dir) + "-stopped")
+    cmd = [MEMORYD, "run", "--data-dir", str(stopped_dir), "--repo", str(root)]
+    # Small jobs, so the stop lands between commits with most of the tree still to do.
+    env = {**os.environ, "MEMORYD_INDEX_BATCH_FILES": "4"}
+    daemon = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait(stopped_dir, lambda i: i["counts"]["file_state"] > 0, timeout=300)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=120) == 0
+    partial = _status(stopped_dir)
+    assert partial is not None and 0 < partial["counts"]["file_state"] < total / 2
+    daemon = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait(
+            stopped_dir,
+            lambda i: i["queue"]["jobs"] == 0 and i["counts"]["file_state"] >= total,
+            timeout=600,
+        )
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=120) == 0
+
+    # The uninterrupted reference, indexed in one go into another database.
+    assert stack.redis is not None and stack.store is not None
+    project = projects.resolve(root)
+    for job, _ in await projects.sync(stack.redis, project, 32):
+        await queue.wait_for(job, 600)
+    expected = await stack.store.all_chunk_ids()
+    expected_paths = await stack.store.indexed_paths(project.id)
+    store = await Store.open(f"surrealkv://{stopped_dir / 'db'}", "memoryd", "memory")
+    try:
+        assert await store.all_chunk_ids() == expected
+        assert await store.indexed_paths(project.id) == expected_paths
+        assert await store.valid_chunk_count() == len(expected)
+    finally:
+        await store.close()
