@@ -539,6 +539,8 @@ def status(
                 "queue": {
                     "jobs": await queue.queue_depth(redis, queue.JOBS_QUEUE),
                     "queries": await queue.queue_depth(redis, queue.QUERY_QUEUE),
+                    "oldest_job_age_seconds": await queue.oldest_job_age(redis),
+                    "last_hour": await queue.recent_outcomes(redis),
                 },
                 **info,
             }
@@ -556,7 +558,17 @@ def status(
     waiting = sum(info["waiting_for_reembed"].values())
     print(f"re-embedding  {waiting} rows wait for the configured model")
     print(f"schema        {info['schema_version']}")
-    print(f"queue         {info['queue']['jobs']} jobs waiting, {info['queue']['queries']} queries")
+    q = info["queue"]
+    oldest = q["oldest_job_age_seconds"]
+    waited = f", oldest waiting {oldest:.0f}s" if oldest is not None else ""
+    print(
+        f"queue         {q['jobs']} jobs waiting{waited}, {q['queries']} queries; last hour "
+        f"{q['last_hour']['done']} done, {q['last_hour']['failed']} failed"
+    )
+    if info["database_bytes"] is not None:
+        print(f"database size {info['database_bytes'] / 1e6:.1f} MB")
+    for root, lag in info["transcript_lag"].items():
+        print(f"transcripts   {root}: {lag['bytes']} bytes in {lag['files']} files not ingested")
     for table, n in info["counts"].items():
         print(f"  {table:<14}{n}")
     print(f"  {'valid chunks':<14}{info['valid_chunks']}")

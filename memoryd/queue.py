@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
+import time
 import uuid
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -203,6 +205,22 @@ async def release_orphaned_jobs(redis: ArqRedis) -> int:
     if keys:
         await redis.delete(*keys)
     return len(keys)
+
+
+async def oldest_job_age(redis: ArqRedis, queue: str = JOBS_QUEUE) -> float | None:
+    """Seconds the oldest waiting job has waited (None when the queue is empty)."""
+    oldest = await redis.zrange(queue, 0, 0, withscores=True)
+    return max(0.0, time.time() - oldest[0][1] / 1000) if oldest else None
+
+
+async def recent_outcomes(redis: ArqRedis, seconds: float = 3600) -> dict[str, int]:
+    """Jobs that finished in the last `seconds`, by success (from the results arq keeps)."""
+    since = datetime.now(UTC) - timedelta(seconds=seconds)
+    counts = {"done": 0, "failed": 0}
+    for result in await redis.all_job_results():
+        if result.finish_time >= since:
+            counts["done" if result.success else "failed"] += 1
+    return counts
 
 
 async def queue_depth(redis: ArqRedis, queue: str = JOBS_QUEUE) -> int:

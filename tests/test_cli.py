@@ -61,7 +61,11 @@ def test_index_search_status_without_a_daemon(data_dir: Path, arq_tree: Path) ->
     assert info["counts"]["code_chunk"] == report["chunks"]
     assert info["redis_mode"] == "embedded" and info["surreal_mode"] == "embedded"
     assert info["data_dir"] == str(data_dir)
-    assert info["queue"]["jobs"] == 0
+    assert info["queue"]["jobs"] == 0 and info["queue"]["oldest_job_age_seconds"] is None
+    # The index jobs (one per 32 files) and this command's own queries finished just now.
+    assert info["queue"]["last_hour"]["done"] >= report["files"] // 32 + 1
+    assert info["queue"]["last_hour"]["failed"] == 0
+    assert info["database_bytes"] > 0 and info["transcript_lag"] == {}
     # The command's own Redis and database are gone again: nothing left running.
     assert not socket_alive(data_dir / "redis" / "redis.sock")
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
-from memoryd import graph
+from memoryd import graph, metrics
 from memoryd import search as search_module
 from memoryd.errors import MemorydError
 from workers.entities import canonical_file
@@ -48,6 +49,15 @@ async def status(ctx: dict[str, Any]) -> dict[str, Any]:
             task: graph.plain(run) for task, run in (await store.last_maintenance()).items()
         },
         "model": ctx["embedder"].model,
+        "transcript_lag": {
+            root: {"bytes": behind, "files": files}
+            for root, (behind, files) in (
+                await metrics.ingest_lag(store, ctx["settings"].transcript_roots)
+            ).items()
+        },
+        "database_bytes": _tree_size(ctx["settings"].data_dir / "db")
+        if ctx["settings"].embedded_db
+        else None,
         "waiting_for_reembed": await store.count_stale_vectors(ctx["embedder"].model),
         "database": store.url,
     }
@@ -86,3 +96,7 @@ async def pin(ctx: dict[str, Any], memory_id: str, pinned: bool) -> dict[str, An
     if not await ctx["store"].set_pinned("memory", memory_id, pinned):
         return {"error": f"no memory {memory_id!r}"}
     return {"memory": memory_id, "pinned": pinned}
+
+
+def _tree_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
