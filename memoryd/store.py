@@ -42,6 +42,7 @@ EDGE_TABLES = (
     "triggered",
     "denied",
     "spawned",
+    "mentions",
 )
 # What a verb edge says, as the history and session views show it.
 _EDGE_FIELDS = (
@@ -563,7 +564,8 @@ class Store:
     async def file_actions(self, entity_key: str) -> list[dict[str, Any]]:
         """Edges of sessions' actions on one entity (by its record key), newest first."""
         rows = await self.query(
-            f"SELECT {_EDGE_FIELDS}, session, in.seq AS seq FROM $e<-(reads, modifies, denied) "
+            f"SELECT {_EDGE_FIELDS}, session, in.seq AS seq "
+            "FROM $e<-(reads, modifies, denied, mentions) "
             "ORDER BY event_time DESC",
             {"e": rid("entity", entity_key)},
         )
@@ -599,7 +601,8 @@ class Store:
         """A session's memories in file order, each with its outgoing action edges."""
         rows = await self.query(
             f"SELECT id, seq, kind, tool, content, event_time, (SELECT {_EDGE_FIELDS} FROM "
-            "$parent.id->(reads, modifies, executes, triggered, denied, spawned)) AS edges "
+            "$parent.id->(reads, modifies, executes, triggered, denied, spawned, mentions)) "
+            "AS edges "
             "FROM memory WHERE session = $s ORDER BY seq",
             {"s": rid("session", session_id)},
         )

@@ -206,3 +206,31 @@ def test_error_types(text: str, etype: str) -> None:
 
 def test_exit_code_is_read_from_claude_code_output() -> None:
     assert error_signature("Exit code 2\nboom").exit_code == 2
+
+
+def test_files_a_command_names() -> None:
+    from workers.entities import files_in_command
+
+    cwd = "/home/me/repo"
+    keys = {
+        command: [e.key for e in files_in_command(command, cwd, [("repo-1", "/home/me/repo")])]
+        for command in (
+            "git diff -- src/app.py | grep -n foo",
+            "ruff check /home/me/repo/src/app.py tests/test_app.py",
+            'find . -name "app.py"',
+            "pytest -k test_x tests/",
+            "echo 1.5 && curl https://example.com/a.json",
+            "python -m pkg.main",
+        )
+    }
+    assert keys == {
+        "git diff -- src/app.py | grep -n foo": ["repo-1:src/app.py"],
+        "ruff check /home/me/repo/src/app.py tests/test_app.py": [
+            "repo-1:src/app.py",
+            "repo-1:tests/test_app.py",
+        ],
+        'find . -name "app.py"': [],
+        "pytest -k test_x tests/": ["repo-1:tests"],
+        "echo 1.5 && curl https://example.com/a.json": [],
+        "python -m pkg.main": [],
+    }

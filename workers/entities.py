@@ -263,6 +263,34 @@ def _strip_heredocs(s: str) -> str:
         s = s[: m.start()] + s[m.end() : line_end] + s[body_end:]
 
 
+_FILE_SUFFIX = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,7}$")
+_NOT_A_PATH = re.compile(r"[*?\[\]{}$`=]|://")
+
+
+def files_in_command(
+    command: str, cwd: str | None, projects: ProjectsLike | None = None
+) -> list[Entity]:
+    """Files a shell command names as arguments (`ruff check src/a.py`, `git diff -- b.py`),
+    resolved against the cwd: so a file's history also shows the commands run against it.
+    A word counts when it holds a `/` or ends in a file suffix, and is not a pattern, a URL,
+    an assignment or the value of an option (`find -name x.py` names a pattern, not a file)."""
+    try:
+        words = _tokenize(_strip_heredocs(command))
+    except ValueError:
+        return []
+    found: dict[str, Entity] = {}
+    for previous, word in zip(["", *words], words, strict=False):
+        option_value = previous.startswith("-") and previous != "--"
+        if word.startswith("-") or option_value or _NOT_A_PATH.search(word):
+            continue
+        if "/" not in word and not _FILE_SUFFIX.search(word):
+            continue
+        entity = canonical_file(word, cwd, projects)
+        if entity is not None:
+            found.setdefault(entity.key, entity)
+    return list(found.values())
+
+
 def _tokenize(s: str) -> list[str]:
     lex = shlex.shlex(s, posix=True, punctuation_chars="();<>|&\n")
     lex.whitespace = " \t\r"

@@ -19,9 +19,9 @@ from typing import Any
 
 import zstandard
 
-from memoryd.ids import entity_id
+from memoryd.ids import entity_id, stable_id
 from memoryd.store import Ref
-from workers.entities import Entity
+from workers.entities import Entity, ProjectsLike, files_in_command
 from workers.transcripts import (
     Action,
     Denied,
@@ -125,12 +125,15 @@ class Rows:
         return len(self.tables.get(table, []))
 
 
-def rows_for(result: ParseResult, path: str, last: dict[str, str]) -> Rows:
+def rows_for(
+    result: ParseResult, path: str, last: dict[str, str], projects: ProjectsLike = ()
+) -> Rows:
     """Turn parsed events into graph rows. `last` maps session id -> its latest memory id (for
     NEXT edges across batches) and is updated in place."""
     rows = Rows()
     now = datetime.now(UTC)
     entities: dict[str, dict[str, Any]] = {}
+    cwd = {info.session_id: info.cwd for info in result.sessions}
 
     def entity(e: Entity, seen: datetime | None) -> Ref:
         row = _entity_row(e, seen or now)
@@ -225,6 +228,20 @@ def rows_for(result: ParseResult, path: str, last: dict[str, str]) -> Rows:
                 event_time=at,
                 **fields,
             )
+            if isinstance(event, Action) and event.verb == "EXECUTES":
+                # The files a command names: `history` shows commands run against a file.
+                for named in files_in_command(event.detail, cwd.get(event.session_id), projects):
+                    edge(
+                        "mentions",
+                        stable_id("mentions", event.memory_id, named.key),
+                        event.memory_id,
+                        entity(named, at),
+                        session=Ref("session", event.session_id),
+                        tool=event.tool,
+                        event_time=at,
+                        outcome=event.outcome,
+                        detail=event.detail,
+                    )
         elif isinstance(event, Spawned):
             edge(
                 "spawned",
@@ -365,7 +382,7 @@ async def _ingest(ctx: dict[str, Any], path: str) -> IngestReport:
             if not lines:
                 break
             result = await asyncio.to_thread(parser.parse, lines, state, source)
-            rows = await asyncio.to_thread(rows_for, result, path, last)
+            rows = await asyncio.to_thread(rows_for, result, path, last, projects)
             await _embed(embedder, rows)
             state = result.state
             for skip in result.skipped:
