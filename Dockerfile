@@ -6,7 +6,10 @@ COPY pyproject.toml README.md ./
 COPY memoryd ./memoryd
 COPY workers ./workers
 COPY schema ./schema
+COPY systemd ./systemd
 RUN pip install --no-cache-dir .
-ENV MEMORYD_DATA_DIR=/data
+# The data dir must be writable by the user memoryd runs as (a volume inherits this owner).
+RUN mkdir -p /data && chown nobody:nogroup /data && chmod 0700 /data
+ENV MEMORYD_DATA_DIR=/data HOME=/data
 VOLUME ["/data"]
 USER nobody

@@ -60,3 +60,19 @@ def test_bad_config_is_refused_with_the_reason(
         load_settings()
     assert needle in str(raised.value)
     assert str(config) in str(raised.value)
+
+
+def test_negative_half_life_and_unknown_model_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memoryd.embedding import Embedder
+
+    config = tmp_path / "config.toml"
+    config.write_text("[half_life_days]\nerror = -3\n")
+    monkeypatch.setenv("MEMORYD_CONFIG", str(config))
+    with pytest.raises(MemorydError) as raised:
+        load_settings()
+    assert "half-lives must be positive (got error)" in str(raised.value)
+    with pytest.raises(MemorydError) as unknown:
+        Embedder("nobody/no-such-model", tmp_path / "models")
+    assert "cannot load embedding model 'nobody/no-such-model'" in str(unknown.value)
