@@ -313,3 +313,35 @@ async def test_truncated_then_rewritten_transcript_is_read_again(
     assert (await stack.store.counts())["memory"] == 22
     cursor = await stack.store.transcript_cursor(str(path))
     assert cursor is not None and cursor["offset"] == path.stat().st_size
+
+
+async def test_a_huge_transcript_is_read_in_slices_of_jobs(
+    stack: Runtime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each job reads a slice and hands the rest on, so no job runs into the job timeout."""
+    import asyncio
+    import functools
+
+    from workers import ingest
+    from workers.transcripts import read_lines
+
+    # Batches of about 4 KB (a few lines), one batch per job.
+    monkeypatch.setattr(ingest, "BATCH_BYTES", 4096)
+    monkeypatch.setattr(ingest, "read_lines", functools.partial(read_lines, chunk_size=4096))
+    monkeypatch.setattr(ingest, "JOB_SLICE_SECONDS", 0.0)
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(SMALL.read_bytes())
+    assert stack.redis is not None and stack.store is not None
+    [job] = await queue.enqueue_ingest(stack.redis, [str(path)], fresh=True)
+    first = await queue.wait_for(job, 300)
+    assert first["note"].startswith("continues from byte ")
+    assert 0 < first["lines"] < 24
+    for _ in range(600):
+        cursor = await stack.store.transcript_cursor(str(path))
+        busy = [k async for k in stack.redis.scan_iter(match="arq:in-progress:*")]
+        queued = await queue.queue_depth(stack.redis)
+        if cursor and cursor["offset"] == path.stat().st_size and not busy and not queued:
+            break
+        await asyncio.sleep(0.1)
+    assert cursor is not None and cursor["offset"] == path.stat().st_size
+    assert (await stack.store.counts())["memory"] == 22

@@ -20,6 +20,7 @@ from typing import Any
 import zstandard
 
 from memoryd.ids import entity_id, stable_id
+from memoryd.queue import JOBS_QUEUE
 from memoryd.store import Ref
 from workers.entities import Entity, ProjectsLike, files_in_command
 from workers.transcripts import (
@@ -48,6 +49,8 @@ EMBED_CHARS = 2000
 # Bytes parsed per transaction: bounds memory on a multi-GB transcript.
 BATCH_BYTES = 4 * 1024 * 1024
 HEAD_BYTES = 64 * 1024
+# Longest a single ingest job reads before handing the rest of the file to a follow-up job.
+JOB_SLICE_SECONDS = 300.0
 VERB_TABLES = {"READS": "reads", "MODIFIES": "modifies", "EXECUTES": "executes"}
 
 
@@ -397,6 +400,17 @@ async def _ingest(ctx: dict[str, Any], path: str) -> IngestReport:
             )
             report.add(rows, result, len(lines))
             offset = next_offset
+            if offset < info.st_size and time.perf_counter() - started > JOB_SLICE_SECONDS:
+                # A huge transcript is read in slices: each job ends well inside the job
+                # timeout, and the next slice starts from the offset just committed.
+                await ctx["redis"].enqueue_job(
+                    "ingest_transcript",
+                    path,
+                    _job_id=f"ingest:{stable_id(path)}:from:{offset}",
+                    _queue_name=JOBS_QUEUE,
+                )
+                report.note = f"continues from byte {offset} in a follow-up job"
+                break
     except FileNotFoundError:
         report.note = "transcript vanished while being read; what was read is kept"
         log.info("ingest %s: %s", path, report.note)
