@@ -1,0 +1,486 @@
+"""Maintenance at scale: decay, prune and re-embed over a database of many memories.
+
+    .venv/bin/python bench/maintenance.py [--memories 100000] [--reembed 2000]
+
+1. build: the real Claude Code and Codex fixture sessions, parsed by the real parsers and
+   `rows_for`, are replayed with fresh ids until `--memories` memories exist (so kinds, content
+   sizes, edges and entities are those of real transcripts). Each replayed session is moved to
+   a random start in the past year; 1% of the memories are pinned, 10% were read (access_count,
+   last_accessed), 5% got `valid_until`. No memory has a vector except the `--reembed` ones.
+   Every replayed transcript is one `Store.write_transcript_batch` transaction, as the ingest
+   job writes a transcript of this size, into a fresh data dir of an in-process Runtime.
+2. decay: one full `workers.maintenance.decay` pass at "now" (the newest event time).
+3. prune: a dry run, then the real prune, at "now"; what is prunable then is computed here with
+   the documented formula, so the deleted count is checked against a known number.
+4. reembed: `--reembed` short real texts (<= 600 chars, of the kinds ingestion embeds) carry a
+   vector of another model; `reembed` runs until nothing remains, then the model alone embeds
+   the same texts (batch 32): the physical limit the job is measured against.
+
+Each phase also prints where its time went, per store call (and the model), so a bottleneck
+shows by function name. The workers' cron is switched off for the run (a decay at minute 17
+would otherwise run against the same database in the middle of a measurement).
+Numbers only: nothing here asserts a timing. Temporary files live under /tmp and are removed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import inspect
+import math
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memoryd.config import Settings, load_settings
+from memoryd.ids import stable_id
+from memoryd.runtime import Runtime
+from memoryd.store import Ref
+from memoryd.watch.transcripts import transcript_files
+from workers import maintenance
+from workers.ingest import EMBED_CHARS, EMBED_KINDS, HEAD_BYTES, _subagent_meta, rows_for
+from workers.transcripts import Source, detect_agent, parser_for, split_lines
+
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "transcripts"
+OLD_MODEL = "bench/previous-model"
+SEED = 20261122
+YEAR = timedelta(days=365)
+PINNED, READ, INVALID = 0.01, 0.10, 0.05
+SHORT_TEXT = 600
+# Records shared by every replay (the same files, commands and errors come up again).
+SHARED_TABLES = frozenset({"entity", "project"})
+
+
+def _isolate_env() -> None:
+    """No user config, no user transcripts, no inherited MEMORYD_* settings."""
+    for key in [k for k in os.environ if k.startswith("MEMORYD_")]:
+        del os.environ[key]
+    os.environ["MEMORYD_CONFIG"] = "/nonexistent/memoryd-bench.toml"
+    os.environ["MEMORYD_TRANSCRIPTS"] = "[]"
+
+
+def _err(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Synthesis
+
+
+@dataclass(slots=True)
+class Template:
+    """One real transcript as the ingest job turns it into rows."""
+
+    name: str
+    agent: str
+    tables: dict[str, list[dict[str, Any]]]
+    start: datetime
+    span: timedelta
+    size: int
+
+
+def load_templates() -> list[Template]:
+    templates = []
+    for path in transcript_files([FIXTURES / "claude-code", FIXTURES / "codex"]):
+        data = Path(path).read_bytes()
+        agent = detect_agent(data[:HEAD_BYTES], path)
+        if agent is None:
+            continue
+        lines, _ = split_lines(data, 0)
+        meta = _subagent_meta(path) if agent == "claude-code" else None
+        result = parser_for(agent).parse(lines, None, Source.of(path, [], meta))
+        tables = rows_for(result, path, {}).tables
+        times = [m["event_time"] for m in tables.get("memories", []) if m["event_time"]]
+        if not times:
+            continue  # a file of summaries only
+        templates.append(
+            Template(Path(path).name, agent, tables, min(times), max(times) - min(times), len(data))
+        )
+    return templates
+
+
+def _replay(value: Any, suffix: str, shift: timedelta) -> Any:
+    """A copy with fresh record keys (entities and projects stay shared) and moved times."""
+    if isinstance(value, Ref):
+        if value.table in SHARED_TABLES:
+            return value
+        return Ref(value.table, stable_id(value.key, suffix))
+    if isinstance(value, datetime):
+        return value + shift
+    if isinstance(value, dict):
+        return {k: _replay(v, suffix, shift) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_replay(v, suffix, shift) for v in value]
+    return value
+
+
+def _keep(tables: dict[str, list[dict[str, Any]]], count: int) -> None:
+    """Cut a replay to its first `count` memories, with only the edges between kept rows."""
+    memories = tables["memories"][:count]
+    kept = {m["id"].key for m in memories}
+    tables["memories"] = memories
+
+    def inside(ref: Any) -> bool:
+        return not (isinstance(ref, Ref) and ref.table == "memory") or ref.key in kept
+
+    for name, rows in list(tables.items()):
+        if name.startswith("edge_"):
+            tables[name] = [r for r in rows if inside(r["in"]) and inside(r["out"])]
+    tables["goals"] = [g for g in tables.get("goals", []) if inside(g["memory"])]
+
+
+@dataclass(slots=True)
+class Batch:
+    tables: dict[str, list[dict[str, Any]]]
+    cursor: dict[str, Any]
+
+
+def age_from(row: dict[str, Any]) -> datetime:
+    return row.get("last_accessed") or row["event_time"] or row["ingestion_time"]
+
+
+def expected_prunable(row: dict[str, Any], at: datetime, s: Settings) -> bool:
+    """What decay then prune at `at` should do to this row (the README formula; the database
+    counts whole seconds of age)."""
+    if row.get("pinned"):
+        return False
+    until = row.get("valid_until")
+    if until is not None and (at - until).total_seconds() // 1 > s.retention_days * 86400:
+        return True
+    age = (at - age_from(row)).total_seconds() // 1
+    half = s.half_life_days.get(row["kind"], s.default_half_life_days)
+    boost = 1.0 + s.access_boost * math.log(1.0 + row.get("access_count", 0))
+    importance = min(1.0, 0.5 ** (age / 86400.0 / half) * boost)
+    return importance < s.importance_floor and age > s.prune_idle_days * 86400
+
+
+def synthesize(
+    templates: list[Template], total: int, now: datetime, rng: random.Random
+) -> list[Batch]:
+    batches: list[Batch] = []
+    made, copy = 0, 0
+    while made < total:
+        for t in templates:
+            if made >= total:
+                break
+            start = now - YEAR + (YEAR - t.span) * rng.random()
+            shift = start - t.start
+            suffix = f"bench-{copy}"
+            tables = _replay(t.tables, suffix, shift)
+            if made + len(tables["memories"]) > total:
+                _keep(tables, total - made)
+            for m in tables["memories"]:
+                # Ingested a few minutes after it happened (rows_for stamps the real now).
+                happened = m["event_time"] or start
+                m["ingestion_time"] = min(now, happened + timedelta(minutes=5))
+                m["valid_from"] = m["event_time"] or m["ingestion_time"]
+                ever = m["event_time"] or m["ingestion_time"]
+                draw = rng.random()
+                if draw < PINNED:
+                    m["pinned"], m["importance"] = True, 1.0
+                elif draw < PINNED + READ:
+                    m["access_count"] = 1 + int(rng.expovariate(1 / 4))
+                    m["last_accessed"] = ever + (now - ever) * rng.random()
+                if rng.random() < INVALID:
+                    m["valid_until"] = ever + (now - ever) * rng.random()
+            made += len(tables["memories"])
+            path = f"/bench/transcripts/{suffix}/{t.name}"
+            cursor = {
+                "path": path,
+                "agent": t.agent,
+                "inode": 0,
+                "offset": t.size,
+                "size": t.size,
+                "state": None,
+                "lines_skipped": 0,
+                "note": None,
+            }
+            batches.append(Batch(tables, cursor))
+        copy += 1
+    return batches
+
+
+def mark_for_reembed(
+    batches: list[Batch], count: int, dim: int, at: datetime, s: Settings, rng: random.Random
+) -> list[str]:
+    """Give `count` short texts that prune keeps a vector of another model; returns the texts."""
+    eligible = [
+        m
+        for b in batches
+        for m in b.tables["memories"]
+        if m["kind"] in EMBED_KINDS
+        and m["content"].strip()
+        and len(m["content"]) <= SHORT_TEXT
+        and not expected_prunable(m, at, s)
+    ]
+    chosen = rng.sample(eligible, min(count, len(eligible)))
+    vectors = np.random.default_rng(SEED).standard_normal((len(chosen), dim))
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    for m, v in zip(chosen, vectors, strict=True):
+        m["embedding"], m["embedding_model"] = v.tolist(), OLD_MODEL
+    return [m["content"][:EMBED_CHARS] for m in chosen]
+
+
+# --------------------------------------------------------------------------------------------
+# Where the time goes
+
+
+class Calls:
+    """Wraps methods of an object in place and records the seconds of each call."""
+
+    def __init__(self, stall: float, on_stall: Callable[[str], None]) -> None:
+        self.seconds: dict[str, list[float]] = defaultdict(list)
+        self.stall, self.on_stall = stall, on_stall
+
+    def wrap(self, obj: Any, name: str) -> None:
+        original = getattr(obj, name)
+        label = f"{type(obj).__name__}.{name}"
+        if inspect.iscoroutinefunction(original):
+
+            @functools.wraps(original)
+            async def timed_async(*args: Any, **kwargs: Any) -> Any:
+                started = time.perf_counter()
+                try:
+                    return await asyncio.wait_for(original(*args, **kwargs), self.stall)
+                except TimeoutError:
+                    self.on_stall(label)
+                    raise
+                finally:
+                    self.seconds[label].append(time.perf_counter() - started)
+
+            setattr(obj, name, timed_async)
+        else:
+
+            @functools.wraps(original)
+            def timed(*args: Any, **kwargs: Any) -> Any:
+                started = time.perf_counter()
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    self.seconds[label].append(time.perf_counter() - started)
+
+            setattr(obj, name, timed)
+
+    def report(self, total: float) -> None:
+        """Print and forget the calls so far, the costliest first."""
+        for label, times in sorted(self.seconds.items(), key=lambda kv: -sum(kv[1])):
+            spent = sum(times)
+            detail = (
+                f"first {times[0]:.3f} s, median {statistics.median(times):.3f} s, "
+                f"last {times[-1]:.3f} s, max {max(times):.3f} s"
+                if len(times) > 1
+                else ""
+            )
+            print(
+                f"    {label:34s} {len(times):5d} calls {spent:8.2f} s "
+                f"({100 * spent / total:5.1f}%)  {detail}"
+            )
+        self.seconds.clear()
+
+
+# --------------------------------------------------------------------------------------------
+
+
+async def run(args: argparse.Namespace, data_dir: Path) -> None:
+    rng = random.Random(SEED)
+    now = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=1)
+    templates = load_templates()
+    per_replay = sum(len(t.tables["memories"]) for t in templates)
+    kinds = Counter(m["kind"] for t in templates for m in t.tables["memories"])
+    rt = Runtime(load_settings(data_dir=data_dir))
+    print(f"load average at start (machine shared, {os.cpu_count()} cores): {_load()}")
+    try:
+        await rt.start_queue(exclusive=True)
+        await rt.serve()
+        assert rt.store is not None and rt.embedder is not None
+        for worker in rt.workers:
+            worker.cron_jobs = []  # no scheduled decay/prune in the middle of a measurement
+        store, embedder, settings = rt.store, rt.embedder, rt.settings
+        ctx: dict[str, Any] = {"store": store, "embedder": embedder, "settings": settings}
+
+        # -- 1. build ------------------------------------------------------------------------
+        started = time.perf_counter()
+        batches = synthesize(templates, args.memories, now, rng)
+        texts = mark_for_reembed(batches, args.reembed, embedder.dim, now, settings, rng)
+        memories = [m for b in batches for m in b.tables["memories"]]
+        prunable = sum(expected_prunable(m, now, settings) for m in memories)
+        synth_seconds = time.perf_counter() - started
+        sizes: Counter[str] = Counter()
+        for b in batches:
+            for name, rows in b.tables.items():
+                sizes["edges" if name.startswith("edge_") else name] += len(rows)
+        print(
+            f"fixtures: {len(templates)} real sessions, {per_replay} memories per replay "
+            f"({', '.join(f'{k} {100 * v / per_replay:.0f}%' for k, v in kinds.most_common())})"
+        )
+        print(
+            f"synthesized in {synth_seconds:.1f} s: {len(memories)} memories in "
+            f"{len(batches)} sessions (one transaction each), {sizes['edges']} edges, "
+            f"{sizes['goals']} goals; event times {now - YEAR:%Y-%m-%d} .. {now:%Y-%m-%d}"
+        )
+        print(
+            f"  pinned {sum(bool(m.get('pinned')) for m in memories)}, "
+            f"read {sum(bool(m.get('access_count')) for m in memories)}, "
+            f"valid_until {sum(m.get('valid_until') is not None for m in memories)}, "
+            f"vectors of {OLD_MODEL!r} {len(texts)}"
+        )
+
+        def stalled(label: str) -> None:
+            # Seen once at 100k: a store call that never returned, every thread idle. Say so
+            # and stop rather than wait forever (closing the database could hang as well).
+            print(
+                f"STALL: {label} did not return in {args.stall_seconds:.0f} s "
+                f"(load average {_load()}); stopping",
+                flush=True,
+            )
+            if rt.redis_service is not None:
+                rt.redis_service.stop()
+            shutil.rmtree(data_dir.parent, ignore_errors=True)
+            os._exit(3)
+
+        calls = Calls(args.stall_seconds, stalled)
+        for name in (
+            "write_transcript_batch",
+            "decay_memories",
+            "prune_candidates",
+            "delete_rows",
+            "orphan_entities",
+            "stale_vectors",
+            "set_vectors",
+            "count_stale_vectors",
+            "record_maintenance",
+        ):
+            calls.wrap(store, name)
+        calls.wrap(embedder, "embed")
+
+        started = time.perf_counter()
+        step = max(1, len(batches) // 10)
+        for i, b in enumerate(batches, 1):
+            await store.write_transcript_batch(b.tables, b.cursor)
+            if i % step == 0:
+                elapsed = time.perf_counter() - started
+                done = sum(len(x.tables["memories"]) for x in batches[:i])
+                _err(f"  build: {done} memories in {elapsed:.0f} s")
+        build_seconds = time.perf_counter() - started
+        counts = await store.counts()
+        print(
+            f"1. insert: {counts['memory']} memories in {build_seconds:.1f} s = "
+            f"{counts['memory'] / build_seconds:.0f} memories/s "
+            f"({(len(memories) + sizes['edges']) / build_seconds:.0f} rows+edges/s; "
+            f"db: {counts['session']} sessions, {counts['entity']} entities, "
+            f"{counts['goal']} goals)"
+        )
+        calls.report(build_seconds)
+        del batches, memories
+
+        # -- 2. decay ------------------------------------------------------------------------
+        started = time.perf_counter()
+        decayed = await maintenance.decay(ctx, at=now.isoformat())
+        seconds = time.perf_counter() - started
+        print(
+            f"2. decay at {now:%Y-%m-%d %H:%M}: {decayed['memories']} memories in "
+            f"{seconds:.1f} s = {decayed['memories'] / seconds:.0f} rows/s "
+            f"(batch {settings.maintenance_batch})"
+        )
+        calls.report(seconds)
+
+        # -- 3. prune ------------------------------------------------------------------------
+        before = counts["memory"]
+        print(
+            f"3. prune at the same time: {prunable} of {before} memories "
+            f"({100 * prunable / before:.1f}%) are prunable by the formula"
+        )
+        started = time.perf_counter()
+        dry = await maintenance.prune(ctx, at=now.isoformat(), dry_run=True)
+        seconds = time.perf_counter() - started
+        print(f"  dry run: {seconds:.1f} s, reports {dry['deleted']}")
+        calls.report(seconds)
+        started = time.perf_counter()
+        pruned = await maintenance.prune(ctx, at=now.isoformat())
+        seconds = time.perf_counter() - started
+        after = (await store.counts())["memory"]
+        deleted = pruned["deleted"]
+        print(
+            f"  prune: {seconds:.1f} s, deleted {deleted} "
+            f"= {deleted['memory'] / seconds:.0f} memories/s; "
+            f"memories {before} -> {after} (expected {before - prunable})"
+        )
+        calls.report(seconds)
+
+        # -- 4. reembed ----------------------------------------------------------------------
+        waiting = await store.count_stale_vectors(embedder.model)
+        calls.seconds.clear()
+        runs, moved = 0, 0
+        started = time.perf_counter()
+        while True:
+            result = await maintenance.reembed(ctx)
+            runs += 1
+            moved += sum(result["reembedded"].values())
+            if not sum(result["remaining"].values()):
+                break
+        job_seconds = time.perf_counter() - started
+        print(
+            f"4. reembed {OLD_MODEL!r} -> {embedder.model!r}: waiting {waiting}; "
+            f"{moved} texts in {runs} run(s), {job_seconds:.1f} s = "
+            f"{moved / job_seconds:.1f} texts/s"
+        )
+        calls.report(job_seconds)
+        batch_size, embedder.batch_size = embedder.batch_size, 32
+        started = time.perf_counter()
+        embedder.embed(texts)
+        model_seconds = time.perf_counter() - started
+        embedder.batch_size = batch_size
+        calls.seconds.clear()
+        chars = sorted(len(t) for t in texts)
+        print(
+            f"  model alone (batch 32): {len(texts)} texts (median {chars[len(chars) // 2]} "
+            f"chars) in {model_seconds:.1f} s = {len(texts) / model_seconds:.1f} texts/s"
+        )
+        print(
+            f"  ratio reembed/model (texts/s): "
+            f"{(moved / job_seconds) / (len(texts) / model_seconds):.2f}"
+        )
+        print(f"load average at end: {_load()}")
+    finally:
+        await rt.close()
+
+
+def _load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--memories", type=int, default=100_000)
+    parser.add_argument("--reembed", type=int, default=2000)
+    parser.add_argument(
+        "--stall-seconds",
+        type=float,
+        default=900,
+        help="give up when one store call takes longer than this",
+    )
+    args = parser.parse_args()
+    _isolate_env()
+    # Short path under /tmp: the private Redis socket path must stay under 108 bytes.
+    work = Path(tempfile.mkdtemp(prefix="mdm-", dir="/tmp"))
+    try:
+        asyncio.run(run(args, work / "data"))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
