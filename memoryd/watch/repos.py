@@ -197,9 +197,10 @@ class RepoWatcher:
             )
             self.stats["syncs"] += 1
             log.info(
-                "synced %s under %s: %d jobs",
+                "synced %s under %s: %d files in %d jobs",
                 project.id,
                 ", ".join(sorted(d or "/" for d in pending.dirs)),
+                sum(count for _, count in jobs),
                 len(jobs),
             )
         elif pending.paths:
