@@ -80,7 +80,7 @@ class Runtime:
             self._pidfile = True
         return self.redis
 
-    async def serve(self) -> None:
+    async def serve(self, scheduled: bool = True) -> None:
         """Open the database and the model, apply the schema, start the workers."""
         assert self.redis is not None, "start_queue first"
         s = self.settings
@@ -102,7 +102,7 @@ class Runtime:
         from workers.settings import build_workers
 
         ctx = {"store": self.store, "embedder": self.embedder, "settings": s}
-        self.workers = build_workers(ctx, queue.redis_settings(self.redis_url), s)
+        self.workers = build_workers(ctx, queue.redis_settings(self.redis_url), s, scheduled)
         if await queue.live_workers(self.redis) == 0:
             # Nobody else serves the queue: jobs marked in progress belong to a worker that
             # died (a kill, a crash). Free them now rather than after their timeout.
@@ -117,7 +117,8 @@ class Runtime:
         assert self.redis is not None
         if await queue.live_workers(self.redis) == 0:
             log.info("no memoryd worker is running: serving the queue in this process")
-            await self.serve()
+            # Serving only for one command: the scheduled upkeep is the daemon's business.
+            await self.serve(scheduled=False)
 
     async def _beat(self) -> None:
         assert self.redis is not None

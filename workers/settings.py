@@ -87,7 +87,7 @@ QUERY_FUNCTIONS = [
 
 
 def build_workers(
-    ctx: dict[str, Any], redis_settings: RedisSettings, settings: Settings
+    ctx: dict[str, Any], redis_settings: RedisSettings, settings: Settings, scheduled: bool = True
 ) -> list[Worker]:
     """The two in-process workers: heavy jobs, and interactive queries that must not wait."""
     common: dict[str, Any] = {
@@ -98,7 +98,7 @@ def build_workers(
     return [
         Worker(
             functions=JOB_FUNCTIONS,  # type: ignore[arg-type]
-            cron_jobs=CRON_JOBS,
+            cron_jobs=CRON_JOBS if scheduled else None,
             queue_name=JOBS_QUEUE,
             max_jobs=2,
             job_timeout=settings.job_timeout_seconds,
