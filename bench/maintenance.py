@@ -1,6 +1,6 @@
 """Maintenance at scale: decay, prune and re-embed over a database of many memories.
 
-    .venv/bin/python bench/maintenance.py [--memories 100000] [--reembed 2000]
+    .venv/bin/python bench/maintenance.py [--memories 100000] [--reembed 2000] [--one-process]
 
 1. build: the real Claude Code and Codex fixture sessions, parsed by the real parsers and
    `rows_for`, are replayed with fresh ids until `--memories` memories exist (so kinds, content
@@ -16,7 +16,14 @@
    vector of another model; `reembed` runs until nothing remains, then the model alone embeds
    the same texts (batch 32): the physical limit the job is measured against.
 
-Each phase also prints where its time went, per store call (and the model), so a bottleneck
+Steps 1-2 and steps 3-4 each run in a process of their own, each with an in-process Runtime
+(private Redis, arq workers serving, embedded SurrealDB, the offline model) on the same data
+dir, as if the daemon had been restarted in between: run all four in one process
+(`--one-process`) and at 100k the real prune stalled after its first batch, twice (a store call
+that never returned, every thread idle), while a fresh process on a copy of the same database
+pruned it all. A store call taking longer than `--stall-seconds` is reported and ends the run.
+
+Each step also prints where its time went, per store call (and the model), so a bottleneck
 shows by function name. The workers' cron is switched off for the run (a decay at minute 17
 would otherwise run against the same database in the middle of a measurement).
 Numbers only: nothing here asserts a timing. Temporary files live under /tmp and are removed.
@@ -28,16 +35,18 @@ import argparse
 import asyncio
 import functools
 import inspect
+import json
 import math
 import os
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -241,7 +250,7 @@ def mark_for_reembed(
 class Calls:
     """Wraps methods of an object in place and records the seconds of each call."""
 
-    def __init__(self, stall: float, on_stall: Callable[[str], None]) -> None:
+    def __init__(self, stall: float, on_stall: Callable[[str], Awaitable[None]]) -> None:
         self.seconds: dict[str, list[float]] = defaultdict(list)
         self.stall, self.on_stall = stall, on_stall
 
@@ -256,7 +265,7 @@ class Calls:
                 try:
                     return await asyncio.wait_for(original(*args, **kwargs), self.stall)
                 except TimeoutError:
-                    self.on_stall(label)
+                    await self.on_stall(label)
                     raise
                 finally:
                     self.seconds[label].append(time.perf_counter() - started)
@@ -294,168 +303,214 @@ class Calls:
 # --------------------------------------------------------------------------------------------
 
 
-async def run(args: argparse.Namespace, data_dir: Path) -> None:
+STORE_CALLS = (
+    "write_transcript_batch",
+    "decay_memories",
+    "prune_candidates",
+    "delete_rows",
+    "orphan_entities",
+    "stale_vectors",
+    "set_vectors",
+    "count_stale_vectors",
+    "record_maintenance",
+)
+
+
+@dataclass(slots=True)
+class Open:
+    """An in-process Runtime serving the queues, as the daemon does, its store calls timed."""
+
+    rt: Runtime
+    ctx: dict[str, Any]
+    calls: Calls
+    seconds: float
+
+
+async def open_runtime(work: Path, stall_seconds: float) -> Open:
+    started = time.perf_counter()
+    rt = Runtime(load_settings(data_dir=work / "data"))
+    await rt.start_queue(exclusive=True)
+    await rt.serve()
+    assert rt.store is not None and rt.embedder is not None
+    for worker in rt.workers:
+        worker.cron_jobs = []  # no scheduled decay/prune in the middle of a measurement
+    store = rt.store
+
+    async def stalled(label: str) -> None:
+        # Seen at 100k in one process: a store call that never returns, every thread idle.
+        # Say so and stop rather than wait forever (closing the database could hang too).
+        try:
+            await asyncio.wait_for(store.query("RETURN 1"), 10)
+            answers = "the database still answers RETURN 1"
+        except Exception:
+            answers = "the database does not answer RETURN 1 either"
+        print(
+            f"STALL: {label} did not return in {stall_seconds:.0f} s; {answers} "
+            f"(load average {_load()}); stopping",
+            flush=True,
+        )
+        if rt.redis_service is not None:
+            rt.redis_service.stop()
+        shutil.rmtree(work, ignore_errors=True)
+        os._exit(3)
+
+    calls = Calls(stall_seconds, stalled)
+    for name in STORE_CALLS:
+        calls.wrap(store, name)
+    calls.wrap(rt.embedder, "embed")
+    ctx = {"store": store, "embedder": rt.embedder, "settings": rt.settings}
+    return Open(rt, ctx, calls, time.perf_counter() - started)
+
+
+async def build(o: Open, args: argparse.Namespace, work: Path) -> None:
+    """Steps 1 and 2; leaves what step 3 and 4 check in work/state.json."""
+    store, embedder, settings = o.ctx["store"], o.ctx["embedder"], o.ctx["settings"]
     rng = random.Random(SEED)
     now = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=1)
     templates = load_templates()
     per_replay = sum(len(t.tables["memories"]) for t in templates)
     kinds = Counter(m["kind"] for t in templates for m in t.tables["memories"])
-    rt = Runtime(load_settings(data_dir=data_dir))
-    print(f"load average at start (machine shared, {os.cpu_count()} cores): {_load()}")
+
+    # -- 1. build ----------------------------------------------------------------------------
+    started = time.perf_counter()
+    batches = synthesize(templates, args.memories, now, rng)
+    texts = mark_for_reembed(batches, args.reembed, embedder.dim, now, settings, rng)
+    memories = [m for b in batches for m in b.tables["memories"]]
+    prunable = sum(expected_prunable(m, now, settings) for m in memories)
+    synth_seconds = time.perf_counter() - started
+    sizes: Counter[str] = Counter()
+    for b in batches:
+        for name, rows in b.tables.items():
+            sizes["edges" if name.startswith("edge_") else name] += len(rows)
+    print(
+        f"fixtures: {len(templates)} real sessions, {per_replay} memories per replay "
+        f"({', '.join(f'{k} {100 * v / per_replay:.0f}%' for k, v in kinds.most_common())})"
+    )
+    print(
+        f"synthesized in {synth_seconds:.1f} s: {len(memories)} memories in "
+        f"{len(batches)} sessions (one transaction each), {sizes['edges']} edges, "
+        f"{sizes['goals']} goals; event times {now - YEAR:%Y-%m-%d} .. {now:%Y-%m-%d}"
+    )
+    print(
+        f"  pinned {sum(bool(m.get('pinned')) for m in memories)}, "
+        f"read {sum(bool(m.get('access_count')) for m in memories)}, "
+        f"valid_until {sum(m.get('valid_until') is not None for m in memories)}, "
+        f"vectors of {OLD_MODEL!r} {len(texts)}"
+    )
+    o.calls.seconds.clear()
+    started = time.perf_counter()
+    step = max(1, len(batches) // 10)
+    for i, b in enumerate(batches, 1):
+        await store.write_transcript_batch(b.tables, b.cursor)
+        if i % step == 0:
+            elapsed = time.perf_counter() - started
+            done = sum(len(x.tables["memories"]) for x in batches[:i])
+            _err(f"  build: {done} memories in {elapsed:.0f} s")
+    build_seconds = time.perf_counter() - started
+    counts = await store.counts()
+    print(
+        f"1. insert: {counts['memory']} memories in {build_seconds:.1f} s = "
+        f"{counts['memory'] / build_seconds:.0f} memories/s "
+        f"({(len(memories) + sizes['edges']) / build_seconds:.0f} rows+edges/s; "
+        f"db: {counts['session']} sessions, {counts['entity']} entities, "
+        f"{counts['goal']} goals)"
+    )
+    o.calls.report(build_seconds)
+    state = {"now": now.isoformat(), "prunable": prunable, "before": counts["memory"]}
+    (work / "state.json").write_text(json.dumps({**state, "texts": texts}))
+    del batches, memories
+
+    # -- 2. decay ----------------------------------------------------------------------------
+    started = time.perf_counter()
+    decayed = await maintenance.decay(o.ctx, at=now.isoformat())
+    seconds = time.perf_counter() - started
+    print(
+        f"2. decay at {now:%Y-%m-%d %H:%M}: {decayed['memories']} memories in "
+        f"{seconds:.1f} s = {decayed['memories'] / seconds:.0f} rows/s "
+        f"(batch {settings.maintenance_batch})"
+    )
+    o.calls.report(seconds)
+
+
+async def maintain(o: Open, args: argparse.Namespace, work: Path) -> None:
+    """Steps 3 and 4 on the database `build` left."""
+    store, embedder = o.ctx["store"], o.ctx["embedder"]
+    state = json.loads((work / "state.json").read_text())
+    at, prunable, before, texts = state["now"], state["prunable"], state["before"], state["texts"]
+
+    # -- 3. prune ----------------------------------------------------------------------------
+    print(
+        f"3. prune at the decay's time: {prunable} of {before} memories "
+        f"({100 * prunable / before:.1f}%) are prunable by the formula"
+    )
+    o.calls.seconds.clear()
+    started = time.perf_counter()
+    dry = await maintenance.prune(o.ctx, at=at, dry_run=True)
+    seconds = time.perf_counter() - started
+    print(f"  dry run: {seconds:.1f} s, reports {dry['deleted']}")
+    o.calls.report(seconds)
+    started = time.perf_counter()
+    pruned = await maintenance.prune(o.ctx, at=at)
+    seconds = time.perf_counter() - started
+    after = (await store.counts())["memory"]
+    deleted = pruned["deleted"]
+    print(
+        f"  prune: {seconds:.1f} s, deleted {deleted} "
+        f"= {deleted['memory'] / seconds:.0f} memories/s; "
+        f"memories {before} -> {after} (expected {before - prunable})"
+    )
+    o.calls.report(seconds)
+
+    # -- 4. reembed --------------------------------------------------------------------------
+    waiting = await store.count_stale_vectors(embedder.model)
+    o.calls.seconds.clear()
+    runs, moved = 0, 0
+    started = time.perf_counter()
+    while True:
+        result = await maintenance.reembed(o.ctx)
+        runs += 1
+        moved += sum(result["reembedded"].values())
+        if not sum(result["remaining"].values()):
+            break
+    job_seconds = time.perf_counter() - started
+    print(
+        f"4. reembed {OLD_MODEL!r} -> {embedder.model!r}: waiting {waiting}; "
+        f"{moved} texts in {runs} run(s), {job_seconds:.1f} s = "
+        f"{moved / job_seconds:.1f} texts/s"
+    )
+    o.calls.report(job_seconds)
+    batch_size, embedder.batch_size = embedder.batch_size, 32
+    started = time.perf_counter()
+    embedder.embed(texts)
+    model_seconds = time.perf_counter() - started
+    embedder.batch_size = batch_size
+    o.calls.seconds.clear()
+    chars = sorted(len(t) for t in texts)
+    print(
+        f"  model alone (batch 32): {len(texts)} texts (median {chars[len(chars) // 2]} "
+        f"chars) in {model_seconds:.1f} s = {len(texts) / model_seconds:.1f} texts/s"
+    )
+    print(
+        f"  ratio reembed/model (texts/s): "
+        f"{(moved / job_seconds) / (len(texts) / model_seconds):.2f}"
+    )
+
+
+PHASES = {"build": (build,), "maintain": (maintain,), "all": (build, maintain)}
+
+
+async def run(args: argparse.Namespace, work: Path) -> None:
+    o = await open_runtime(work, args.stall_seconds)
     try:
-        await rt.start_queue(exclusive=True)
-        await rt.serve()
-        assert rt.store is not None and rt.embedder is not None
-        for worker in rt.workers:
-            worker.cron_jobs = []  # no scheduled decay/prune in the middle of a measurement
-        store, embedder, settings = rt.store, rt.embedder, rt.settings
-        ctx: dict[str, Any] = {"store": store, "embedder": embedder, "settings": settings}
-
-        # -- 1. build ------------------------------------------------------------------------
-        started = time.perf_counter()
-        batches = synthesize(templates, args.memories, now, rng)
-        texts = mark_for_reembed(batches, args.reembed, embedder.dim, now, settings, rng)
-        memories = [m for b in batches for m in b.tables["memories"]]
-        prunable = sum(expected_prunable(m, now, settings) for m in memories)
-        synth_seconds = time.perf_counter() - started
-        sizes: Counter[str] = Counter()
-        for b in batches:
-            for name, rows in b.tables.items():
-                sizes["edges" if name.startswith("edge_") else name] += len(rows)
-        print(
-            f"fixtures: {len(templates)} real sessions, {per_replay} memories per replay "
-            f"({', '.join(f'{k} {100 * v / per_replay:.0f}%' for k, v in kinds.most_common())})"
-        )
-        print(
-            f"synthesized in {synth_seconds:.1f} s: {len(memories)} memories in "
-            f"{len(batches)} sessions (one transaction each), {sizes['edges']} edges, "
-            f"{sizes['goals']} goals; event times {now - YEAR:%Y-%m-%d} .. {now:%Y-%m-%d}"
-        )
-        print(
-            f"  pinned {sum(bool(m.get('pinned')) for m in memories)}, "
-            f"read {sum(bool(m.get('access_count')) for m in memories)}, "
-            f"valid_until {sum(m.get('valid_until') is not None for m in memories)}, "
-            f"vectors of {OLD_MODEL!r} {len(texts)}"
-        )
-
-        def stalled(label: str) -> None:
-            # Seen once at 100k: a store call that never returned, every thread idle. Say so
-            # and stop rather than wait forever (closing the database could hang as well).
+        if args.phase == "maintain":
             print(
-                f"STALL: {label} did not return in {args.stall_seconds:.0f} s "
-                f"(load average {_load()}); stopping",
-                flush=True,
+                f"database reopened by a new process (as after a daemon restart) "
+                f"in {o.seconds:.1f} s"
             )
-            if rt.redis_service is not None:
-                rt.redis_service.stop()
-            shutil.rmtree(data_dir.parent, ignore_errors=True)
-            os._exit(3)
-
-        calls = Calls(args.stall_seconds, stalled)
-        for name in (
-            "write_transcript_batch",
-            "decay_memories",
-            "prune_candidates",
-            "delete_rows",
-            "orphan_entities",
-            "stale_vectors",
-            "set_vectors",
-            "count_stale_vectors",
-            "record_maintenance",
-        ):
-            calls.wrap(store, name)
-        calls.wrap(embedder, "embed")
-
-        started = time.perf_counter()
-        step = max(1, len(batches) // 10)
-        for i, b in enumerate(batches, 1):
-            await store.write_transcript_batch(b.tables, b.cursor)
-            if i % step == 0:
-                elapsed = time.perf_counter() - started
-                done = sum(len(x.tables["memories"]) for x in batches[:i])
-                _err(f"  build: {done} memories in {elapsed:.0f} s")
-        build_seconds = time.perf_counter() - started
-        counts = await store.counts()
-        print(
-            f"1. insert: {counts['memory']} memories in {build_seconds:.1f} s = "
-            f"{counts['memory'] / build_seconds:.0f} memories/s "
-            f"({(len(memories) + sizes['edges']) / build_seconds:.0f} rows+edges/s; "
-            f"db: {counts['session']} sessions, {counts['entity']} entities, "
-            f"{counts['goal']} goals)"
-        )
-        calls.report(build_seconds)
-        del batches, memories
-
-        # -- 2. decay ------------------------------------------------------------------------
-        started = time.perf_counter()
-        decayed = await maintenance.decay(ctx, at=now.isoformat())
-        seconds = time.perf_counter() - started
-        print(
-            f"2. decay at {now:%Y-%m-%d %H:%M}: {decayed['memories']} memories in "
-            f"{seconds:.1f} s = {decayed['memories'] / seconds:.0f} rows/s "
-            f"(batch {settings.maintenance_batch})"
-        )
-        calls.report(seconds)
-
-        # -- 3. prune ------------------------------------------------------------------------
-        before = counts["memory"]
-        print(
-            f"3. prune at the same time: {prunable} of {before} memories "
-            f"({100 * prunable / before:.1f}%) are prunable by the formula"
-        )
-        started = time.perf_counter()
-        dry = await maintenance.prune(ctx, at=now.isoformat(), dry_run=True)
-        seconds = time.perf_counter() - started
-        print(f"  dry run: {seconds:.1f} s, reports {dry['deleted']}")
-        calls.report(seconds)
-        started = time.perf_counter()
-        pruned = await maintenance.prune(ctx, at=now.isoformat())
-        seconds = time.perf_counter() - started
-        after = (await store.counts())["memory"]
-        deleted = pruned["deleted"]
-        print(
-            f"  prune: {seconds:.1f} s, deleted {deleted} "
-            f"= {deleted['memory'] / seconds:.0f} memories/s; "
-            f"memories {before} -> {after} (expected {before - prunable})"
-        )
-        calls.report(seconds)
-
-        # -- 4. reembed ----------------------------------------------------------------------
-        waiting = await store.count_stale_vectors(embedder.model)
-        calls.seconds.clear()
-        runs, moved = 0, 0
-        started = time.perf_counter()
-        while True:
-            result = await maintenance.reembed(ctx)
-            runs += 1
-            moved += sum(result["reembedded"].values())
-            if not sum(result["remaining"].values()):
-                break
-        job_seconds = time.perf_counter() - started
-        print(
-            f"4. reembed {OLD_MODEL!r} -> {embedder.model!r}: waiting {waiting}; "
-            f"{moved} texts in {runs} run(s), {job_seconds:.1f} s = "
-            f"{moved / job_seconds:.1f} texts/s"
-        )
-        calls.report(job_seconds)
-        batch_size, embedder.batch_size = embedder.batch_size, 32
-        started = time.perf_counter()
-        embedder.embed(texts)
-        model_seconds = time.perf_counter() - started
-        embedder.batch_size = batch_size
-        calls.seconds.clear()
-        chars = sorted(len(t) for t in texts)
-        print(
-            f"  model alone (batch 32): {len(texts)} texts (median {chars[len(chars) // 2]} "
-            f"chars) in {model_seconds:.1f} s = {len(texts) / model_seconds:.1f} texts/s"
-        )
-        print(
-            f"  ratio reembed/model (texts/s): "
-            f"{(moved / job_seconds) / (len(texts) / model_seconds):.2f}"
-        )
-        print(f"load average at end: {_load()}")
+        for phase in PHASES[args.phase]:
+            await phase(o, args, work)
     finally:
-        await rt.close()
+        await o.rt.close()
 
 
 def _load() -> str:
@@ -463,7 +518,9 @@ def _load() -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--memories", type=int, default=100_000)
     parser.add_argument("--reembed", type=int, default=2000)
     parser.add_argument(
@@ -472,12 +529,36 @@ def main() -> None:
         default=900,
         help="give up when one store call takes longer than this",
     )
+    parser.add_argument(
+        "--one-process",
+        action="store_true",
+        help="build, decay, prune and reembed in one Runtime (at 100k the prune stalled)",
+    )
+    parser.add_argument("--phase", choices=sorted(PHASES), help=argparse.SUPPRESS)
+    parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     _isolate_env()
+    if args.phase:  # a child started below
+        asyncio.run(run(args, args.work))
+        return
+    print(f"load average at start (machine shared, {os.cpu_count()} cores): {_load()}")
     # Short path under /tmp: the private Redis socket path must stay under 108 bytes.
     work = Path(tempfile.mkdtemp(prefix="mdm-", dir="/tmp"))
     try:
-        asyncio.run(run(args, work / "data"))
+        if args.one_process:
+            args.phase = "all"
+            asyncio.run(run(args, work))
+        else:
+            for phase in ("build", "maintain"):
+                child = [sys.executable, __file__, "--phase", phase, "--work", str(work)]
+                child += ["--memories", str(args.memories), "--reembed", str(args.reembed)]
+                child += ["--stall-seconds", str(args.stall_seconds)]
+                sys.stdout.flush()
+                code = subprocess.run(child, check=False).returncode
+                if code:
+                    print(f"phase {phase} exited with status {code}")
+                    sys.exit(code)
+        print(f"load average at end: {_load()}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

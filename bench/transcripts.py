@@ -1,6 +1,7 @@
 """Transcript ingestion: throughput, append-to-visible latency, and memory on a huge transcript.
 
     .venv/bin/python bench/transcripts.py [--size-mb 1024] [--skip a,b,c] [--appends 20]
+                                          [--cli-appends 3] [--stall 600]
 
 (a) throughput: every Claude Code and Codex fixture through the real queue (private Redis, arq
     worker, parsers, the offline model, embedded SurrealDB) into a fresh database, as lines/s and
@@ -12,9 +13,11 @@
     `memoryd session ID --json` (which includes Python start-up).
 (c) memory: a transcript of `--size-mb` built from the Claude fixtures' (tool_use, big
     tool_result) pairs with fresh ids is ingested by an in-process Runtime in a child process;
-    its RSS is sampled every 0.2 s and printed at 25/50/75/100% of the file.
+    its RSS is sampled every 0.2 s and printed at 25/50/75/100% of the file. When no batch is
+    written for `--stall` seconds the run is stopped and where it stalled is printed.
 
 Numbers only: nothing here asserts a timing. Temporary files live under /tmp and are removed.
+Every part prints the load average first: on a shared machine it explains a lot.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from typing import Any
 from memoryd import queue
 from memoryd.config import load_settings
 from memoryd.runtime import Runtime
+from memoryd.services import stop_orphan
 from memoryd.watch.transcripts import transcript_files
 from workers.ingest import HEAD_BYTES, _subagent_meta, rows_for
 from workers.transcripts import Memory, Source, detect_agent, parser_for, split_lines
@@ -330,6 +334,7 @@ async def part_b(work: Path, appends: int, cli_appends: int, poll: float) -> Non
         except subprocess.TimeoutExpired:
             daemon.kill()
             daemon.wait()
+            stop_orphan(data / "redis" / "redis.sock")
 
     print("(b) `memoryd run` up; append one fresh record, wait until the session replay shows it")
     print(
@@ -539,7 +544,8 @@ async def rss_child(path: Path, data: Path) -> dict[str, Any]:
         while not progress or progress[-1][1] < size:
             [job] = await queue.enqueue_ingest(redis, [str(path)], fresh=True)
             try:
-                reports.append(await queue.wait_for(job, None))
+                # A finite timeout: wait_for formats it into its message.
+                reports.append(await queue.wait_for(job, 7 * 24 * 3600))
             except Exception as exc:  # e.g. the job's timeout: it resumes from its offset
                 failures.append(str(exc))
                 print(json.dumps({"failed": str(exc)}), flush=True)
@@ -589,8 +595,18 @@ def run_child(path: Path, data: Path, stall: float) -> dict[str, Any]:
     child = subprocess.Popen(
         [sys.executable, __file__, "--rss-child", str(path), "--data-dir", str(data)],
         stdout=subprocess.PIPE,
-        start_new_session=True,  # its private redis-server joins its group: one kill ends both
+        start_new_session=True,
     )
+    try:
+        return _follow_child(child, path, stall)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+        stop_orphan(data / "redis" / "redis.sock")  # it daemonized out of the child's group
+
+
+def _follow_child(child: subprocess.Popen[bytes], path: Path, stall: float) -> dict[str, Any]:
     assert child.stdout is not None
     fd = child.stdout.fileno()
     size = path.stat().st_size
@@ -617,8 +633,6 @@ def run_child(path: Path, data: Path, stall: float) -> dict[str, Any]:
                 f"  STALLED: no batch written for {stall:.0f} s at offset {offset} "
                 f"({100 * offset / size:.1f}% of the file), RSS {rss:.0f} MiB; killing it"
             )
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
             return {}
     child.wait()
     if child.returncode != 0 or result is None:
@@ -628,6 +642,14 @@ def run_child(path: Path, data: Path, stall: float) -> dict[str, Any]:
 
 def _du(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _db_layout(db: Path) -> str:
+    """Total size and the share of each engine folder (SurrealKV: wal, sstables, vlog...)."""
+    if not db.exists():
+        return "none"
+    parts = [f"{d.name} {_du(d) / 2**20:.0f} MiB" for d in sorted(db.iterdir()) if d.is_dir()]
+    return f"{_du(db) / 2**20:.0f} MiB ({', '.join(parts)})"
 
 
 def part_c(work: Path, size_mb: int, stall: float) -> None:
@@ -651,8 +673,8 @@ def part_c(work: Path, size_mb: int, stall: float) -> None:
     data = work / "c-data"
     r = run_child(path, data, stall)
     if not r:
+        print(f"  database on disk when it stalled: {_db_layout(data / 'db')}")
         return
-    db_bytes = _du(data / "db") if (data / "db").exists() else 0
     mib = 1024
     print(
         f"  ingested in {r['seconds']:.0f} s ({size / 2**20 / r['seconds']:.2f} MiB/s): "
@@ -673,26 +695,38 @@ def part_c(work: Path, size_mb: int, stall: float) -> None:
         f"  peak VmRSS {r['peak_kb'] / mib:.0f} MiB ({r['samples']} samples every 0.2 s); "
         f"ru_maxrss {r['maxrss_kb'] / mib:.0f} MiB (target < 500 MB)"
     )
-    print(f"  database on disk afterwards: {db_bytes / 2**20:.0f} MiB")
+    print(f"  database on disk afterwards: {_db_layout(data / 'db')}")
 
 
 # --------------------------------------------------------------------------------------------
 
 
+def _load() -> None:
+    """Other work on the machine skews every number here: say how busy it is."""
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"[load average {load}]")
+
+
 async def amain(args: argparse.Namespace) -> None:
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     work = _tmpdir("mdt-")
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"machine: {os.cpu_count()} cores, load average {load} at start")
+    print(f"machine: {os.cpu_count()} cores")
     try:
         if "a" not in skip:
+            _load()
             await part_a(work)
         if "b" not in skip:
+            _load()
             await part_b(work, args.appends, args.cli_appends, args.poll)
         if "c" not in skip:
+            _load()
             part_c(work, args.size_mb, args.stall)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def main() -> None:
@@ -711,6 +745,9 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     _isolate_env()
+    # SIGTERM unwinds like Ctrl-C: the finally blocks stop the private Redis servers and the
+    # daemon, and remove the temp dirs.
+    signal.signal(signal.SIGTERM, _interrupt)
     if args.rss_child:
         result = asyncio.run(rss_child(args.rss_child, args.data_dir))
         print(json.dumps(result))
