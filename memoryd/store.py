@@ -645,14 +645,15 @@ class Store:
     ) -> tuple[int, str | None]:
         """Recompute `importance` of one batch of unpinned memories (by id order, after
         `after`): 0.5^(age / half-life of its kind) x (1 + boost x ln(1 + access_count)), capped
-        at 1, where age runs from the last access or else the event. Returns (count, last id)."""
+        at 1, where age runs from the last access or else the event (a time in the future,
+        from a fast clock, counts as age 0 instead of failing the pass). Returns (count, last id)."""
         rows = await self.query(
             """
             UPDATE (SELECT VALUE id FROM memory WHERE pinned = false AND id > $after
                     ORDER BY id LIMIT $batch)
             SET importance = math::min([1.0,
-                math::pow(0.5, math::max([0.0, duration::secs($at - (last_accessed ?? event_time
-                    ?? ingestion_time))]) / 86400.0 / ($half[kind] ?? $half_default))
+                math::pow(0.5, math::max([0.0, time::unix($at) - time::unix(last_accessed
+                    ?? event_time ?? ingestion_time)]) / 86400.0 / ($half[kind] ?? $half_default))
                 * (1.0 + $boost * math::ln(1.0 + access_count))])
             RETURN VALUE record::id(id);
             """,
