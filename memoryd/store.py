@@ -646,7 +646,8 @@ class Store:
         """Recompute `importance` of one batch of unpinned memories (by id order, after
         `after`): 0.5^(age / half-life of its kind) x (1 + boost x ln(1 + access_count)), capped
         at 1, where age runs from the last access or else the event (a time in the future,
-        from a fast clock, counts as age 0 instead of failing the pass). Returns (count, last id)."""
+        from a fast clock, counts as age 0 instead of failing the pass).
+        Returns (count, last id)."""
         rows = await self.query(
             """
             UPDATE (SELECT VALUE id FROM memory WHERE pinned = false AND id > $after
