@@ -56,6 +56,35 @@ _UPSERT_ENTITIES = """
                     project = $e.project, aliases = array::union(aliases ?? [], $e.aliases),
                     first_seen = first_seen ?? $e.first_seen, last_seen = $e.last_seen;
             };"""
+
+
+def _age(field: str) -> str:
+    """Seconds from `field` to $at, negative for a time after $at (a fast clock): computed on
+    unix seconds, since a negative duration fails the whole statement."""
+    return f"(time::unix($at) - time::unix({field}))"
+
+
+_LAST_TOUCHED = "(last_accessed ?? event_time ?? ingestion_time)"
+_EXPIRED = f"valid_until IS NOT NONE AND {_age('valid_until')} > $retention"
+# What prune deletes, one rule an entry: (table, condition). A memory may meet both of its rules.
+PRUNE_RULES = (
+    ("code_chunk", _EXPIRED),
+    ("memory", f"pinned = false AND {_EXPIRED}"),
+    ("memory", f"pinned = false AND importance < $floor AND {_age(_LAST_TOUCHED)} > $idle"),
+)
+PRUNED_TABLES = ("code_chunk", "memory")
+
+
+def _prune_condition(table: str) -> str:
+    return " OR ".join(f"({where})" for t, where in PRUNE_RULES if t == table)
+
+
+# A row a prune deletes, whatever its table (for the entities it would leave orphaned).
+_DOOMED = " OR ".join(
+    f"(meta::tb(id) = '{table}' AND ({_prune_condition(table)}))" for table in PRUNED_TABLES
+)
+# Entities that nothing points at, or only rows a prune deletes.
+_ORPHANED_BY_PRUNE = f"count(->?) = 0 AND count((<-?<-?)[WHERE !({_DOOMED})]) = 0"
 # Candidates per ranked list before fusion: enough that filters still leave `limit`.
 _CANDIDATE_FACTOR = 4
 _HNSW_EF = 100
@@ -649,12 +678,12 @@ class Store:
         from a fast clock, counts as age 0 instead of failing the pass).
         Returns (count, last id)."""
         rows = await self.query(
-            """
+            f"""
             UPDATE (SELECT VALUE id FROM memory WHERE pinned = false AND id > $after
                     ORDER BY id LIMIT $batch)
             SET importance = math::min([1.0,
-                math::pow(0.5, math::max([0.0, time::unix($at) - time::unix(last_accessed
-                    ?? event_time ?? ingestion_time)]) / 86400.0 / ($half[kind] ?? $half_default))
+                math::pow(0.5, math::max([0.0, {_age(_LAST_TOUCHED)}]) / 86400.0
+                    / ($half[kind] ?? $half_default))
                 * (1.0 + $boost * math::ln(1.0 + access_count))])
             RETURN VALUE record::id(id);
             """,
@@ -673,29 +702,39 @@ class Store:
     async def prune_candidates(
         self, at: datetime, retention_days: float, floor: float, idle_days: float, batch: int
     ) -> dict[str, list[str]]:
-        """What a prune would delete, at most `batch` of each kind."""
-        params = {
-            "at": at,
-            "retention": retention_days * 86400.0,
-            "floor": floor,
-            "idle": idle_days * 86400.0,
-            "batch": batch,
-        }
-        expired_chunks, expired_memories, faded = await self.query(
-            """
-            SELECT VALUE record::id(id) FROM code_chunk WHERE valid_until IS NOT NONE
-                AND duration::secs($at - valid_until) > $retention LIMIT $batch;
-            SELECT VALUE record::id(id) FROM memory WHERE pinned = false
-                AND valid_until IS NOT NONE AND duration::secs($at - valid_until) > $retention
-                LIMIT $batch;
-            SELECT VALUE record::id(id) FROM memory WHERE pinned = false AND importance < $floor
-                AND duration::secs($at - (last_accessed ?? event_time ?? ingestion_time)) > $idle
-                LIMIT $batch;
-            """,
-            params,
+        """What a prune deletes next: at most `batch` rows per rule."""
+        results = await self.query(
+            "; ".join(
+                f"SELECT VALUE record::id(id) FROM {table} WHERE {where} LIMIT $batch"
+                for table, where in PRUNE_RULES
+            ),
+            _prune_params(at, retention_days, floor, idle_days) | {"batch": batch},
         )
-        memories = sorted({*(expired_memories or []), *(faded or [])})
-        return {"code_chunk": sorted(expired_chunks or []), "memory": memories}
+        found: dict[str, set[str]] = {table: set() for table in PRUNED_TABLES}
+        for (table, _), keys in zip(PRUNE_RULES, results, strict=True):
+            found[table].update(keys or [])
+        return {table: sorted(keys) for table, keys in found.items()}
+
+    async def prune_preview(
+        self, at: datetime, retention_days: float, floor: float, idle_days: float, sample: int
+    ) -> dict[str, tuple[int, list[str]]]:
+        """What a whole prune would delete, deleting nothing: per table the count and the first
+        `sample` keys. Entities are those the deletions would leave with no edge (or have none)."""
+        conditions = {table: _prune_condition(table) for table in PRUNED_TABLES}
+        conditions["entity"] = _ORPHANED_BY_PRUNE
+        results = await self.query(
+            "; ".join(
+                f"SELECT count() AS n FROM {table} WHERE {where} GROUP ALL; "
+                f"SELECT VALUE record::id(id) FROM {table} WHERE {where} LIMIT $sample"
+                for table, where in conditions.items()
+            ),
+            _prune_params(at, retention_days, floor, idle_days) | {"sample": sample},
+        )
+        counts, samples = results[0::2], results[1::2]
+        return {
+            table: ((n[0]["n"] if n else 0), sorted(keys or []))
+            for table, n, keys in zip(conditions, counts, samples, strict=True)
+        }
 
     async def delete_rows(self, table: str, keys: list[str]) -> int:
         """Delete rows and the edges touching them (DELETE of a record removes its edges)."""
@@ -779,6 +818,17 @@ class Store:
                 "model": model,
             },
         )
+
+
+def _prune_params(
+    at: datetime, retention_days: float, floor: float, idle_days: float
+) -> dict[str, Any]:
+    return {
+        "at": at,
+        "retention": retention_days * 86400.0,
+        "floor": floor,
+        "idle": idle_days * 86400.0,
+    }
 
 
 def _filter_clause(filters: dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta
+import shutil
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from memoryd import queue
@@ -144,3 +145,117 @@ async def test_switching_model_reembeds_everything(
         ), hits
     finally:
         await second.close()
+
+
+async def _ingest(rt: Runtime, transcript: Path) -> dict[str, dict]:
+    assert rt.redis is not None
+    transcript.write_bytes(SMALL.read_bytes())
+    [job] = await queue.enqueue_ingest(rt.redis, [str(transcript)])
+    await queue.wait_for(job, 300)
+    return await _memories(rt)
+
+
+def _unix(moment: datetime) -> int:
+    """Whole seconds, as the database's time::unix counts them."""
+    return math.floor(moment.timestamp())
+
+
+async def test_decay_counts_a_time_in_the_future_as_age_zero(
+    stack: Runtime, tmp_path: Path
+) -> None:
+    """The clock stands in the middle of the transcript: what happened (or was read) after it
+    is worth exactly 1, the rest decays from its own time, and prune at that clock works."""
+    assert stack.store is not None
+    memories = await _ingest(stack, tmp_path / "session.jsonl")
+    times = sorted({row["event_time"] for row in memories.values()})
+    clock = times[len(times) // 2]
+    early = min(memories, key=lambda k: memories[k]["event_time"])
+    # Read "tomorrow" by a machine whose clock runs fast.
+    await stack.store.bump_access("memory", [early], clock + timedelta(days=1))
+    half_lives = stack.settings.half_life_days
+
+    assert (await _run(stack, "decay", clock))["memories"] == 22
+    after = await _memories(stack)
+    future = {k for k, row in after.items() if row["event_time"] > clock} | {early}
+    assert 0 < len(future) < 22
+    assert {k: after[k]["importance"] for k in future} == dict.fromkeys(future, 1.0)
+    for key in set(after) - future:
+        row = after[key]
+        age_days = (_unix(clock) - _unix(row["event_time"])) / 86400
+        expected = 0.5 ** (age_days / half_lives[row["kind"]])
+        assert math.isclose(row["importance"], expected, rel_tol=1e-9), (key, row["kind"])
+    # Prune compares the same ages: a time after its clock is simply not old.
+    pruned = await _run(stack, "prune", clock)
+    assert pruned["deleted"]["memory"] == 0 and pruned["deleted"]["code_chunk"] == 0
+
+
+def _orphaned_by(dump: dict[str, list[dict]], doomed: set[tuple[str, str]]) -> set[str]:
+    """Entities left with no edge once the `doomed` rows (table, key) are gone."""
+    from memoryd.store import EDGE_TABLES
+
+    kept: set[str] = set()
+    for table in (*EDGE_TABLES, "defined_in"):
+        for edge in dump.get(table, []):
+            source = (edge["in"].table_name, str(edge["in"].id))
+            if edge["out"].table_name == "entity" and source not in doomed:
+                kept.add(str(edge["out"].id))
+    return {str(row["id"].id) for row in dump["entity"]} - kept
+
+
+async def test_prune_dry_run_counts_all_that_would_go_not_one_batch(
+    data_dir: Path, arq_tree: Path, tmp_path: Path
+) -> None:
+    from memoryd import projects
+    from tests.conftest import git, settings_for
+
+    tree = tmp_path / "tree"
+    shutil.copytree(arq_tree, tree)
+    batch = 3
+    rt = Runtime(settings_for(data_dir, maintenance_batch=batch))
+    try:
+        await rt.start_queue(exclusive=True)
+        await rt.serve(scheduled=False)
+        assert rt.redis is not None and rt.store is not None
+        project = projects.resolve(tree)
+        for job, _ in await projects.sync(rt.redis, project, 32):
+            await queue.wait_for(job, 300)
+        # Two files go: their chunks are retired now, expired a retention later.
+        git(tree, "rm", "-q", "worker.py", "jobs.py")
+        for job, _ in await projects.sync(rt.redis, project, 32):
+            await queue.wait_for(job, 300)
+        memories = await _ingest(rt, tmp_path / "session.jsonl")
+        t0 = min(row["event_time"] for row in memories.values())
+        later = max(t0, datetime.now(UTC)) + timedelta(days=200)
+        await _run(rt, "decay", later)
+        dump = await rt.store.dump()
+        expired = {str(r["id"].id) for r in dump["code_chunk"] if r.get("valid_until")}
+        # 200 days on, every memory is idle for longer than prune_idle_days.
+        faded = {
+            str(r["id"].id)
+            for r in dump["memory"]
+            if r["importance"] < rt.settings.importance_floor and not r["pinned"]
+        }
+        doomed = {("code_chunk", k) for k in expired} | {("memory", k) for k in faded}
+        expected = {
+            "code_chunk": len(expired),
+            "memory": len(faded),
+            "entity": len(_orphaned_by(dump, doomed)),
+        }
+        # Each is more than one batch: a dry run that stopped after one would say `batch`.
+        assert min(expected.values()) > batch, expected
+
+        dry = await _run(rt, "prune", later, dry_run=True)
+        assert dry["dry_run"] is True and dry["deleted"] == expected
+        # A dry run deletes nothing (it only records that it ran).
+        sizes = {t: len(r) for t, r in (await rt.store.dump()).items() if t != "maintenance_run"}
+        assert sizes == {t: len(r) for t, r in dump.items() if t != "maintenance_run"}
+        done = await _run(rt, "prune", later)
+        assert done["deleted"] == expected
+        assert set(dry["ids"]["memory"]) <= faded and len(dry["ids"]["memory"]) == len(faded)
+        left = await rt.store.dump()
+        assert {str(r["id"].id) for r in left["memory"]} == set(memories) - faded
+        assert {str(r["id"].id) for r in left["code_chunk"]} == {
+            str(r["id"].id) for r in dump["code_chunk"]
+        } - expired
+    finally:
+        await rt.close()

@@ -12,6 +12,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
+from memoryd.store import Store
 from workers.ingest import EMBED_CHARS
 
 log = logging.getLogger(__name__)
@@ -45,45 +46,51 @@ async def decay(ctx: dict[str, Any], at: str | None = None) -> dict[str, Any]:
     return result
 
 
+# Ids a prune result lists per table (the counts are whole).
+_SHOWN_IDS = 50
+
+
 async def prune(
     ctx: dict[str, Any], at: str | None = None, dry_run: bool = False, max_batches: int = 1000
 ) -> dict[str, Any]:
     store, settings = ctx["store"], ctx["settings"]
     now = _now(at)
     started = datetime.now(UTC)
+    rules = (now, settings.retention_days, settings.importance_floor, settings.prune_idle_days)
+    if dry_run:
+        # Counted whole, not batch by batch: nothing is deleted between batches to move on.
+        preview = await store.prune_preview(*rules, _SHOWN_IDS)
+        counts = {table: n for table, (n, _) in preview.items()}
+        shown = {table: keys for table, (_, keys) in preview.items()}
+    else:
+        deleted = await _prune_batches(store, rules, settings.maintenance_batch, max_batches)
+        counts = {table: len(keys) for table, keys in deleted.items()}
+        shown = {table: keys[:_SHOWN_IDS] for table, keys in deleted.items()}
+    result = {"dry_run": dry_run, "at": now.isoformat(), "deleted": counts, "ids": shown}
+    await store.record_maintenance("prune", started, result, dry_run=dry_run)
+    log.info("prune%s: %s", " (dry run)" if dry_run else "", counts)
+    return result
+
+
+async def _prune_batches(
+    store: Store, rules: tuple[datetime, float, float, float], batch: int, max_batches: int
+) -> dict[str, list[str]]:
+    """Delete in batches that commit on their own, then the entities left with no edge."""
     deleted: dict[str, list[str]] = {"code_chunk": [], "memory": [], "entity": []}
     for _ in range(max_batches):
-        found = await store.prune_candidates(
-            now,
-            settings.retention_days,
-            settings.importance_floor,
-            settings.prune_idle_days,
-            settings.maintenance_batch,
-        )
-        if dry_run or not any(found.values()):
-            for table, keys in found.items():
-                deleted[table].extend(keys)
+        found = await store.prune_candidates(*rules, batch)
+        if not any(found.values()):
             break
         for table, keys in found.items():
             await store.delete_rows(table, keys)
             deleted[table].extend(keys)
-    # Entities are orphaned by the deletions above; a dry run reports today's orphans.
     for _ in range(max_batches):
-        orphans = await store.orphan_entities(settings.maintenance_batch)
-        if dry_run or not orphans:
-            deleted["entity"].extend(orphans)
+        orphans = await store.orphan_entities(batch)
+        if not orphans:
             break
         await store.delete_rows("entity", orphans)
         deleted["entity"].extend(orphans)
-    result = {
-        "dry_run": dry_run,
-        "at": now.isoformat(),
-        "deleted": {table: len(keys) for table, keys in deleted.items()},
-        "ids": {table: keys[:50] for table, keys in deleted.items()},
-    }
-    await store.record_maintenance("prune", started, result, dry_run=dry_run)
-    log.info("prune%s: %s", " (dry run)" if dry_run else "", result["deleted"])
-    return result
+    return deleted
 
 
 REEMBED_TABLES = (("code_chunk", "content"), ("memory", "content"), ("goal", "intent"))
