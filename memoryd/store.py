@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import importlib.resources
 import logging
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -56,6 +57,14 @@ _UPSERT_ENTITIES = """
                     project = $e.project, aliases = array::union(aliases ?? [], $e.aliases),
                     first_seen = first_seen ?? $e.first_seen, last_seen = $e.last_seen;
             };"""
+# Tables holding vectors (each with an HNSW index in schema/001_core.surql), by the field whose
+# text is embedded.
+VECTOR_TABLES = {"code_chunk": "content", "memory": "content", "goal": "intent"}
+_HNSW_DIMENSION = re.compile(r"\bHNSW\s+DIMENSION\s+(\d+)")
+# A row that should carry a vector of the configured model ($model) and does not: embedded with
+# another model, or its vector dropped when the dimension changed. Rows with no model are not
+# embedded at all (kinds that are not, texts too long).
+_STALE_VECTOR = "embedding_model IS NOT NONE AND (embedding_model != $model OR embedding IS NONE)"
 
 
 def _age(field: str) -> str:
@@ -222,6 +231,8 @@ class Store:
             if await self._has_table("schema_version")
             else {}
         )
+        if applied:
+            await self._fit_vector_indexes(dim)
         recorded: list[str] = []
         for path in sorted(schema_dir.glob("*.surql")):
             text = path.read_text().replace("{{dim}}", str(dim))
@@ -234,6 +245,43 @@ class Store:
                 )
                 recorded.append(path.name)
         return recorded
+
+    async def _vector_indexes(self) -> dict[str, tuple[str, int]]:
+        """Per vector table that has one: its HNSW index's name and dimension."""
+        tables = [t for t in VECTOR_TABLES if await self._has_table(t)]
+        infos = await self.query("; ".join(f"INFO FOR TABLE {t}" for t in tables)) if tables else []
+        found: dict[str, tuple[str, int]] = {}
+        for table, info in zip(tables, infos, strict=True):
+            for name, definition in (info.get("indexes") or {}).items():
+                if hnsw := _HNSW_DIMENSION.search(definition):
+                    found[table] = (name, int(hnsw[1]))
+        return found
+
+    async def vector_dimensions(self) -> dict[str, int]:
+        """The dimension each vector table's HNSW index is built for."""
+        return {table: dim for table, (_, dim) in (await self._vector_indexes()).items()}
+
+    async def _fit_vector_indexes(self, dim: int) -> None:
+        """A model of another dimension: an HNSW index takes vectors of one dimension only, so
+        drop the vectors of the old one (reembed gives each row a new one; meanwhile BM25 and
+        the graph find it), then the index; the schema files define it again for `dim`. In this
+        order a start killed half-way is finished by the next: the old index is still there
+        to say what to do."""
+        for table, (index, old) in (await self._vector_indexes()).items():
+            if old == dim:
+                continue
+            await self.query(
+                f"UPDATE {table} SET embedding = NONE WHERE embedding IS NOT NONE RETURN NONE; "
+                f"REMOVE INDEX {index} ON {table};"
+            )
+            log.warning(
+                "the model's dimension changed from %d to %d: the %s vectors were dropped and "
+                "index %s is rebuilt; reembed embeds them again",
+                old,
+                dim,
+                table,
+                index,
+            )
 
     async def _has_table(self, name: str) -> bool:
         info = (await self.query("INFO FOR DB"))[0]
@@ -789,25 +837,26 @@ class Store:
     async def stale_vectors(
         self, table: str, text_field: str, model: str, batch: int
     ) -> list[dict[str, Any]]:
-        """Rows embedded with another model than `model`, to re-embed."""
+        """Rows to embed (again) with `model`: embedded with another model, or their vector
+        dropped when the dimension changed."""
         rows = await self.query(
             f"SELECT record::id(id) AS key, {text_field} AS text FROM {table} "
-            "WHERE embedding_model IS NOT NONE AND embedding_model != $model LIMIT $batch",
+            f"WHERE {_STALE_VECTOR} LIMIT $batch",
             {"model": model, "batch": batch},
         )
         return rows[0] or []
 
     async def count_stale_vectors(self, model: str) -> dict[str, int]:
-        tables = ("code_chunk", "memory", "goal")
         results = await self.query(
             "; ".join(
-                f"SELECT count() AS n FROM {t} WHERE embedding_model IS NOT NONE "
-                "AND embedding_model != $model GROUP ALL"
-                for t in tables
+                f"SELECT count() AS n FROM {t} WHERE {_STALE_VECTOR} GROUP ALL"
+                for t in VECTOR_TABLES
             ),
             {"model": model},
         )
-        return {t: (rows[0]["n"] if rows else 0) for t, rows in zip(tables, results, strict=True)}
+        return {
+            t: (rows[0]["n"] if rows else 0) for t, rows in zip(VECTOR_TABLES, results, strict=True)
+        }
 
     async def set_vectors(self, table: str, vectors: dict[str, list[float]], model: str) -> None:
         await self.query(

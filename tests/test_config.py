@@ -76,3 +76,26 @@ def test_negative_half_life_and_unknown_model_are_refused(
     with pytest.raises(MemorydError) as unknown:
         Embedder("nobody/no-such-model", tmp_path / "models")
     assert "cannot load embedding model 'nobody/no-such-model'" in str(unknown.value)
+
+
+def test_the_truncated_model_loads_by_name_and_an_unknown_own_name_is_refused(
+    tmp_path: Path,
+) -> None:
+    import numpy as np
+
+    from memoryd.embedding import TRUNCATED_DIM, TRUNCATED_MODEL, Embedder
+
+    full = Embedder(DEFAULT_MODEL, tmp_path / "models")
+    cut = Embedder(TRUNCATED_MODEL, tmp_path / "models")
+    assert (full.dim, cut.dim) == (384, TRUNCATED_DIM)
+    text = ["RedisSettings.from_dsn parses a redis:// url"]
+    [whole], [head] = np.array(full.embed(text)), np.array(cut.embed(text))
+    # The first 256 components of the packaged model's vector, back at unit length.
+    assert np.allclose(head, whole[:TRUNCATED_DIM] / np.linalg.norm(whole[:TRUNCATED_DIM]))
+    assert np.isclose(np.linalg.norm(head), 1.0)
+    with pytest.raises(MemorydError) as unknown:
+        Embedder("memoryd/all-MiniLM-L6-v2-128", tmp_path / "models")
+    assert str(unknown.value) == (
+        "unknown embedding model 'memoryd/all-MiniLM-L6-v2-128': memoryd's own offline "
+        f"models are {DEFAULT_MODEL}, memoryd/all-MiniLM-L6-v2-cls, {TRUNCATED_MODEL}"
+    )

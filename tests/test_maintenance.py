@@ -259,3 +259,88 @@ async def test_prune_dry_run_counts_all_that_would_go_not_one_batch(
         } - expired
     finally:
         await rt.close()
+
+
+async def _search_code(rt: Runtime, text: str) -> list[dict]:
+    assert rt.redis is not None
+    return await queue.call(rt.redis, "search", text, 3, None, "code")
+
+
+async def _models(rt: Runtime) -> dict[str, dict[str | None, int]]:
+    """Rows per embedding model, per vector table; None: rows that hold no vector."""
+    from collections import Counter
+
+    from memoryd.store import VECTOR_TABLES
+
+    assert rt.store is not None
+    dump = await rt.store.dump()
+    return {
+        table: dict(
+            Counter(row.get("embedding_model") if row.get("embedding") else None for row in rows)
+        )
+        for table, rows in dump.items()
+        if table in VECTOR_TABLES
+    }
+
+
+async def test_a_model_of_another_dimension_rebuilds_the_indexes_and_reembeds(
+    data_dir: Path, arq_tree: Path, tmp_path: Path
+) -> None:
+    from memoryd import projects
+    from memoryd.config import DEFAULT_MODEL
+    from memoryd.embedding import TRUNCATED_DIM, TRUNCATED_MODEL
+    from tests.conftest import settings_for
+
+    query = "parse a redis connection DSN url"
+    first = Runtime(settings_for(data_dir))
+    try:
+        await first.start_queue(exclusive=True)
+        await first.serve(scheduled=False)
+        assert first.redis is not None and first.store is not None
+        for job, _ in await projects.sync(first.redis, projects.resolve(arq_tree), 32):
+            await queue.wait_for(job, 300)
+        await _ingest(first, tmp_path / "session.jsonl")
+        assert await first.store.vector_dimensions() == dict.fromkeys(
+            ("code_chunk", "memory", "goal"), 384
+        )
+        before = await _models(first)
+        assert (await _search_code(first, query))[0]["name"] == "RedisSettings.from_dsn"
+    finally:
+        await first.close()
+    embedded = {table: counts[DEFAULT_MODEL] for table, counts in before.items()}
+    assert set(before["code_chunk"]) == {DEFAULT_MODEL} and embedded["goal"] == 1
+
+    second = Runtime(settings_for(data_dir, model=TRUNCATED_MODEL, maintenance_batch=10))
+    try:
+        await second.start_queue(exclusive=True)
+        await second.serve(scheduled=False)
+        assert second.redis is not None and second.store is not None
+        # At start: every index is rebuilt for 256 dimensions, the old vectors are gone and
+        # every row that had one waits for the new model.
+        assert await second.store.vector_dimensions() == dict.fromkeys(
+            ("code_chunk", "memory", "goal"), TRUNCATED_DIM
+        )
+        assert await second.store.count_stale_vectors(TRUNCATED_MODEL) == embedded
+        # Meanwhile BM25 still finds the code.
+        hits = await _search_code(second, "from_dsn")
+        assert any(h["name"] == "RedisSettings.from_dsn" for h in hits)
+        runs = 0
+        while True:
+            job = await second.redis.enqueue_job("reembed", _queue_name=queue.JOBS_QUEUE)
+            assert job is not None
+            result = await queue.wait_for(job, 600)
+            runs += 1
+            if not sum(result["remaining"].values()):
+                break
+        assert runs > 1  # batches of 10: the migration took several runs
+        after = await _models(second)
+        for table, n in embedded.items():
+            assert after[table].get(TRUNCATED_MODEL) == n, table
+            assert DEFAULT_MODEL not in after[table], table
+        dump = await second.store.dump()
+        assert {len(r["embedding"]) for t in embedded for r in dump[t] if r.get("embedding")} == {
+            TRUNCATED_DIM
+        }
+        assert (await _search_code(second, query))[0]["name"] == "RedisSettings.from_dsn"
+    finally:
+        await second.close()

@@ -12,7 +12,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from memoryd.store import Store
+from memoryd.store import VECTOR_TABLES, Store
 from workers.ingest import EMBED_CHARS
 
 log = logging.getLogger(__name__)
@@ -93,16 +93,13 @@ async def _prune_batches(
     return deleted
 
 
-REEMBED_TABLES = (("code_chunk", "content"), ("memory", "content"), ("goal", "intent"))
-
-
 async def reembed(ctx: dict[str, Any], batches: int = 5) -> dict[str, Any]:
     """Move vectors of another model to the configured one, a bounded number of batches per
     run. Each batch commits on its own, so a killed run resumes where it stopped."""
     store, embedder, settings = ctx["store"], ctx["embedder"], ctx["settings"]
     started = datetime.now(UTC)
     done: dict[str, int] = {}
-    for table, text_field in REEMBED_TABLES:
+    for table, text_field in VECTOR_TABLES.items():
         done[table] = 0
         for _ in range(batches):
             rows = await store.stale_vectors(
