@@ -1,0 +1,45 @@
+"""k-NN filters run after the HNSW scan: rows the filters drop must not crowd out the rest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from memoryd import projects, queue
+from memoryd.runtime import Runtime
+from tests.conftest import git_init
+
+# No word of the query is in the code: only the k-NN can find it.
+QUERY = "reimburse a customer for a purchase"
+RETIRED = 120  # more than the k-NN's first k (limit 5 -> 20 candidates x 4)
+
+
+def _refund(name: str) -> str:
+    return f"def {name}(order):\n    return order.refund_payment()\n"
+
+
+async def _sync(rt: Runtime, root: Path) -> None:
+    assert rt.redis is not None
+    for job, _ in await projects.sync(rt.redis, projects.resolve(root), 500):
+        await queue.wait_for(job, timeout=300)
+
+
+async def test_valid_row_found_behind_many_retired_neighbours(
+    stack: Runtime, tmp_path: Path
+) -> None:
+    root = tmp_path / "shop"
+    root.mkdir()
+    for i in range(RETIRED):
+        (root / f"old_{i:03}.py").write_text(_refund(f"refund_order_{i:03}"))
+    (root / "current.py").write_text(_refund("refund_order_now"))
+    git_init(root)
+    await _sync(stack, root)
+    assert stack.redis is not None
+    before = await queue.call(stack.redis, "search", QUERY, 5, None, "code")
+    assert len(before) == 5
+
+    for i in range(RETIRED):
+        (root / f"old_{i:03}.py").unlink()
+    await _sync(stack, root)
+    # The retired chunks are the query's nearest vectors too; the one valid chunk is found.
+    hits = await queue.call(stack.redis, "search", QUERY, 5, None, "code")
+    assert [(h["path"], h["name"]) for h in hits] == [("current.py", "refund_order_now")]
