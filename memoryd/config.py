@@ -17,6 +17,59 @@ from pydantic_settings import (
 from memoryd.errors import MemorydError
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+# When the workers run each maintenance task, as cron expressions ("off": never on a schedule).
+DEFAULT_SCHEDULE = {"decay": "17 * * * *", "prune": "41 3 * * *", "reembed": "*/5 * * * *"}
+SCHEDULE_OFF = "off"
+# Cron fields in order, with their ranges: a leading seconds field is optional.
+_CRON_FIELDS = (
+    ("second", 0, 59),
+    ("minute", 0, 59),
+    ("hour", 0, 23),
+    ("day", 1, 31),
+    ("month", 1, 12),
+    ("weekday", 0, 7),
+)
+
+
+def _cron_field(text: str, low: int, high: int) -> set[int]:
+    """One cron field: a comma list of `*`, `a`, `a-b`, each optionally `/step`."""
+    values: set[int] = set()
+    for item in text.split(","):
+        base, slash, step_text = item.partition("/")
+        step = int(step_text) if slash else 1
+        if base == "*":
+            start, end = low, high
+        elif "-" in base:
+            start, end = (int(n) for n in base.split("-", 1))
+        else:
+            start = int(base)
+            end = high if slash else start  # `a/step`: from a to the end of the range
+        if step < 1 or not low <= start <= end <= high:
+            raise ValueError(f"{item!r} is outside {low}-{high}")
+        values.update(range(start, end + 1, step))
+    return values
+
+
+def parse_schedule(text: str) -> dict[str, set[int] | None]:
+    """A cron expression as the keywords of arq's `cron()`: "minute hour day month weekday"
+    (weekday 0 or 7 is Sunday), or six fields with seconds first. `*` leaves a field free
+    (None). As in arq, day and weekday must both match when both are given."""
+    fields = text.split()
+    if len(fields) == 5:
+        fields = ["0", *fields]
+    if len(fields) != 6:
+        raise ValueError(
+            f"{text!r}: expected 5 fields (minute hour day month weekday) or 6 (seconds first)"
+        )
+    parsed: dict[str, set[int] | None] = {}
+    for (name, low, high), field in zip(_CRON_FIELDS, fields, strict=True):
+        try:
+            values = None if field == "*" else _cron_field(field, low, high)
+        except ValueError as exc:
+            raise ValueError(f"{text!r}: {name} field {field!r}: {exc}") from None
+        # arq counts weekdays from Monday = 0, cron from Sunday = 0 (and 7).
+        parsed[name] = {(v - 1) % 7 for v in values} if name == "weekday" and values else values
+    return parsed
 
 
 def _xdg(var: str, fallback: str) -> Path:
@@ -97,6 +150,8 @@ class Settings(BaseSettings):
     importance_floor: float = Field(0.05, ge=0, le=1)
     prune_idle_days: float = Field(60.0, gt=0)
     maintenance_batch: int = Field(2000, ge=1)
+    # Cron expressions per task; tasks not named keep their default schedule.
+    maintenance_schedule: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_SCHEDULE))
 
     @field_validator("half_life_days", mode="after")
     @classmethod
@@ -105,6 +160,19 @@ class Settings(BaseSettings):
         if bad:
             raise ValueError(f"half-lives must be positive (got {', '.join(bad)})")
         return value
+
+    @field_validator("maintenance_schedule", mode="after")
+    @classmethod
+    def _valid_schedule(cls, value: dict[str, str]) -> dict[str, str]:
+        unknown = sorted(set(value) - set(DEFAULT_SCHEDULE))
+        if unknown:
+            raise ValueError(
+                f"unknown task {', '.join(unknown)}; the tasks are {', '.join(DEFAULT_SCHEDULE)}"
+            )
+        for spec in value.values():
+            if spec != SCHEDULE_OFF:
+                parse_schedule(spec)
+        return {**DEFAULT_SCHEDULE, **value}
 
     @field_validator("data_dir", mode="after")
     @classmethod

@@ -28,6 +28,8 @@ QUERY_QUEUE = "memoryd:queries"
 # A process serving the queues refreshes its key; clients look for one before waiting on jobs.
 WORKER_KEY_PREFIX = "memoryd:worker:"
 WORKER_KEY_TTL = 10
+# A maintenance task's run holds this lock (plus the task name) while it runs.
+MAINTENANCE_LOCK_PREFIX = "memoryd:lock:"
 
 
 def redis_settings(url: str) -> RedisSettings:
@@ -199,12 +201,14 @@ async def call(redis: ArqRedis, function: str, *args: Any, timeout: float = 120.
 
 
 async def release_orphaned_jobs(redis: ArqRedis) -> int:
-    """Drop the in-progress marks of jobs whose worker is gone, so they run again now. Only
-    safe when no worker is alive, which the caller checks."""
-    keys = [key async for key in redis.scan_iter(match=f"{in_progress_key_prefix}*")]
-    if keys:
-        await redis.delete(*keys)
-    return len(keys)
+    """Drop the in-progress marks of jobs whose worker is gone (and the maintenance locks
+    they held), so they run again now rather than when the marks expire. Only safe when no
+    worker is alive, which the caller checks. Returns the jobs freed."""
+    jobs = [key async for key in redis.scan_iter(match=f"{in_progress_key_prefix}*")]
+    locks = [key async for key in redis.scan_iter(match=f"{MAINTENANCE_LOCK_PREFIX}*")]
+    if jobs or locks:
+        await redis.delete(*jobs, *locks)
+    return len(jobs)
 
 
 async def oldest_job_age(redis: ArqRedis, queue: str = JOBS_QUEUE) -> float | None:

@@ -835,13 +835,27 @@ class Store:
             )
 
     async def record_maintenance(
-        self, task: str, started: datetime, result: dict[str, Any], dry_run: bool
+        self,
+        task: str,
+        started: datetime,
+        result: dict[str, Any],
+        dry_run: bool,
+        job_id: str | None = None,
     ) -> None:
         await self.query(
             "CREATE maintenance_run CONTENT {task: $task, started_at: $started, "
-            "finished_at: time::now(), dry_run: $dry, result: $result}",
-            {"task": task, "started": started, "dry": dry_run, "result": result},
+            "finished_at: time::now(), dry_run: $dry, result: $result, job_id: $job}",
+            {"task": task, "started": started, "dry": dry_run, "result": result, "job": job_id},
         )
+
+    async def maintenance_runs(self, task: str) -> list[dict[str, Any]]:
+        """Every recorded run of a task, oldest first."""
+        rows = await self.query(
+            "SELECT task, job_id, started_at, finished_at, result FROM maintenance_run "
+            "WHERE task = $task ORDER BY started_at",
+            {"task": task},
+        )
+        return rows[0] or []
 
     async def last_maintenance(self) -> dict[str, dict[str, Any]]:
         rows = await self.query(

@@ -2,26 +2,85 @@
 
 Each task works in bounded batches (so it never holds the database for long), is safe to stop
 at any point (every batch is complete on its own) and takes `now` as a parameter, so tests drive
-the clock.
+the clock. One run of a task at a time across all workers: each holds a Redis lock while it runs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from redis.asyncio.lock import Lock
+from redis.exceptions import LockError
+
+from memoryd.queue import MAINTENANCE_LOCK_PREFIX
 from memoryd.store import VECTOR_TABLES, Store
 from workers.ingest import EMBED_CHARS
 
 log = logging.getLogger(__name__)
+
+Task = Callable[..., Awaitable[dict[str, Any]]]
+# A run's lock lapses this long after its worker stops renewing it (killed, frozen): short, so
+# the next run is not locked out for long, and renewed every third of it while the run goes on.
+LOCK_SECONDS = 60.0
+
+
+async def _keep(lock: Lock, name: str) -> None:
+    while True:
+        await asyncio.sleep(LOCK_SECONDS / 3)
+        try:
+            await lock.reacquire()
+        except LockError:
+            log.warning("%s: lost its lock; another run may start", name)
+            return
+
+
+def one_at_a_time(task: Task) -> Task:
+    """Run `task` under a lock named after it, so two runs never overlap: a slow run that
+    outlasts its schedule, or `memoryd maintenance run` during a scheduled run. `wait=False`
+    skips a run that finds the lock taken instead of waiting for it."""
+    name = task.__name__
+
+    @functools.wraps(task)
+    async def run(
+        ctx: dict[str, Any], *args: Any, wait: bool = True, **kwargs: Any
+    ) -> dict[str, Any]:
+        lock = ctx["redis"].lock(MAINTENANCE_LOCK_PREFIX + name, timeout=LOCK_SECONDS)
+        if not await lock.acquire(blocking=wait):
+            log.info("%s: the previous run is still going; this one is skipped", name)
+            return {"skipped": f"another {name} run was still going"}
+        keeper = asyncio.create_task(_keep(lock, name))
+        try:
+            return await task(ctx, *args, **kwargs)
+        finally:
+            keeper.cancel()
+            with contextlib.suppress(LockError):
+                await lock.release()
+
+    return run
+
+
+def scheduled(task: Task) -> Task:
+    """A task as its cron job runs it: skipped while the previous run still goes, rather than
+    queued behind it (holding a job slot, with the next scheduled run soon due anyway)."""
+
+    @functools.wraps(task)
+    async def run(ctx: dict[str, Any]) -> dict[str, Any]:
+        return await task(ctx, wait=False)
+
+    return run
 
 
 def _now(at: str | None) -> datetime:
     return datetime.fromisoformat(at) if at else datetime.now(UTC)
 
 
+@one_at_a_time
 async def decay(ctx: dict[str, Any], at: str | None = None) -> dict[str, Any]:
     store, settings = ctx["store"], ctx["settings"]
     now = _now(at)
@@ -41,7 +100,7 @@ async def decay(ctx: dict[str, Any], at: str | None = None) -> dict[str, Any]:
             break
         after = last
     result = {"memories": total, "at": now.isoformat()}
-    await store.record_maintenance("decay", started, result, dry_run=False)
+    await store.record_maintenance("decay", started, result, False, ctx.get("job_id"))
     log.info("decay: importance recomputed for %d memories", total)
     return result
 
@@ -50,6 +109,7 @@ async def decay(ctx: dict[str, Any], at: str | None = None) -> dict[str, Any]:
 _SHOWN_IDS = 50
 
 
+@one_at_a_time
 async def prune(
     ctx: dict[str, Any], at: str | None = None, dry_run: bool = False, max_batches: int = 1000
 ) -> dict[str, Any]:
@@ -67,7 +127,7 @@ async def prune(
         counts = {table: len(keys) for table, keys in deleted.items()}
         shown = {table: keys[:_SHOWN_IDS] for table, keys in deleted.items()}
     result = {"dry_run": dry_run, "at": now.isoformat(), "deleted": counts, "ids": shown}
-    await store.record_maintenance("prune", started, result, dry_run=dry_run)
+    await store.record_maintenance("prune", started, result, dry_run, ctx.get("job_id"))
     log.info("prune%s: %s", " (dry run)" if dry_run else "", counts)
     return result
 
@@ -93,6 +153,7 @@ async def _prune_batches(
     return deleted
 
 
+@one_at_a_time
 async def reembed(ctx: dict[str, Any], batches: int = 5) -> dict[str, Any]:
     """Move vectors of another model to the configured one, a bounded number of batches per
     run. Each batch commits on its own, so a killed run resumes where it stopped."""
@@ -118,6 +179,6 @@ async def reembed(ctx: dict[str, Any], batches: int = 5) -> dict[str, Any]:
             done[table] += len(rows)
     remaining = await store.count_stale_vectors(embedder.model)
     result = {"model": embedder.model, "reembedded": done, "remaining": remaining}
-    await store.record_maintenance("reembed", started, result, dry_run=False)
+    await store.record_maintenance("reembed", started, result, False, ctx.get("job_id"))
     log.info("reembed: %s, remaining %s", done, remaining)
     return result

@@ -9,11 +9,11 @@ from typing import Any
 
 from arq import Retry, Worker
 from arq.connections import RedisSettings
-from arq.cron import cron
+from arq.cron import CronJob, cron
 from arq.worker import func
 
 from memoryd import metrics
-from memoryd.config import Settings
+from memoryd.config import SCHEDULE_OFF, Settings, parse_schedule
 from memoryd.errors import MemorydError
 from memoryd.queue import JOBS_QUEUE, QUERY_QUEUE
 from workers import maintenance, queries
@@ -48,30 +48,40 @@ def job(function: Callable[..., Awaitable[Any]], name: str | None = None) -> Any
     return metrics.instrument(portable_errors(function), name)
 
 
+MAINTENANCE_TASKS = {
+    "decay": maintenance.decay,
+    "prune": maintenance.prune,
+    "reembed": maintenance.reembed,
+}
 # Jobs are idempotent (deterministic ids, upserts), so a retry after a crash is safe.
 JOB_FUNCTIONS = [
     func(job(fn), name=fn.__name__, max_tries=3)
-    for fn in (
-        index_files,
-        ingest_transcript,
-        maintenance.decay,
-        maintenance.prune,
-        maintenance.reembed,
-    )
+    for fn in (index_files, ingest_transcript, *MAINTENANCE_TASKS.values())
 ]
-# Scheduled upkeep; arq gives each run a unique job id, so one worker runs it, not all.
-CRON_JOBS = [
-    cron(job(maintenance.decay, "cron:decay"), name="cron:decay", minute={17}, unique=True),
-    cron(
-        job(maintenance.prune, "cron:prune"), name="cron:prune", hour={3}, minute={41}, unique=True
-    ),
-    cron(
-        job(maintenance.reembed, "cron:reembed"),
-        name="cron:reembed",
-        minute=set(range(0, 60, 5)),
-        unique=True,
-    ),
-]
+# How long arq keeps the result of a scheduled run (by default it keeps none).
+CRON_RESULT_SECONDS = 86400
+
+
+def cron_jobs(schedule: dict[str, str]) -> list[CronJob]:
+    """The scheduled upkeep. Every worker enqueues each run under the id arq derives from its
+    slot (`cron:<task>:<unix ms>`); a second enqueue of an id is refused while the job or its
+    result exists, so of the workers only one runs it. The result is kept for a day: with none
+    kept (arq's default) a worker that comes to the slot late, after the run finished, enqueues
+    it again, and it runs a second time once arq's 60 s in-progress mark of the first lapses.
+    The tasks' own lock keeps runs of a task from overlapping."""
+    return [
+        cron(
+            job(maintenance.scheduled(MAINTENANCE_TASKS[task]), f"cron:{task}"),
+            name=f"cron:{task}",
+            unique=True,
+            keep_result=CRON_RESULT_SECONDS,
+            **parse_schedule(spec),  # type: ignore[arg-type]
+        )
+        for task, spec in schedule.items()
+        if spec != SCHEDULE_OFF
+    ]
+
+
 QUERY_FUNCTIONS = [
     func(job(fn), name=fn.__name__, max_tries=1)
     for fn in (
@@ -98,7 +108,7 @@ def build_workers(
     return [
         Worker(
             functions=JOB_FUNCTIONS,  # type: ignore[arg-type]
-            cron_jobs=CRON_JOBS if scheduled else None,
+            cron_jobs=cron_jobs(settings.maintenance_schedule) if scheduled else None,
             queue_name=JOBS_QUEUE,
             max_jobs=2,
             job_timeout=settings.job_timeout_seconds,
