@@ -1,5 +1,5 @@
 """Maintenance across workers: schedules from config, one run per scheduled slot however many
-workers schedule it, and runs of a task never overlapping."""
+workers schedule it, runs of a task never overlapping, and a run killed half-way."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from arq.jobs import JobStatus
+from arq.jobs import Job, JobStatus
 
 from memoryd import queue
 from memoryd.config import DEFAULT_SCHEDULE, load_settings, parse_schedule
@@ -168,3 +168,136 @@ async def test_a_run_finding_the_task_running_is_skipped_when_scheduled_and_wait
         assert run["job_id"] == asked.job_id
     finally:
         await rt.close()
+
+
+async def _vectors(store: Store) -> dict[tuple[str, str], tuple[str | None, list[float] | None]]:
+    """(table, key) -> (model, vector) of every row of the vector tables."""
+    from memoryd.store import VECTOR_TABLES
+
+    dump = await store.dump()
+    return {
+        (table, str(row["id"].id)): (row.get("embedding_model"), row.get("embedding"))
+        for table in VECTOR_TABLES
+        for row in dump.get(table, [])
+    }
+
+
+async def test_a_reembed_killed_half_way_leaves_a_consistent_database_and_the_next_run_finishes(
+    data_dir: Path, arq_tree: Path, tmp_path: Path
+) -> None:
+    import numpy as np
+
+    from memoryd import projects
+    from memoryd.config import DEFAULT_MODEL
+    from memoryd.embedding import CLS_MODEL, Embedder
+    from memoryd.services import socket_alive, stop_orphan
+    from memoryd.store import VECTOR_TABLES
+    from tests.test_ingest import SMALL
+    from workers.ingest import EMBED_CHARS
+
+    # Built with the default model.
+    first = Runtime(settings_for(data_dir, maintenance_schedule=QUIET))
+    try:
+        await first.start_queue(exclusive=True)
+        await first.serve()
+        assert first.redis is not None and first.store is not None
+        for job, _ in await projects.sync(first.redis, projects.resolve(arq_tree), 32):
+            await queue.wait_for(job, 300)
+        transcript = tmp_path / "session.jsonl"
+        transcript.write_bytes(SMALL.read_bytes())
+        [job] = await queue.enqueue_ingest(first.redis, [str(transcript)])
+        await queue.wait_for(job, 300)
+        before = await _vectors(first.store)
+        dump = await first.store.dump()
+    finally:
+        await first.close()
+    texts = {
+        (table, str(row["id"].id)): (row[field] or "")[:EMBED_CHARS]
+        for table, field in VECTOR_TABLES.items()
+        for row in dump[table]
+    }
+    embedded = {key for key, (model, _) in before.items() if model == DEFAULT_MODEL}
+
+    # The daemon, now configured with the CLS model, migrates in batches of 2 and is killed.
+    env = {
+        **os.environ,
+        "MEMORYD_MODEL": CLS_MODEL,
+        "MEMORYD_MAINTENANCE_BATCH": "2",
+        "MEMORYD_MAINTENANCE_SCHEDULE": json.dumps(QUIET),
+    }
+    daemon = subprocess.Popen(
+        [MEMORYD, "run", "--data-dir", str(data_dir)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    socket = data_dir / "redis" / "redis.sock"
+    try:
+        deadline = time.monotonic() + 180
+        while not socket_alive(socket):
+            assert time.monotonic() < deadline and daemon.poll() is None, "no daemon"
+            await asyncio.sleep(0.2)
+        redis = await queue.connect(f"unix://{socket}")
+        try:
+            while await queue.live_workers(redis) == 0:
+                assert time.monotonic() < deadline, "the daemon did not serve"
+                await asyncio.sleep(0.2)
+            waiting = await queue.call(redis, "status")
+            assert sum(waiting["waiting_for_reembed"].values()) == len(embedded)
+            killed = await redis.enqueue_job("reembed", 10_000, _queue_name=queue.JOBS_QUEUE)
+            assert killed is not None
+            while True:
+                left = sum((await queue.call(redis, "status"))["waiting_for_reembed"].values())
+                assert left > 0, "the run ended before it could be killed"
+                assert time.monotonic() < deadline, "the run did not get going"
+                if left < len(embedded):
+                    break
+            daemon.send_signal(signal.SIGKILL)
+            daemon.wait(timeout=60)
+            # Its heartbeat lapses: the next start knows no worker is alive.
+            while await queue.live_workers(redis) > 0:
+                await asyncio.sleep(0.5)
+        finally:
+            await redis.aclose()
+
+        # Half-way and consistent: every row still there, each with either its old vector or
+        # the new model's vector of its text, never one labelled with the other model.
+        store = await Store.open(f"surrealkv://{data_dir / 'db'}", "memoryd", "memory")
+        try:
+            halfway = await _vectors(store)
+        finally:
+            await store.close()
+        assert set(halfway) == set(before)
+        moved = {key for key in embedded if halfway[key][0] == CLS_MODEL}
+        assert 0 < len(moved) < len(embedded)
+        assert {key for key in embedded if halfway[key][0] == DEFAULT_MODEL} == embedded - moved
+        for key in set(before) - moved:
+            assert halfway[key] == before[key], key
+        cls = Embedder(CLS_MODEL, data_dir / "models")
+        order = sorted(moved)
+        for key, vector in zip(order, cls.embed([texts[key] for key in order]), strict=True):
+            assert np.allclose(halfway[key][1], vector, atol=1e-5), key
+
+        # The next start (its private Redis left running by the killed daemon) frees the
+        # killed job and its lock: the run is tried again and finishes.
+        second = Runtime(settings_for(data_dir, model=CLS_MODEL, maintenance_schedule=QUIET))
+        try:
+            await second.start_queue(exclusive=True)
+            await second.serve()
+            assert second.redis is not None and second.store is not None
+            again = Job(killed.job_id, second.redis, _queue_name=queue.JOBS_QUEUE)
+            result = await queue.wait_for(again, 600)
+            assert result["remaining"] == dict.fromkeys(VECTOR_TABLES, 0)
+            final = await _vectors(second.store)
+        finally:
+            await second.close()
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait(timeout=60)
+        if socket_alive(socket):
+            stop_orphan(socket)
+    assert {key for key, (model, _) in final.items() if model == CLS_MODEL} == embedded
+    order = sorted(embedded)
+    for key, vector in zip(order, cls.embed([texts[key] for key in order]), strict=True):
+        assert np.allclose(final[key][1], vector, atol=1e-5), key
