@@ -10,13 +10,16 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from arq import ArqRedis
 from arq.jobs import Job, JobStatus
 
 from memoryd import queue
-from memoryd.config import DEFAULT_SCHEDULE, load_settings, parse_schedule
+from memoryd.config import DEFAULT_SCHEDULE, Settings, load_settings, parse_schedule
 from memoryd.errors import MemorydError
 from memoryd.runtime import Runtime
 from memoryd.services import EmbeddedRedis
@@ -170,16 +173,92 @@ async def test_a_run_finding_the_task_running_is_skipped_when_scheduled_and_wait
         await rt.close()
 
 
-async def _vectors(store: Store) -> dict[tuple[str, str], tuple[str | None, list[float] | None]]:
+def _vectors(dump: dict[str, list[dict]]) -> dict[tuple[str, str], tuple[str | None, Any]]:
     """(table, key) -> (model, vector) of every row of the vector tables."""
     from memoryd.store import VECTOR_TABLES
 
-    dump = await store.dump()
     return {
         (table, str(row["id"].id)): (row.get("embedding_model"), row.get("embedding"))
         for table in VECTOR_TABLES
         for row in dump.get(table, [])
     }
+
+
+async def _dump(data_dir: Path) -> dict[str, list[dict]]:
+    store = await Store.open(f"surrealkv://{data_dir / 'db'}", "memoryd", "memory")
+    try:
+        return await store.dump()
+    finally:
+        await store.close()
+
+
+async def _kill_half_way(
+    data_dir: Path,
+    env: dict[str, str],
+    enqueue: Callable[[ArqRedis], Awaitable[Job | None]],
+    left: Callable[[dict], int],
+    total: int,
+) -> str:
+    """Start the daemon (`memoryd run`), enqueue its job, SIGKILL it once `left(status)` shows
+    the job between its first and last batch, and wait for its heartbeat to lapse. Returns the
+    job id. The daemon's private Redis is left running, as after a real crash."""
+    from memoryd.services import socket_alive, stop_orphan
+
+    daemon = subprocess.Popen(
+        [MEMORYD, "run", "--data-dir", str(data_dir)],
+        env={**os.environ, **env, "MEMORYD_MAINTENANCE_SCHEDULE": json.dumps(QUIET)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    socket = data_dir / "redis" / "redis.sock"
+    try:
+        deadline = time.monotonic() + 180
+        while not socket_alive(socket):
+            assert time.monotonic() < deadline and daemon.poll() is None, "no daemon"
+            await asyncio.sleep(0.2)
+        redis = await queue.connect(f"unix://{socket}")
+        try:
+            while await queue.live_workers(redis) == 0:
+                assert time.monotonic() < deadline, "the daemon did not serve"
+                await asyncio.sleep(0.2)
+            assert left(await queue.call(redis, "status")) == total
+            job = await enqueue(redis)
+            assert job is not None
+            while True:
+                now_left = left(await queue.call(redis, "status"))
+                assert now_left > 0, "the run ended before it could be killed"
+                assert time.monotonic() < deadline, "the run did not get going"
+                if now_left < total:
+                    break
+            daemon.send_signal(signal.SIGKILL)
+            daemon.wait(timeout=60)
+            # Its heartbeat lapses: the next start knows no worker is alive.
+            while await queue.live_workers(redis) > 0:
+                await asyncio.sleep(0.5)
+        finally:
+            await redis.aclose()
+    except BaseException:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait(timeout=60)
+        if socket_alive(socket):
+            stop_orphan(socket)
+        raise
+    return job.job_id
+
+
+async def _next_start_finishes(settings: Settings, job_id: str) -> tuple[Any, dict]:
+    """Start again on the killed daemon's data dir (and the private Redis it left): the start
+    frees the killed job and its lock, so the same job runs again. Its result, and the dump."""
+    rt = Runtime(settings)
+    try:
+        await rt.start_queue(exclusive=True)
+        await rt.serve()
+        assert rt.redis is not None and rt.store is not None
+        result = await queue.wait_for(Job(job_id, rt.redis, _queue_name=queue.JOBS_QUEUE), 600)
+        return result, await rt.store.dump()
+    finally:
+        await rt.close()
 
 
 async def test_a_reembed_killed_half_way_leaves_a_consistent_database_and_the_next_run_finishes(
@@ -190,7 +269,6 @@ async def test_a_reembed_killed_half_way_leaves_a_consistent_database_and_the_ne
     from memoryd import projects
     from memoryd.config import DEFAULT_MODEL
     from memoryd.embedding import CLS_MODEL, Embedder
-    from memoryd.services import socket_alive, stop_orphan
     from memoryd.store import VECTOR_TABLES
     from tests.test_ingest import SMALL
     from workers.ingest import EMBED_CHARS
@@ -207,10 +285,10 @@ async def test_a_reembed_killed_half_way_leaves_a_consistent_database_and_the_ne
         transcript.write_bytes(SMALL.read_bytes())
         [job] = await queue.enqueue_ingest(first.redis, [str(transcript)])
         await queue.wait_for(job, 300)
-        before = await _vectors(first.store)
         dump = await first.store.dump()
     finally:
         await first.close()
+    before = _vectors(dump)
     texts = {
         (table, str(row["id"].id)): (row[field] or "")[:EMBED_CHARS]
         for table, field in VECTOR_TABLES.items()
@@ -219,85 +297,98 @@ async def test_a_reembed_killed_half_way_leaves_a_consistent_database_and_the_ne
     embedded = {key for key, (model, _) in before.items() if model == DEFAULT_MODEL}
 
     # The daemon, now configured with the CLS model, migrates in batches of 2 and is killed.
-    env = {
-        **os.environ,
-        "MEMORYD_MODEL": CLS_MODEL,
-        "MEMORYD_MAINTENANCE_BATCH": "2",
-        "MEMORYD_MAINTENANCE_SCHEDULE": json.dumps(QUIET),
-    }
-    daemon = subprocess.Popen(
-        [MEMORYD, "run", "--data-dir", str(data_dir)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    killed = await _kill_half_way(
+        data_dir,
+        {"MEMORYD_MODEL": CLS_MODEL, "MEMORYD_MAINTENANCE_BATCH": "2"},
+        lambda redis: redis.enqueue_job("reembed", 10_000, _queue_name=queue.JOBS_QUEUE),
+        lambda status: sum(status["waiting_for_reembed"].values()),
+        len(embedded),
     )
-    socket = data_dir / "redis" / "redis.sock"
-    try:
-        deadline = time.monotonic() + 180
-        while not socket_alive(socket):
-            assert time.monotonic() < deadline and daemon.poll() is None, "no daemon"
-            await asyncio.sleep(0.2)
-        redis = await queue.connect(f"unix://{socket}")
-        try:
-            while await queue.live_workers(redis) == 0:
-                assert time.monotonic() < deadline, "the daemon did not serve"
-                await asyncio.sleep(0.2)
-            waiting = await queue.call(redis, "status")
-            assert sum(waiting["waiting_for_reembed"].values()) == len(embedded)
-            killed = await redis.enqueue_job("reembed", 10_000, _queue_name=queue.JOBS_QUEUE)
-            assert killed is not None
-            while True:
-                left = sum((await queue.call(redis, "status"))["waiting_for_reembed"].values())
-                assert left > 0, "the run ended before it could be killed"
-                assert time.monotonic() < deadline, "the run did not get going"
-                if left < len(embedded):
-                    break
-            daemon.send_signal(signal.SIGKILL)
-            daemon.wait(timeout=60)
-            # Its heartbeat lapses: the next start knows no worker is alive.
-            while await queue.live_workers(redis) > 0:
-                await asyncio.sleep(0.5)
-        finally:
-            await redis.aclose()
 
-        # Half-way and consistent: every row still there, each with either its old vector or
-        # the new model's vector of its text, never one labelled with the other model.
-        store = await Store.open(f"surrealkv://{data_dir / 'db'}", "memoryd", "memory")
-        try:
-            halfway = await _vectors(store)
-        finally:
-            await store.close()
-        assert set(halfway) == set(before)
-        moved = {key for key in embedded if halfway[key][0] == CLS_MODEL}
-        assert 0 < len(moved) < len(embedded)
-        assert {key for key in embedded if halfway[key][0] == DEFAULT_MODEL} == embedded - moved
-        for key in set(before) - moved:
-            assert halfway[key] == before[key], key
-        cls = Embedder(CLS_MODEL, data_dir / "models")
-        order = sorted(moved)
-        for key, vector in zip(order, cls.embed([texts[key] for key in order]), strict=True):
-            assert np.allclose(halfway[key][1], vector, atol=1e-5), key
+    # Half-way and consistent: every row still there, each with either its old vector or
+    # the new model's vector of its text, never one labelled with the other model.
+    halfway = _vectors(await _dump(data_dir))
+    assert set(halfway) == set(before)
+    moved = {key for key in embedded if halfway[key][0] == CLS_MODEL}
+    assert 0 < len(moved) < len(embedded)
+    assert {key for key in embedded if halfway[key][0] == DEFAULT_MODEL} == embedded - moved
+    for key in set(before) - moved:
+        assert halfway[key] == before[key], key
+    cls = Embedder(CLS_MODEL, data_dir / "models")
+    order = sorted(moved)
+    for key, vector in zip(order, cls.embed([texts[key] for key in order]), strict=True):
+        assert np.allclose(halfway[key][1], vector, atol=1e-5), key
 
-        # The next start (its private Redis left running by the killed daemon) frees the
-        # killed job and its lock: the run is tried again and finishes.
-        second = Runtime(settings_for(data_dir, model=CLS_MODEL, maintenance_schedule=QUIET))
-        try:
-            await second.start_queue(exclusive=True)
-            await second.serve()
-            assert second.redis is not None and second.store is not None
-            again = Job(killed.job_id, second.redis, _queue_name=queue.JOBS_QUEUE)
-            result = await queue.wait_for(again, 600)
-            assert result["remaining"] == dict.fromkeys(VECTOR_TABLES, 0)
-            final = await _vectors(second.store)
-        finally:
-            await second.close()
-    finally:
-        if daemon.poll() is None:
-            daemon.kill()
-            daemon.wait(timeout=60)
-        if socket_alive(socket):
-            stop_orphan(socket)
+    settings = settings_for(data_dir, model=CLS_MODEL, maintenance_schedule=QUIET)
+    result, dump = await _next_start_finishes(settings, killed)
+    assert result["remaining"] == dict.fromkeys(VECTOR_TABLES, 0)
+    final = _vectors(dump)
     assert {key for key, (model, _) in final.items() if model == CLS_MODEL} == embedded
     order = sorted(embedded)
     for key, vector in zip(order, cls.embed([texts[key] for key in order]), strict=True):
         assert np.allclose(final[key][1], vector, atol=1e-5), key
+
+
+async def test_a_prune_killed_half_way_leaves_no_dangling_edge_and_the_next_run_finishes(
+    data_dir: Path, arq_tree: Path, tmp_path: Path
+) -> None:
+    import shutil
+    from datetime import UTC, datetime, timedelta
+
+    from memoryd import projects
+    from tests.conftest import git
+    from tests.test_maintenance import _orphaned_by
+
+    # Every file but one is deleted: its chunks are retired now, expired a retention later.
+    tree = tmp_path / "tree"
+    shutil.copytree(arq_tree, tree)
+    first = Runtime(settings_for(data_dir, maintenance_schedule=QUIET))
+    try:
+        await first.start_queue(exclusive=True)
+        await first.serve()
+        assert first.redis is not None and first.store is not None
+        project = projects.resolve(tree)
+        for job, _ in await projects.sync(first.redis, project, 32):
+            await queue.wait_for(job, 300)
+        gone = [p.name for p in tree.glob("*.py") if p.name != "connections.py"]
+        git(tree, "rm", "-q", *gone)
+        for job, _ in await projects.sync(first.redis, project, 32):
+            await queue.wait_for(job, 300)
+        dump = await first.store.dump()
+    finally:
+        await first.close()
+    chunks = {str(r["id"].id) for r in dump["code_chunk"]}
+    expired = {str(r["id"].id) for r in dump["code_chunk"] if r.get("valid_until")}
+    orphaned = _orphaned_by(dump, {("code_chunk", key) for key in expired})
+    assert len(expired) > 50 and orphaned
+    at = (datetime.now(UTC) + timedelta(days=31)).isoformat()
+
+    killed = await _kill_half_way(
+        data_dir,
+        {"MEMORYD_MAINTENANCE_BATCH": "1"},
+        lambda redis: redis.enqueue_job("prune", at, _queue_name=queue.JOBS_QUEUE),
+        lambda status: status["counts"]["code_chunk"] - status["valid_chunks"],
+        len(expired),
+    )
+
+    # Half-way: some expired chunks are gone, with their edges; no edge lost an end.
+    halfway = await _dump(data_dir)
+    left = {str(r["id"].id) for r in halfway["code_chunk"]}
+    assert chunks - expired <= left and 0 < len(chunks - left) < len(expired)
+    entities = {str(r["id"].id) for r in halfway["entity"]}
+    for edge in halfway["defined_in"]:
+        assert str(edge["in"].id) in left and str(edge["out"].id) in entities, edge["id"]
+    assert {str(e["in"].id) for e in halfway["defined_in"]} == left
+
+    settings = settings_for(data_dir, maintenance_schedule=QUIET, maintenance_batch=1)
+    result, final = await _next_start_finishes(settings, killed)
+    # The run again deletes exactly what the killed one left, then the orphaned entities.
+    assert result["deleted"] == {
+        "code_chunk": len(left - (chunks - expired)),
+        "memory": 0,
+        "entity": len(orphaned),
+    }
+    assert {str(r["id"].id) for r in final["code_chunk"]} == chunks - expired
+    assert {str(r["id"].id) for r in final["entity"]} == {
+        str(r["id"].id) for r in dump["entity"]
+    } - orphaned
