@@ -307,6 +307,7 @@ STORE_CALLS = (
     "write_transcript_batch",
     "decay_memories",
     "prune_candidates",
+    "prune_preview",
     "delete_rows",
     "orphan_entities",
     "stale_vectors",
@@ -358,7 +359,8 @@ async def open_runtime(work: Path, stall_seconds: float) -> Open:
     for name in STORE_CALLS:
         calls.wrap(store, name)
     calls.wrap(rt.embedder, "embed")
-    ctx = {"store": store, "embedder": rt.embedder, "settings": rt.settings}
+    # As a worker's ctx: the tasks take their run lock in Redis.
+    ctx = {"store": store, "embedder": rt.embedder, "settings": rt.settings, "redis": rt.redis}
     return Open(rt, ctx, calls, time.perf_counter() - started)
 
 
