@@ -32,6 +32,14 @@ KINDS = {
 }
 # Characters of a memory or goal shown in a result.
 SNIPPET_CHARS = 160
+# English function words: in an OR query each one matches most rows, and the full-text scan
+# costs time per matching row (7x on a question like "how do we retry the connection").
+_STOPWORDS = frozenset(
+    "a about an and are as at be been but by can could did do does for from had has have how "
+    "i if in into is it its me my no not of on or our so than that the their them then there "
+    "these they this those to us was we were what when where which while who why will with "
+    "would you your".split()
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +69,13 @@ class Result:
 
 
 _ALWAYS = frozenset({"kind", "id", "score", "name"})
+
+
+def keywords(query: str) -> str:
+    """The query for BM25: its words minus function words (all of them if nothing is left)."""
+    words = query.split()
+    kept = [w for w in words if w.lower().strip("?!.,;:'\"") not in _STOPWORDS]
+    return " ".join(kept or words)
 
 
 async def resolve_project(store: Store, given: str) -> str:
@@ -99,7 +114,14 @@ async def search(
             raise MemorydError("--project applies to code search")
         filters["project"] = rid("project", await resolve_project(store, project))
     hits = await store.hybrid_search(
-        spec.table, spec.text_field, vector, query, limit, filters, spec.fields, embedder.model
+        spec.table,
+        spec.text_field,
+        vector,
+        keywords(query),
+        limit,
+        filters,
+        spec.fields,
+        embedder.model,
     )
     if kind == "memory":
         await store.bump_access("memory", [hit.id for hit in hits], datetime.now(UTC))

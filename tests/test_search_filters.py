@@ -6,6 +6,7 @@ from pathlib import Path
 
 from memoryd import projects, queue
 from memoryd.runtime import Runtime
+from memoryd.search import keywords
 from tests.conftest import git_init
 
 # No word of the query is in the code: only the k-NN can find it.
@@ -43,3 +44,11 @@ async def test_valid_row_found_behind_many_retired_neighbours(
     # The retired chunks are the query's nearest vectors too; the one valid chunk is found.
     hits = await queue.call(stack.redis, "search", QUERY, 5, None, "code")
     assert [(h["path"], h["name"]) for h in hits] == [("current.py", "refund_order_now")]
+
+
+def test_keywords_drop_function_words_unless_nothing_is_left() -> None:
+    assert keywords("How do we retry the Redis connection when it is lost?") == (
+        "retry Redis connection lost?"
+    )
+    assert keywords("what is it") == "what is it"
+    assert keywords("parse_config(path)") == "parse_config(path)"
