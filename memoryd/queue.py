@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import stat
 import time
 import uuid
@@ -53,8 +54,33 @@ async def connect(url: str) -> ArqRedis:
         raise MemorydError(f"cannot reach Redis at {url}: {exc}") from None
 
 
+def worker_key() -> str:
+    """This process's heartbeat key: host and pid, so a dead process on this host is known."""
+    return f"{WORKER_KEY_PREFIX}{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _dead_here(key: str) -> bool:
+    """A heartbeat of a process on this host that no longer exists (killed moments ago: its
+    key has not expired yet). Keys of other hosts live until they expire."""
+    host, _, rest = key.removeprefix(WORKER_KEY_PREFIX).partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's process: alive
+        pass
+    return False
+
+
 async def live_workers(redis: ArqRedis) -> int:
-    return len([key async for key in redis.scan_iter(match=f"{WORKER_KEY_PREFIX}*")])
+    keys = [key async for key in redis.scan_iter(match=f"{WORKER_KEY_PREFIX}*")]
+    dead = [key for key in keys if _dead_here(key.decode() if isinstance(key, bytes) else key)]
+    if dead:
+        await redis.delete(*dead)
+    return len(keys) - len(dead)
 
 
 # Files up to this size are hashed for their job id; bigger ones (skipped by the worker unless

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import uuid
 from typing import Any
 
 from arq import ArqRedis, Worker
@@ -44,7 +43,7 @@ class Runtime:
         self.workers: list[Worker] = []
         self._tasks: list[asyncio.Task[Any]] = []
         self._pidfile = False
-        self._worker_key = f"{queue.WORKER_KEY_PREFIX}{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._worker_key = queue.worker_key()
 
     @property
     def redis_url(self) -> str:
