@@ -483,10 +483,26 @@ def maintenance_run(
     as_json: AsJson = False,
 ) -> None:
     """Run one maintenance task now, through the queue, and print what it did."""
-    _setup_logging("WARNING")
+    _run_maintenance(task, dry_run, _client(data_dir, redis_url, surreal_url), as_json)
+
+
+@app.command()
+def prune(
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Only count what would go, per table.")
+    ] = False,
+    data_dir: DataDir = None,
+    redis_url: RedisUrl = None,
+    surreal_url: SurrealUrl = None,
+    as_json: AsJson = False,
+) -> None:
+    """Prune now (what `memoryd maintenance run prune` does); --dry-run shows what would go."""
+    _run_maintenance("prune", dry_run, _client(data_dir, redis_url, surreal_url), as_json)
+
+
+def _run_maintenance(task: str, dry_run: bool, settings: Settings, as_json: bool) -> None:
     if task not in TASKS:
         _fail(MemorydError(f"unknown task {task!r}; choose from {', '.join(TASKS)}"))
-    settings = _settings(data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url)
     kwargs = {"dry_run": True} if dry_run and task == "prune" else {}
 
     async def work(redis: ArqRedis) -> Any:

@@ -66,6 +66,13 @@ def test_index_search_status_without_a_daemon(data_dir: Path, arq_tree: Path) ->
     assert info["queue"]["last_hour"]["done"] >= report["files"] // 32 + 1
     assert info["queue"]["last_hour"]["failed"] == 0
     assert info["database_bytes"] > 0 and info["transcript_lag"] == {}
+    # A fresh index has nothing to prune; the shortcut and the maintenance spelling agree.
+    for args in (("prune", "--dry-run"), ("maintenance", "run", "prune", "--dry-run")):
+        dry = memoryd(*args, "--data-dir", str(data_dir), "--json")
+        assert dry.returncode == 0, dry.stderr
+        result = json.loads(dry.stdout)
+        assert result["dry_run"] is True
+        assert result["deleted"] == {"code_chunk": 0, "memory": 0, "entity": 0}
     # The command's own Redis and database are gone again: nothing left running.
     assert not socket_alive(data_dir / "redis" / "redis.sock")
 

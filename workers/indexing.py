@@ -381,13 +381,16 @@ def _rows_for(project_id: str, look: _Look, previous: dict[str, Any] | None) -> 
         rows.retire.append(look.rel)
         rows.chunks = look.plan.chunks
         rows.symbols = look.plan.symbols
-        rows.files.append(
-            {
-                "entity_id": file_entity_id(project_id, look.rel),
-                "key": file_entity_key(project_id, look.rel),
-                "path": look.rel,
-            }
-        )
+        # An empty file gets no entity: nothing is DEFINED_IN it, and prune would take it for
+        # an orphan. A session that touches the file still creates it.
+        if look.plan.chunks:
+            rows.files.append(
+                {
+                    "entity_id": file_entity_id(project_id, look.rel),
+                    "key": file_entity_key(project_id, look.rel),
+                    "path": look.rel,
+                }
+            )
     return rows
 
 
