@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
+from cron_converter import Cron
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
@@ -20,55 +21,33 @@ DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 # When the workers run each maintenance task, as cron expressions ("off": never on a schedule).
 DEFAULT_SCHEDULE = {"decay": "17 * * * *", "prune": "41 3 * * *", "reembed": "*/5 * * * *"}
 SCHEDULE_OFF = "off"
-# Cron fields in order, with their ranges: a leading seconds field is optional.
-_CRON_FIELDS = (
-    ("second", 0, 59),
-    ("minute", 0, 59),
-    ("hour", 0, 23),
-    ("day", 1, 31),
-    ("month", 1, 12),
-    ("weekday", 0, 7),
-)
-
-
-def _cron_field(text: str, low: int, high: int) -> set[int]:
-    """One cron field: a comma list of `*`, `a`, `a-b`, each optionally `/step`."""
-    values: set[int] = set()
-    for item in text.split(","):
-        base, slash, step_text = item.partition("/")
-        step = int(step_text) if slash else 1
-        if base == "*":
-            start, end = low, high
-        elif "-" in base:
-            start, end = (int(n) for n in base.split("-", 1))
-        else:
-            start = int(base)
-            end = high if slash else start  # `a/step`: from a to the end of the range
-        if step < 1 or not low <= start <= end <= high:
-            raise ValueError(f"{item!r} is outside {low}-{high}")
-        values.update(range(start, end + 1, step))
-    return values
+# Values a cron field can take (seconds, minutes, hours, days, months, weekdays): a field
+# listing all of them is free (`*`), which arq spells None.
+_CRON_SIZES = (60, 60, 24, 31, 12, 7)
+_CRON_NAMES = ("second", "minute", "hour", "day", "month", "weekday")
 
 
 def parse_schedule(text: str) -> dict[str, set[int] | None]:
     """A cron expression as the keywords of arq's `cron()`: "minute hour day month weekday"
-    (weekday 0 or 7 is Sunday), or six fields with seconds first. `*` leaves a field free
-    (None). As in arq, day and weekday must both match when both are given."""
+    (weekday 0 or 7 is Sunday), or six fields with seconds first. As in arq, day and weekday
+    must both match when both are given."""
     fields = text.split()
-    if len(fields) == 5:
-        fields = ["0", *fields]
-    if len(fields) != 6:
+    if len(fields) not in (5, 6):
         raise ValueError(
             f"{text!r}: expected 5 fields (minute hour day month weekday) or 6 (seconds first)"
         )
+    seconds = fields.pop(0) if len(fields) == 6 else "0"
+    try:
+        # Seconds take the minutes' range, so the minute parser reads them.
+        [second, *_] = Cron(f"{seconds} * * * *").to_list()
+        rest = Cron(" ".join(fields)).to_list()
+    except ValueError as exc:
+        raise ValueError(f"{text!r}: {exc}") from None
     parsed: dict[str, set[int] | None] = {}
-    for (name, low, high), field in zip(_CRON_FIELDS, fields, strict=True):
-        try:
-            values = None if field == "*" else _cron_field(field, low, high)
-        except ValueError as exc:
-            raise ValueError(f"{text!r}: {name} field {field!r}: {exc}") from None
-        # arq counts weekdays from Monday = 0, cron from Sunday = 0 (and 7).
-        parsed[name] = {(v - 1) % 7 for v in values} if name == "weekday" and values else values
+    for name, size, values in zip(_CRON_NAMES, _CRON_SIZES, [second, *rest], strict=True):
+        if name == "weekday":  # arq counts weekdays from Monday = 0, cron from Sunday = 0
+            values = [(v - 1) % 7 for v in values]
+        parsed[name] = None if len(values) == size else set(values)
     return parsed
 
 

@@ -48,13 +48,14 @@ def test_cron_expressions_become_arq_schedules() -> None:
         "weekday": {0, 1, 2, 3, 4},  # arq counts from Monday = 0
     }
     assert parse_schedule("0 0 * * 0,7")["weekday"] == {6}  # Sunday, either way
-    assert parse_schedule("50/5 * * * * *")["second"] == {50, 55}
+    assert parse_schedule("*/20 * * * * *")["second"] == {0, 20, 40}
     for bad, needle in (
         ("* * * *", "expected 5 fields"),
-        ("60 * * * *", "minute field '60': '60' is outside 0-59"),
-        ("*/0 * * * *", "'*/0' is outside 0-59"),
-        ("5-1 * * * *", "'5-1' is outside 0-59"),
-        ("x * * * *", "minute field 'x'"),
+        ("60 * * * *", "Value 60 out of range for 'minute'"),
+        ("*/0 * * * *", "Invalid interval step value '0' for 'minute'"),
+        ("5-1 * * * *", "Max range is less than min range in '5-1' for 'minute'"),
+        ("x * * * *", "Invalid value 'x'"),
+        ("*/2 25 * * *", "Value 25 out of range for 'hour'"),
     ):
         with pytest.raises(ValueError, match=needle):
             parse_schedule(bad)
