@@ -678,12 +678,19 @@ class Store:
         return rows[0] or []
 
     async def find_sessions(self, prefix: str) -> list[str]:
+        """The session with exactly this id, else those whose id starts with it or whose
+        external id it is (a scan of every session, so only when the exact one is not there)."""
         rows = await self.query(
-            "SELECT VALUE record::id(id) FROM session "
-            "WHERE string::starts_with(record::id(id), $p) OR external_id = $p",
-            {"p": prefix},
+            """
+            LET $exact = SELECT VALUE record::id(id) FROM $id;
+            RETURN IF array::len($exact) > 0 { $exact } ELSE {
+                SELECT VALUE record::id(id) FROM session
+                WHERE string::starts_with(record::id(id), $p) OR external_id = $p
+            };
+            """,
+            {"p": prefix, "id": rid("session", prefix)},
         )
-        return sorted(rows[0] or [])
+        return sorted(rows[-1] or [])
 
     async def session_errors(self, session_id: str) -> list[dict[str, Any]]:
         rows = await self.query(
