@@ -50,12 +50,15 @@ _EDGE_FIELDS = (
     "string::uppercase(meta::tb(id)) AS verb, out.kind AS target_kind, "
     "out.key ?? record::id(out) AS target, outcome, exit_code, reason, tool, detail, event_time"
 )
-# Entities are merged, not replaced: aliases accumulate, first_seen stays the first.
+# Entities are merged, not replaced: aliases accumulate (sorted), first_seen and last_seen are
+# the earliest and latest sightings, so the result does not depend on the order of writes.
 _UPSERT_ENTITIES = """
             FOR $e IN $entities {
                 UPSERT $e.id SET kind = $e.kind, key = $e.key, name = $e.name,
-                    project = $e.project, aliases = array::union(aliases ?? [], $e.aliases),
-                    first_seen = first_seen ?? $e.first_seen, last_seen = $e.last_seen;
+                    project = $e.project,
+                    aliases = array::sort(array::union(aliases ?? [], $e.aliases)),
+                    first_seen = time::min([first_seen ?? $e.first_seen, $e.first_seen]),
+                    last_seen = time::max([last_seen ?? $e.last_seen, $e.last_seen]);
             };"""
 # Tables holding vectors (each with an HNSW index in schema/001_core.surql), by the field whose
 # text is embedded.

@@ -142,7 +142,12 @@ def rows_for(
         row = _entity_row(e, seen or now)
         key = row["id"].key
         if key in entities:
-            entities[key]["aliases"] = sorted({*entities[key]["aliases"], *row["aliases"]})
+            # Seen again in this batch: the earliest and latest sightings, whatever the order,
+            # so that how a transcript was cut into batches changes nothing.
+            known = entities[key]
+            known["aliases"] = sorted({*known["aliases"], *row["aliases"]})
+            known["first_seen"] = min(known["first_seen"], row["first_seen"])
+            known["last_seen"] = max(known["last_seen"], row["last_seen"])
         else:
             entities[key] = row
         return row["id"]
