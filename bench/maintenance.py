@@ -14,7 +14,8 @@
    the documented formula, so the deleted count is checked against a known number.
 4. reembed: `--reembed` short real texts (<= 600 chars, of the kinds ingestion embeds) carry a
    vector of another model; `reembed` runs until nothing remains, then the model alone embeds
-   the same texts (batch 32): the physical limit the job is measured against.
+   the same texts (in batches of the configured size): the physical limit the job is measured
+   against.
 
 Steps 1-2 and steps 3-4 each run in a process of their own, each with an in-process Runtime
 (private Redis, arq workers serving, embedded SurrealDB, the offline model) on the same data
@@ -481,15 +482,14 @@ async def maintain(o: Open, args: argparse.Namespace, work: Path) -> None:
         f"{moved / job_seconds:.1f} texts/s"
     )
     o.calls.report(job_seconds)
-    batch_size, embedder.batch_size = embedder.batch_size, 32
     started = time.perf_counter()
-    embedder.embed(texts)
+    embedder.embed(texts)  # in batches of the configured size, as the job does
     model_seconds = time.perf_counter() - started
-    embedder.batch_size = batch_size
     o.calls.seconds.clear()
     chars = sorted(len(t) for t in texts)
     print(
-        f"  model alone (batch 32): {len(texts)} texts (median {chars[len(chars) // 2]} "
+        f"  model alone (batch {embedder.batch_size}): {len(texts)} texts "
+        f"(median {chars[len(chars) // 2]} "
         f"chars) in {model_seconds:.1f} s = {len(texts) / model_seconds:.1f} texts/s"
     )
     print(

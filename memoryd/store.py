@@ -13,9 +13,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from surrealdb import AsyncSurreal, RecordID
+from surrealdb import RecordID
 
-from memoryd.errors import MemorydError
+from memoryd.engine import Connection
 from memoryd.ids import stable_id
 
 log = logging.getLogger(__name__)
@@ -155,15 +155,6 @@ def key_of(record: Any) -> str:
     return str(record.id) if isinstance(record, RecordID) else str(record).split(":", 1)[-1]
 
 
-def _lock_message(url: str) -> str:
-    return (
-        f"the database {url} is locked by another memoryd process. The embedded database "
-        "allows one process: stop the other memoryd (or send it your command: it runs "
-        "`memoryd search`/`index`/`status` for you while it is up), or use the server mode "
-        "(a SurrealDB server via MEMORYD_SURREAL_URL=ws://…) to run several processes."
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class SearchHit:
     table: str
@@ -175,9 +166,9 @@ class SearchHit:
 class Store:
     """A connection to the memoryd database (embedded SurrealKV or a SurrealDB server)."""
 
-    def __init__(self, db: Any, url: str) -> None:
-        self._db = db
-        self.url = url
+    def __init__(self, connection: Connection) -> None:
+        self._db = connection
+        self.url = connection.url
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -189,23 +180,19 @@ class Store:
         database: str,
         user: str | None = None,
         password: str | None = None,
+        reopen_bytes: int | None = None,
     ) -> Store:
-        try:
-            # The embedded engine opens (and locks) the files when constructed.
-            db = AsyncSurreal(url)
-            await db.connect()
-            if user is not None:
-                await db.signin({"username": user, "password": password or ""})
-            await db.use(namespace, database)
-        except Exception as exc:
-            text = str(exc)
-            if "already locked" in text or "LOCK" in text:
-                raise MemorydError(_lock_message(url)) from None
-            raise MemorydError(f"cannot open the database {url}: {text}") from None
-        return cls(db, url)
+        """Connect; an embedded database is reopened once the process grew by `reopen_bytes`
+        (memoryd/engine.py says why)."""
+        return cls(await Connection.open(url, namespace, database, user, password, reopen_bytes))
 
     async def close(self) -> None:
         await self._db.close()
+
+    @property
+    def reopened(self) -> int:
+        """How often the embedded database was reopened to give its memory back."""
+        return self._db.reopened
 
     async def query(self, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
         """Run statements; one result per statement. A failed transaction (another writer
@@ -683,17 +670,17 @@ class Store:
     async def find_sessions(self, prefix: str) -> list[str]:
         """The session with exactly this id, else those whose id starts with it or whose
         external id it is (a scan of every session, so only when the exact one is not there)."""
-        rows = await self.query(
-            """
-            LET $exact = SELECT VALUE record::id(id) FROM $id;
-            RETURN IF array::len($exact) > 0 { $exact } ELSE {
-                SELECT VALUE record::id(id) FROM session
-                WHERE string::starts_with(record::id(id), $p) OR external_id = $p
-            };
-            """,
-            {"p": prefix, "id": rid("session", prefix)},
+        exact = await self.query(
+            "SELECT VALUE record::id(id) FROM $id", {"id": rid("session", prefix)}
         )
-        return sorted(rows[-1] or [])
+        if exact[0]:
+            return list(exact[0])
+        rows = await self.query(
+            "SELECT VALUE record::id(id) FROM session "
+            "WHERE string::starts_with(record::id(id), $p) OR external_id = $p",
+            {"p": prefix},
+        )
+        return sorted(rows[0] or [])
 
     async def session_errors(self, session_id: str) -> list[dict[str, Any]]:
         rows = await self.query(
