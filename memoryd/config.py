@@ -91,7 +91,7 @@ class Settings(BaseSettings):
     surreal_database: str = "memory"
     # The embedded database keeps what was written through it in memory until it is closed:
     # it is reopened once the process grew by this much (memoryd/engine.py). 0: never.
-    db_reopen_mb: int = Field(128, ge=0)
+    db_reopen_mb: int = Field(96, ge=0)
 
     model: str = DEFAULT_MODEL
     # Texts per model call. Measured on 2 cores: one at a time is as fast as 32 (no padding to

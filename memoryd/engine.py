@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -45,6 +47,14 @@ def anon_rss_bytes() -> int | None:
     except OSError:
         return None
     return None
+
+
+def _trim_heap() -> None:
+    """Hand the heap pages freed by the closed engine back to the OS (glibc keeps them)."""
+    name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(name) if name else None
+    if libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
 
 
 def _lock_message(url: str) -> str:
@@ -140,13 +150,21 @@ class Connection:
             return
         self._checked = now
         rss = anon_rss_bytes()
-        if rss is None or rss - self._baseline < self._recycle:
+        if rss is not None and rss - self._baseline >= self._recycle:
+            await self.reopen()
+
+    async def reopen(self) -> None:
+        """Close and open again once the queries under way finished; new ones wait."""
+        if not self._open.is_set():  # someone else is at it
+            await self._open.wait()
             return
         self._open.clear()
+        before = anon_rss_bytes() or 0
         try:
-            await self._idle.wait()  # the queries already running finish first
+            await self._idle.wait()
             started = time.perf_counter()
             await self._db.close()
+            await asyncio.to_thread(_trim_heap)
             for attempt in range(_REOPEN_ATTEMPTS):
                 try:
                     self._db = await _connect(self.url, *self._login)
@@ -156,11 +174,10 @@ class Connection:
                         raise
                     await asyncio.sleep(0.2 * 2**attempt)
             self.reopened += 1
-            after = anon_rss_bytes() or 0
             log.info(
                 "database reopened to give back its memory: %d MiB -> %d MiB in %.2fs",
-                rss >> 20,
-                after >> 20,
+                before >> 20,
+                (anon_rss_bytes() or 0) >> 20,
                 time.perf_counter() - started,
             )
         finally:

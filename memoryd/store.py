@@ -194,6 +194,10 @@ class Store:
         """How often the embedded database was reopened to give its memory back."""
         return self._db.reopened
 
+    async def reopen(self) -> None:
+        """Close and reopen the connection between queries (memoryd/engine.py)."""
+        await self._db.reopen()
+
     async def query(self, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
         """Run statements; one result per statement. A failed transaction (another writer
         touched the same rows) is retried; any other failure raises with the engine's own
