@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from arq import ArqRedis
 
+from memoryd import queue
 from memoryd.config import Settings, load_settings
 from memoryd.runtime import Runtime
 
@@ -132,6 +136,15 @@ def expected_index(root: Path, project_id: str, max_chars: int) -> dict[str, lis
         if chunks:
             index[rel] = chunks
     return index
+
+
+async def wait_for_workers(redis: ArqRedis, count: int, timeout: float) -> float:
+    """Until `count` processes serve the queue; returns the deadline (monotonic) it allowed."""
+    deadline = time.monotonic() + timeout
+    while await queue.live_workers(redis) < count:
+        assert time.monotonic() < deadline, "workers did not come up"
+        await asyncio.sleep(0.5)
+    return deadline
 
 
 async def settle(

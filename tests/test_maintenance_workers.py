@@ -24,7 +24,7 @@ from memoryd.errors import MemorydError
 from memoryd.runtime import Runtime
 from memoryd.services import EmbeddedRedis
 from memoryd.store import Store
-from tests.conftest import MEMORYD, settings_for
+from tests.conftest import MEMORYD, settings_for, wait_for_workers
 
 # Nothing else scheduled, and decay not before next New Year: the tests start runs themselves.
 QUIET = {"decay": "0 0 1 1 *", "prune": "off", "reembed": "off"}
@@ -98,10 +98,7 @@ async def test_two_worker_processes_run_each_scheduled_slot_once(tmp_path: Path)
     try:
         redis = await queue.connect(server.url)
         try:
-            deadline = time.monotonic() + 180
-            while await queue.live_workers(redis) < 2:
-                assert time.monotonic() < deadline, "workers did not come up"
-                await asyncio.sleep(0.5)
+            deadline = await wait_for_workers(redis, 2, 180)
             finished: set[str] = set()
             while len(finished) < 5:
                 assert time.monotonic() < deadline, f"only {sorted(finished)} ran"

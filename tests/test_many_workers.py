@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +12,7 @@ import pytest
 from memoryd import projects, queue
 from memoryd.services import EmbeddedRedis
 from memoryd.store import Store
-from tests.conftest import MEMORYD
+from tests.conftest import MEMORYD, wait_for_workers
 
 SERVER_URL = os.environ.get("MEMORYD_TEST_SURREAL_URL")
 
@@ -47,10 +45,7 @@ async def test_two_workers_share_the_queue_and_split_the_jobs(
             )
         redis = await queue.connect(server.url)
         try:
-            deadline = time.monotonic() + 120
-            while await queue.live_workers(redis) < 2:
-                assert time.monotonic() < deadline, "workers did not come up"
-                await asyncio.sleep(0.5)
+            await wait_for_workers(redis, 2, 120)
             project = projects.resolve(arq_tree)
             paths = sorted(p.relative_to(arq_tree).as_posix() for p in arq_tree.glob("*.py"))
             jobs = await queue.enqueue_index(
