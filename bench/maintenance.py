@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from fixture_rows import whole_file_rows
 
 from memoryd.config import Settings, load_settings
 from memoryd.ids import stable_id
@@ -61,8 +62,7 @@ from memoryd.runtime import Runtime
 from memoryd.store import Ref
 from memoryd.watch.transcripts import transcript_files
 from workers import maintenance
-from workers.ingest import EMBED_CHARS, EMBED_KINDS, HEAD_BYTES, _subagent_meta, rows_for
-from workers.transcripts import Source, detect_agent, parser_for, split_lines
+from workers.ingest import EMBED_CHARS, EMBED_KINDS
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "transcripts"
 OLD_MODEL = "bench/previous-model"
@@ -105,14 +105,11 @@ class Template:
 def load_templates() -> list[Template]:
     templates = []
     for path in transcript_files([FIXTURES / "claude-code", FIXTURES / "codex"]):
-        data = Path(path).read_bytes()
-        agent = detect_agent(data[:HEAD_BYTES], path)
-        if agent is None:
+        found = whole_file_rows(path)
+        if found is None:
             continue
-        lines, _ = split_lines(data, 0)
-        meta = _subagent_meta(path) if agent == "claude-code" else None
-        result = parser_for(agent).parse(lines, None, Source.of(path, [], meta))
-        tables = rows_for(result, path, {}).tables
+        agent, data, rows = found
+        tables = rows.tables
         times = [m["event_time"] for m in tables.get("memories", []) if m["event_time"]]
         if not times:
             continue  # a file of summaries only

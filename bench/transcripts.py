@@ -44,13 +44,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from fixture_rows import whole_file_rows
+
 from memoryd import queue
 from memoryd.config import load_settings
 from memoryd.runtime import Runtime
 from memoryd.services import stop_orphan
 from memoryd.watch.transcripts import transcript_files
-from workers.ingest import HEAD_BYTES, _subagent_meta, rows_for
-from workers.transcripts import Memory, Source, detect_agent, parser_for, split_lines
+from workers.transcripts import Memory, Source, parser_for, split_lines
 from workers.transcripts.claude_code import prompt_text, render_call
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "transcripts"
@@ -102,14 +103,8 @@ def embedded_texts(files: list[str]) -> list[str]:
     fixture is below the job's BATCH_BYTES, so the job parses each in one batch too)."""
     texts: list[str] = []
     for path in files:
-        data = Path(path).read_bytes()
-        agent = detect_agent(data[:HEAD_BYTES], path)
-        if agent is None:
-            continue
-        lines, _ = split_lines(data, 0)
-        meta = _subagent_meta(path) if agent == "claude-code" else None
-        result = parser_for(agent).parse(lines, None, Source.of(path, [], meta))
-        texts += [text for _, text in rows_for(result, path, {}).embed]
+        if found := whole_file_rows(path):
+            texts += [text for _, text in found[2].embed]
     return texts
 
 
