@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -49,10 +50,15 @@ def anon_rss_bytes() -> int | None:
     return None
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")  # runs ldconfig: once is enough
+    return ctypes.CDLL(name) if name else None
+
+
 def _trim_heap() -> None:
     """Hand the heap pages freed by the closed engine back to the OS (glibc keeps them)."""
-    name = ctypes.util.find_library("c")
-    libc = ctypes.CDLL(name) if name else None
+    libc = _libc()
     if libc is not None and hasattr(libc, "malloc_trim"):
         libc.malloc_trim(0)
 
