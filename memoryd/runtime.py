@@ -142,8 +142,16 @@ class Runtime:
         for task in self._tasks:
             task.cancel()
         for worker in self.workers:
-            with contextlib.suppress(Exception):
+            try:
                 await worker.close()
+            except asyncio.CancelledError:
+                # arq's close() cancels the jobs under way and re-raises their cancellation;
+                # the rest must still be closed. Only our own cancellation goes on up.
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise
+            except Exception:
+                log.exception("closing a worker failed")
         for task in self._tasks:
             with contextlib.suppress(BaseException):
                 await task
