@@ -1,6 +1,6 @@
 """The rows the ingest job writes for a whole transcript, from the pure stages alone: what the
-benchmarks replay and compare against (every fixture is below the job's BATCH_BYTES, so the
-job parses each in one batch too)."""
+benchmarks replay and compare against (the job reads a file in batches, but the parser's state
+carries over, so the rows are the same)."""
 
 from __future__ import annotations
 

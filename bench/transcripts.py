@@ -99,8 +99,7 @@ def _now_iso() -> str:
 
 
 def embedded_texts(files: list[str]) -> list[str]:
-    """The texts the ingest job embeds for these files, from the pure stages alone (every
-    fixture is below the job's BATCH_BYTES, so the job parses each in one batch too)."""
+    """The texts the ingest job embeds for these files, from the pure stages alone."""
     texts: list[str] = []
     for path in files:
         if found := whole_file_rows(path):

@@ -89,9 +89,10 @@ class Settings(BaseSettings):
     surreal_password: str | None = None
     surreal_namespace: str = "memoryd"
     surreal_database: str = "memory"
-    # The embedded database keeps what was written through it in memory until it is closed:
-    # it is reopened once the process grew by this much (memoryd/engine.py). 0: never.
-    db_reopen_mb: int = Field(96, ge=0)
+    # The embedded database keeps what was written through it in memory until it is closed,
+    # and stops taking writes once that fills: it is reopened once the process grew by this
+    # much, and never later than half its write buffer (memoryd/engine.py).
+    db_reopen_mb: int = Field(96, ge=16)
 
     model: str = DEFAULT_MODEL
     # Texts per model call. Measured on 2 cores: one at a time is as fast as 32 (no padding to

@@ -12,6 +12,7 @@ import numpy as np
 from fastembed import TextEmbedding
 from fastembed.common.model_description import ModelSource, PoolingType
 
+from memoryd import heap
 from memoryd.config import DEFAULT_MODEL
 from memoryd.errors import MemorydError
 
@@ -122,6 +123,8 @@ class Embedder:
         except Exception as exc:  # fastembed raises plain ValueError/OSError variants
             raise MemorydError(f"cannot load embedding model {model!r}: {exc}") from None
         self.dim = len(self.embed(["dimension probe"])[0])
+        # Building the inference session frees a large scratch heap that glibc would keep.
+        heap.trim()
         log.info("model %s loaded (%d dims)", model, self.dim)
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:

@@ -1,21 +1,27 @@
 """The connection under the Store: opening it, and giving the embedded engine's memory back.
 
-The embedded engine (surrealdb-embedded 3.0.0b10, SurrealKV) keeps in memory about as many
-bytes as were written through it since it was opened (overwrites included) and returns them
-only when it is closed; its cache and write-buffer sizes cannot be set from here (the URL's
-query parameters and SURREAL_* variables are not read by this build). A daemon that runs for
-days would grow without bound, so a file-backed embedded connection is closed and opened again,
-between queries, once the process's anonymous memory grew by `recycle_bytes` since it was
-opened. A server connection (ws://) holds nothing of the kind and is never reopened.
+What the embedded engine (surrealdb-embedded 3.0.0b10: surrealdb-core 3.2 on SurrealKV 0.21, an
+LSM tree) does with memory, measured here:
+- Everything written goes to an in-memory table (the memtable) and stays there until the
+  datastore is closed, which writes it out as a table file. surrealdb-core sizes the memtable
+  from the machine's memory (1 GiB on 16-64 GiB) and this build reads no setting for it: the
+  URL's query string is dropped and no SURREAL_* variable names it.
+- When the memtable fills, the frozen one is never written out and every later write waits for
+  ever (no table file, no CPU). Closing is the only flush that works.
+- The block cache (half the machine's memory less 1 GiB) keeps every block that was read.
+- `ALTER SYSTEM COMPACT` is refused ("does not support compaction requests"), and merging table
+  files allocates about as much as it merges, then frees it.
+So a file-backed embedded connection is closed and opened again, between queries, once the
+process's anonymous memory grew by `recycle_bytes` since it was opened, heap that the engine
+already freed given back first (far cheaper than a reopen). The threshold is kept under half the
+memtable the engine chose, so writes never reach the stall. A server connection (ws://) holds
+nothing of the kind and is never reopened.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
-import functools
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -24,6 +30,7 @@ from typing import Any
 
 from surrealdb import AsyncSurreal
 
+from memoryd import heap
 from memoryd.errors import MemorydError
 
 log = logging.getLogger(__name__)
@@ -33,34 +40,50 @@ log = logging.getLogger(__name__)
 _FILE_BACKED = ("surrealkv://", "file://", "rocksdb://")
 # How often (seconds) the memory is looked at: reading /proc costs ~30 µs.
 _CHECK_EVERY = 1.0
-_STATUS = Path("/proc/self/status")
+_MEMINFO = Path("/proc/meminfo")
+# Where the engine (through the sysinfo crate) looks for a container's memory limit.
+_CGROUP_LIMITS = (
+    Path("/sys/fs/cgroup/memory.max"),
+    Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+)
 _REOPEN_ATTEMPTS = 5
+_GIB = 1 << 30
+DEFAULT_REOPEN_BYTES = 96 << 20
 
 
-def anon_rss_bytes() -> int | None:
-    """The process's anonymous resident memory (what the engine's buffers take), or None where
-    /proc is not there (macOS): then the connection is never reopened."""
+def memtable_bytes(total_memory: int) -> int:
+    """The memtable surrealdb-core 3.2 gives SurrealKV on a machine with this much memory."""
+    for below, size in ((1, 64 << 20), (4, 128 << 20), (16, 256 << 20), (64, _GIB)):
+        if total_memory < below * _GIB:
+            return size
+    return 4 * _GIB
+
+
+def _first_int(path: Path, prefix: str = "") -> int | None:
     try:
-        with _STATUS.open() as status:
-            for line in status:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
+        for line in path.read_text().splitlines():
+            if line.startswith(prefix):
+                return int(line.removeprefix(prefix).split()[0])
+    except (OSError, ValueError, IndexError):
+        return None  # not there, or "max": no limit
     return None
 
 
-@functools.cache
-def _libc() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("c")  # runs ldconfig: once is enough
-    return ctypes.CDLL(name) if name else None
+def engine_memory_bytes() -> int | None:
+    """The memory the engine sizes itself by: the machine's, or a smaller container limit.
+    None where /proc is not there (macOS)."""
+    kib = _first_int(_MEMINFO, "MemTotal:")
+    if kib is None:
+        return None
+    limits = [n for path in _CGROUP_LIMITS if (n := _first_int(path)) is not None and n > 0]
+    return min([kib * 1024, *limits])
 
 
-def _trim_heap() -> None:
-    """Hand the heap pages freed by the closed engine back to the OS (glibc keeps them)."""
-    libc = _libc()
-    if libc is not None and hasattr(libc, "malloc_trim"):
-        libc.malloc_trim(0)
+def reopen_threshold(configured: int, total_memory: int | None) -> int:
+    """Growth that triggers a reopen: as configured, but under half the engine's memtable."""
+    if total_memory is None:
+        return configured
+    return min(configured, memtable_bytes(total_memory) // 2)
 
 
 def _lock_message(url: str) -> str:
@@ -98,13 +121,17 @@ class Connection:
         db: Any,
         url: str,
         login: tuple[str, str, str | None, str | None],
-        recycle_bytes: int | None,
+        recycle_bytes: int,
     ) -> None:
         self._db = db
         self.url = url
         self._login = login  # namespace, database, user, password
-        self._recycle = recycle_bytes if url.startswith(_FILE_BACKED) else None
-        self._baseline = anon_rss_bytes() or 0
+        self._recycle = (
+            reopen_threshold(recycle_bytes, engine_memory_bytes())
+            if url.startswith(_FILE_BACKED)
+            else None
+        )
+        self._baseline = heap.anon_rss_bytes() or 0
         self._checked = time.monotonic()
         self._in_flight = 0
         self._idle = asyncio.Event()
@@ -121,7 +148,7 @@ class Connection:
         database: str,
         user: str | None = None,
         password: str | None = None,
-        recycle_bytes: int | None = None,
+        recycle_bytes: int = DEFAULT_REOPEN_BYTES,
     ) -> Connection:
         login = (namespace, database, user, password)
         return cls(await _connect(url, *login), url, login, recycle_bytes)
@@ -155,8 +182,11 @@ class Connection:
         if now - self._checked < _CHECK_EVERY:
             return
         self._checked = now
-        rss = anon_rss_bytes()
-        if rss is not None and rss - self._baseline >= self._recycle:
+        rss = heap.anon_rss_bytes()
+        if rss is None or rss - self._baseline < self._recycle:
+            return
+        await asyncio.to_thread(heap.trim)
+        if (heap.anon_rss_bytes() or 0) - self._baseline >= self._recycle:
             await self.reopen()
 
     async def reopen(self) -> None:
@@ -165,12 +195,12 @@ class Connection:
             await self._open.wait()
             return
         self._open.clear()
-        before = anon_rss_bytes() or 0
+        before = heap.anon_rss_bytes() or 0
         try:
             await self._idle.wait()
             started = time.perf_counter()
             await self._db.close()
-            await asyncio.to_thread(_trim_heap)
+            await asyncio.to_thread(heap.trim)
             for attempt in range(_REOPEN_ATTEMPTS):
                 try:
                     self._db = await _connect(self.url, *self._login)
@@ -183,9 +213,9 @@ class Connection:
             log.info(
                 "database reopened to give back its memory: %d MiB -> %d MiB in %.2fs",
                 before >> 20,
-                (anon_rss_bytes() or 0) >> 20,
+                (heap.anon_rss_bytes() or 0) >> 20,
                 time.perf_counter() - started,
             )
         finally:
-            self._baseline = anon_rss_bytes() or 0
+            self._baseline = heap.anon_rss_bytes() or 0
             self._open.set()

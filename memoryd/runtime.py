@@ -89,7 +89,7 @@ class Runtime:
             s.surreal_database,
             s.surreal_user,
             s.surreal_password,
-            reopen_bytes=s.db_reopen_mb << 20 or None,
+            reopen_bytes=s.db_reopen_mb << 20,
         )
         self.embedder = await asyncio.to_thread(
             Embedder, s.model, s.data_dir / "models", s.embed_batch_size

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from surrealdb import RecordID
 
-from memoryd.engine import Connection
+from memoryd.engine import DEFAULT_REOPEN_BYTES, Connection
 from memoryd.ids import stable_id
 
 log = logging.getLogger(__name__)
@@ -180,7 +180,7 @@ class Store:
         database: str,
         user: str | None = None,
         password: str | None = None,
-        reopen_bytes: int | None = None,
+        reopen_bytes: int = DEFAULT_REOPEN_BYTES,
     ) -> Store:
         """Connect; an embedded database is reopened once the process grew by `reopen_bytes`
         (memoryd/engine.py says why)."""

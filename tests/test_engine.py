@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memoryd import queue
+from memoryd import engine, queue
 from memoryd.runtime import Runtime
 from tests.conftest import settings_for
 from tests.test_ingest import S37
@@ -36,3 +36,30 @@ async def test_reopening_under_load_loses_nothing(data_dir: Path) -> None:
         assert len(replay["events"]) == 282
     finally:
         await rt.close()
+
+
+GIB = 1 << 30
+
+
+def test_memtable_size_follows_the_engines_table() -> None:
+    """surrealdb-core 3.2 (kvs/surrealkv/cnf.rs): 64 MiB under 1 GiB of memory, 128 MiB under
+    4, 256 MiB under 16, 1 GiB under 64, 4 GiB above."""
+    sizes = [engine.memtable_bytes(gib * GIB) for gib in (0.5, 2, 8, 24, 64, 256)]
+    assert [s >> 20 for s in sizes] == [64, 128, 256, 1024, 4096, 4096]
+
+
+def test_reopen_comes_before_the_memtable_fills() -> None:
+    """A full memtable is never written out by this engine build and writes wait for ever, so
+    the configured growth is capped at half the memtable the engine chose."""
+    mib = 1 << 20
+    assert engine.reopen_threshold(96 * mib, 24 * GIB) == 96 * mib
+    assert engine.reopen_threshold(96 * mib, 512 * mib) == 32 * mib  # a small container
+    assert engine.reopen_threshold(600 * mib, 8 * GIB) == 128 * mib
+    assert engine.reopen_threshold(96 * mib, None) == 96 * mib  # no /proc: as configured
+
+
+def test_engine_memory_is_what_this_machine_reports() -> None:
+    meminfo = Path("/proc/meminfo").read_text()
+    total = int(meminfo.split("MemTotal:")[1].split()[0]) * 1024
+    found = engine.engine_memory_bytes()
+    assert found is not None and 0 < found <= total

@@ -46,8 +46,9 @@ log = logging.getLogger(__name__)
 # Memories worth a vector: what people search for. Tool results are found by BM25 and graph.
 EMBED_KINDS = frozenset({"user_prompt", "assistant_message", "tool_call", "error", "summary"})
 EMBED_CHARS = 2000
-# Bytes parsed per transaction: bounds memory on a multi-GB transcript.
-BATCH_BYTES = 4 * 1024 * 1024
+# Bytes parsed per transaction. The engine allocates ~15x a batch's bytes while it writes one
+# (full-text postings of up to 4 KB tool results), so a batch is kept small.
+BATCH_BYTES = 1024 * 1024
 HEAD_BYTES = 64 * 1024
 # Longest a single ingest job reads before handing the rest of the file to a follow-up job.
 JOB_SLICE_SECONDS = 300.0
