@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -116,6 +117,9 @@ class Embedder:
         self.batch_size = batch_size
         cache_dir.mkdir(parents=True, exist_ok=True)
         self._dims = TRUNCATED_DIM if model == TRUNCATED_MODEL else None
+        # One inference already spreads over every core: two jobs embedding at once would only
+        # fight over them, so model batches take turns (a search's query slips in between).
+        self._turn = threading.Lock()
         try:
             self._model = _load(model, cache_dir)
         except MemorydError:
@@ -130,7 +134,11 @@ class Embedder:
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
             return []
-        vectors = self._model.embed(list(texts), batch_size=self.batch_size)
+        vectors: list[np.ndarray] = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = list(texts[start : start + self.batch_size])
+            with self._turn:
+                vectors += self._model.embed(batch, batch_size=self.batch_size)
         if self._dims is not None:
-            vectors = (truncate(vector, self._dims) for vector in vectors)
+            vectors = [truncate(vector, self._dims) for vector in vectors]
         return [vector.tolist() for vector in vectors]
