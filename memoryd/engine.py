@@ -9,8 +9,10 @@ LSM tree) does with memory, measured here:
 - When the memtable fills, the frozen one is never written out and every later write waits for
   ever (no table file, no CPU). Closing is the only flush that works.
 - The block cache (half the machine's memory less 1 GiB) keeps every block that was read.
-- `ALTER SYSTEM COMPACT` is refused ("does not support compaction requests"), and merging table
-  files allocates about as much as it merges, then frees it.
+- `ALTER SYSTEM COMPACT` is refused ("does not support compaction requests").
+- Every fourth table file written starts a merge of all of them with the whole first level into
+  one file, which allocates about as much as it merges (~1.05x) and frees it after. That peak
+  grows with the database and nothing outside the engine can bound it.
 So a file-backed embedded connection is closed and opened again, between queries, once the
 process's anonymous memory grew by `recycle_bytes` since it was opened, heap that the engine
 already freed given back first (far cheaper than a reopen). The threshold is kept under half the
