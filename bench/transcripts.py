@@ -48,8 +48,8 @@ from fixture_rows import whole_file_rows
 
 from memoryd import queue
 from memoryd.config import load_settings
+from memoryd.embedded import stop_orphan
 from memoryd.runtime import Runtime
-from memoryd.services import stop_orphan
 from memoryd.watch.transcripts import transcript_files
 from workers.transcripts import Memory, Source, parser_for, split_lines
 from workers.transcripts.claude_code import prompt_text, render_call

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from memoryd import doctor as doctor_checks
-from memoryd import logs, metrics, projects, queue, service
+from memoryd import logs, metrics, projects, queue, service_manager
 from memoryd.config import Settings, config_file, load_settings
 from memoryd.errors import MemorydError
 from memoryd.runtime import Runtime
@@ -652,9 +652,9 @@ def service_install(
     """Write the unit (or plist) for this memoryd and data dir, enable and start it."""
     settings = _settings(data_dir=data_dir)
     try:
-        kind = service.platform_kind()
-        spec = service.make_spec(settings.data_dir, config_file().absolute(), sandbox, kind)
-        report = service.install(spec, kind, start)
+        kind = service_manager.platform_kind()
+        spec = service_manager.make_spec(settings.data_dir, config_file().absolute(), sandbox, kind)
+        report = service_manager.install(spec, kind, start)
     except MemorydError as exc:
         _fail(exc)
         raise
@@ -665,7 +665,7 @@ def service_install(
 def service_uninstall() -> None:
     """Stop and disable the service and remove its file (the data dir is kept)."""
     try:
-        report = service.uninstall(service.platform_kind())
+        report = service_manager.uninstall(service_manager.platform_kind())
     except MemorydError as exc:
         _fail(exc)
         raise
@@ -676,7 +676,7 @@ def service_uninstall() -> None:
 def service_status(as_json: AsJson = False) -> None:
     """Whether the service is installed, which memoryd it runs, and its state."""
     try:
-        state = service.status(service.platform_kind())
+        state = service_manager.status(service_manager.platform_kind())
     except MemorydError as exc:
         _fail(exc)
         raise

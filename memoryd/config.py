@@ -91,7 +91,7 @@ class Settings(BaseSettings):
     surreal_database: str = "memory"
     # The embedded database keeps what was written through it in memory until it is closed,
     # and stops taking writes once that fills: it is reopened once the process grew by this
-    # much, and never later than half its write buffer (memoryd/engine.py).
+    # much, and never later than half its write buffer (memoryd/store/connection.py).
     db_reopen_mb: int = Field(96, ge=16)
 
     model: str = DEFAULT_MODEL

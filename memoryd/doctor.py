@@ -21,8 +21,8 @@ from typing import Any, Literal
 
 from memoryd import queue
 from memoryd.config import DEFAULT_MODEL, Settings
+from memoryd.embedded import MAX_SOCKET_PATH, daemon_pid
 from memoryd.errors import MemorydError
-from memoryd.services import MAX_SOCKET_PATH, daemon_pid
 
 Level = Literal["ok", "warn", "fail"]
 CHECKS = ("data_dir", "redis", "database", "model", "repos", "transcripts", "inotify")

@@ -17,9 +17,7 @@ from arq import ArqRedis, Worker
 
 from memoryd import metrics, queue
 from memoryd.config import Settings
-from memoryd.embedding import Embedder
-from memoryd.errors import MemorydError
-from memoryd.services import (
+from memoryd.embedded import (
     EmbeddedRedis,
     daemon_pid,
     prepare_data_dir,
@@ -28,6 +26,8 @@ from memoryd.services import (
     stop_orphan,
     write_pidfile,
 )
+from memoryd.embedding import Embedder
+from memoryd.errors import MemorydError
 from memoryd.store import Store
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ class Runtime:
         if applied:
             log.info("schema applied: %s", ", ".join(applied))
         # Imported here: memoryd depends on workers only where it starts one.
-        from workers.settings import build_workers
+        from workers.registry import build_workers
 
         ctx = {"store": self.store, "embedder": self.embedder, "settings": s}
         self.workers = build_workers(ctx, queue.redis_settings(self.redis_url), s, scheduled)

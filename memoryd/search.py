@@ -9,7 +9,7 @@ from typing import Any
 
 from memoryd.embedding import Embedder
 from memoryd.errors import MemorydError
-from memoryd.store import Store, key_of, rid
+from memoryd.store import Store, key_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +112,7 @@ async def search(
     if project is not None:
         if kind != "code":
             raise MemorydError("--project applies to code search")
-        filters["project"] = rid("project", await resolve_project(store, project))
+        filters["project"] = await resolve_project(store, project)
     hits = await store.hybrid_search(
         spec.table,
         spec.text_field,

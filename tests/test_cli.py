@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.services import socket_alive
+from memoryd.embedded import socket_alive
 from tests.conftest import MEMORYD
 
 

@@ -118,12 +118,12 @@ async def test_sigterm_mid_indexing_then_restart_equals_an_uninterrupted_run(
     project = projects.resolve(root)
     for job, _ in await projects.sync(stack.redis, project, 32):
         await queue.wait_for(job, 600)
-    expected = await stack.store.all_chunk_ids()
+    expected = await stack.store.code_index(project.id)
     expected_paths = await stack.store.indexed_paths(project.id)
     store = await Store.open(f"surrealkv://{stopped_dir / 'db'}", "memoryd", "memory")
     try:
-        assert await store.all_chunk_ids() == expected
+        assert await store.code_index(project.id) == expected
         assert await store.indexed_paths(project.id) == expected_paths
-        assert await store.valid_chunk_count() == len(expected)
+        assert await store.valid_chunk_count() == sum(len(c) for c in expected.values())
     finally:
         await store.close()

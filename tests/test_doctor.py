@@ -14,9 +14,9 @@ import pytest
 
 from memoryd import doctor
 from memoryd.config import Settings
+from memoryd.embedded import socket_alive
 from memoryd.errors import MemorydError
 from memoryd.runtime import Runtime
-from memoryd.services import socket_alive
 from memoryd.store import Store
 from tests.conftest import git_init, settings_for
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memoryd import engine, queue
+from memoryd import queue
 from memoryd.runtime import Runtime
+from memoryd.store import connection as engine
 from tests.conftest import settings_for
 from tests.test_ingest import S37
 

@@ -20,9 +20,9 @@ from arq.jobs import Job, JobStatus
 
 from memoryd import queue
 from memoryd.config import DEFAULT_SCHEDULE, Settings, load_settings, parse_schedule
+from memoryd.embedded import EmbeddedRedis
 from memoryd.errors import MemorydError
 from memoryd.runtime import Runtime
-from memoryd.services import EmbeddedRedis
 from memoryd.store import Store
 from tests.conftest import MEMORYD, settings_for, wait_for_workers
 
@@ -200,7 +200,7 @@ async def _kill_half_way(
     """Start the daemon (`memoryd run`), enqueue its job, SIGKILL it once `left(status)` shows
     the job between its first and last batch. Returns the job id. The daemon's private Redis
     is left running, as after a real crash."""
-    from memoryd.services import socket_alive, stop_orphan
+    from memoryd.embedded import socket_alive, stop_orphan
 
     daemon = subprocess.Popen(
         [MEMORYD, "run", "--data-dir", str(data_dir)],

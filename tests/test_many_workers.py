@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from memoryd import projects, queue
-from memoryd.services import EmbeddedRedis
+from memoryd.embedded import EmbeddedRedis
 from memoryd.store import Store
 from tests.conftest import MEMORYD, wait_for_workers
 

@@ -25,7 +25,7 @@ from tests.conftest import git_init
 from workers import queries
 from workers.indexing import index_files
 from workers.ingest import ingest_transcript
-from workers.settings import portable_errors
+from workers.registry import portable_errors
 
 FIXTURE = (
     Path(__file__).resolve().parents[2]

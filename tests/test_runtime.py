@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from memoryd import queue
+from memoryd.embedded import socket_alive
 from memoryd.runtime import Runtime
-from memoryd.services import socket_alive
 from tests.conftest import settings_for
 
 

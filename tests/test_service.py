@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from memoryd import service
+from memoryd import service_manager
 from memoryd.errors import MemorydError
-from memoryd.service import ServiceSpec
+from memoryd.service_manager import ServiceSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 MEMORYD = Path(sys.executable).parent / "memoryd"
@@ -85,20 +85,20 @@ def test_generated_unit_passes_systemd_analyze_verify(
 ) -> None:
     spec = ServiceSpec(**{**odd_paths.__dict__, "sandbox": sandbox})
     unit = tmp_path / "memoryd.service"
-    unit.write_text(service.render_unit(spec))
+    unit.write_text(service_manager.render_unit(spec))
     done = verify(unit)
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip() == "", done.stderr  # no unknown or misspelt setting either
 
     # The check has teeth: a unit pointing at a missing memoryd is refused.
     broken = ServiceSpec(**{**spec.__dict__, "executable": tmp_path / "gone" / "memoryd"})
-    unit.write_text(service.render_unit(broken))
+    unit.write_text(service_manager.render_unit(broken))
     refused = verify(unit)
     assert refused.returncode != 0 and "is not executable" in refused.stderr
 
 
 def test_generated_unit_says_what_the_issue_asks(odd_paths: ServiceSpec) -> None:
-    text = service.render_unit(odd_paths)
+    text = service_manager.render_unit(odd_paths)
     settings = unit_settings(text)
     assert ("Service", "Type", "exec") in settings
     assert ("Service", "Restart", "on-failure") in settings
@@ -114,7 +114,7 @@ def test_generated_unit_says_what_the_issue_asks(odd_paths: ServiceSpec) -> None
     (exec_start,) = values(text, "ExecStart")
     words = [w.replace("%%", "%") for w in shlex.split(exec_start)]
     assert words == [str(odd_paths.executable), "run"]
-    assert service.unit_executable(text) == odd_paths.executable
+    assert service_manager.unit_executable(text) == odd_paths.executable
     env = dict(
         shlex.split(v)[0].replace("%%", "%").split("=", 1) for v in values(text, "Environment")
     )
@@ -124,7 +124,7 @@ def test_generated_unit_says_what_the_issue_asks(odd_paths: ServiceSpec) -> None
     }
     # Without the sandbox nothing needs a user namespace; with it, the data dir is writable.
     assert values(text, "ProtectSystem") == []
-    sandboxed = service.render_unit(ServiceSpec(**{**odd_paths.__dict__, "sandbox": True}))
+    sandboxed = service_manager.render_unit(ServiceSpec(**{**odd_paths.__dict__, "sandbox": True}))
     assert values(sandboxed, "ProtectSystem") == ["strict"]
     assert values(sandboxed, "ProtectHome") == ["read-only"]
     (writable,) = values(sandboxed, "ReadWritePaths")
@@ -134,14 +134,14 @@ def test_generated_unit_says_what_the_issue_asks(odd_paths: ServiceSpec) -> None
 def test_checked_in_unit_is_the_template_rendered() -> None:
     """systemd/memoryd.service (for copying by hand) never drifts from the template."""
     shipped = (ROOT / "systemd" / "memoryd.service").read_text()
-    assert shipped == service.example_unit()
+    assert shipped == service_manager.example_unit()
     assert values(shipped, "ExecStart") == ["%h/.local/bin/memoryd run"]
 
 
 def test_generated_plist_parses_with_the_exact_paths(odd_paths: ServiceSpec) -> None:
     spec = ServiceSpec(**{**odd_paths.__dict__, "path_env": "/opt/homebrew/bin:/usr/bin"})
-    doc = plistlib.loads(service.render_plist(spec).encode())
-    assert doc["Label"] == service.LABEL
+    doc = plistlib.loads(service_manager.render_plist(spec).encode())
+    assert doc["Label"] == service_manager.LABEL
     assert doc["ProgramArguments"] == [str(spec.executable), "run"]
     assert doc["EnvironmentVariables"] == {
         "MEMORYD_DATA_DIR": str(spec.data_dir),
@@ -153,45 +153,50 @@ def test_generated_plist_parses_with_the_exact_paths(odd_paths: ServiceSpec) -> 
     assert doc["ProcessType"] == "Background"
     assert doc["Umask"] == 0o077
     assert doc["StandardErrorPath"] == str(spec.data_dir / "logs" / "memoryd.log")
-    assert service.plist_executable(service.render_plist(spec).encode()) == spec.executable
+    assert (
+        service_manager.plist_executable(service_manager.render_plist(spec).encode())
+        == spec.executable
+    )
 
 
 def test_templates_and_their_values_stay_in_step() -> None:
-    assert service.fill("a @X@ b", {"X": "1"}) == "a 1 b"
+    assert service_manager.fill("a @X@ b", {"X": "1"}) == "a 1 b"
     with pytest.raises(ValueError, match=r"missing \['Y'\]"):
-        service.fill("@X@ @Y@", {"X": "1"})
+        service_manager.fill("@X@ @Y@", {"X": "1"})
     with pytest.raises(ValueError, match=r"unused \['Z'\]"):
-        service.fill("@X@", {"X": "1", "Z": "2"})
+        service_manager.fill("@X@", {"X": "1", "Z": "2"})
 
 
 def test_systemd_words() -> None:
-    assert service.systemd_word("/usr/bin/memoryd") == "/usr/bin/memoryd"
-    assert service.systemd_word("/a b/c") == '"/a b/c"'
-    assert service.systemd_word("/50%/x") == "/50%%/x"
-    assert service.systemd_word('/q"\\') == '"/q\\"\\\\"'
-    assert service.systemd_word("%h/bin", literal=True) == "%h/bin"
+    assert service_manager.systemd_word("/usr/bin/memoryd") == "/usr/bin/memoryd"
+    assert service_manager.systemd_word("/a b/c") == '"/a b/c"'
+    assert service_manager.systemd_word("/50%/x") == "/50%%/x"
+    assert service_manager.systemd_word('/q"\\') == '"/q\\"\\\\"'
+    assert service_manager.systemd_word("%h/bin", literal=True) == "%h/bin"
     with pytest.raises(MemorydError, match="line break"):
-        service.systemd_word("/a\nb")
+        service_manager.systemd_word("/a\nb")
 
 
 def test_sandbox_only_where_the_user_manager_can_build_it() -> None:
-    assert service.parse_systemd_version("systemd 252 (252.38-1~deb12u1)\n+PAM") == 252
-    assert service.parse_systemd_version("garbage") is None
+    assert service_manager.parse_systemd_version("systemd 252 (252.38-1~deb12u1)\n+PAM") == 252
+    assert service_manager.parse_systemd_version("garbage") is None
     open_kernel = {"kernel/unprivileged_userns_clone": None, "user/max_user_namespaces": "63000\n"}
-    assert service.sandbox_supported(255, open_kernel)
-    assert not service.sandbox_supported(252, open_kernel)  # before implicit PrivateUsers=
-    assert not service.sandbox_supported(None, open_kernel)
-    assert not service.sandbox_supported(255, {"kernel/unprivileged_userns_clone": "0\n"})
-    assert not service.sandbox_supported(255, {"user/max_user_namespaces": "0"})
+    assert service_manager.sandbox_supported(255, open_kernel)
+    assert not service_manager.sandbox_supported(252, open_kernel)  # before implicit PrivateUsers=
+    assert not service_manager.sandbox_supported(None, open_kernel)
+    assert not service_manager.sandbox_supported(255, {"kernel/unprivileged_userns_clone": "0\n"})
+    assert not service_manager.sandbox_supported(255, {"user/max_user_namespaces": "0"})
     ubuntu = {"kernel/apparmor_restrict_unprivileged_userns": "1\n"}
-    assert not service.sandbox_supported(256, ubuntu)
-    assert service.cpu_quota_percent(2) == 150
-    assert service.cpu_quota_percent(1) == 100
-    assert service.cpu_quota_percent(None) == 100
+    assert not service_manager.sandbox_supported(256, ubuntu)
+    assert service_manager.cpu_quota_percent(2) == 150
+    assert service_manager.cpu_quota_percent(1) == 100
+    assert service_manager.cpu_quota_percent(None) == 100
 
 
 def test_spec_uses_this_install(tmp_path: Path) -> None:
-    spec = service.make_spec(tmp_path / "d", tmp_path / "c.toml", sandbox=False, kind="systemd")
+    spec = service_manager.make_spec(
+        tmp_path / "d", tmp_path / "c.toml", sandbox=False, kind="systemd"
+    )
     assert spec.executable == MEMORYD.absolute()
     assert os.access(spec.executable, os.X_OK)
     assert spec.environment["MEMORYD_DATA_DIR"] == str(tmp_path / "d")
@@ -222,9 +227,9 @@ def test_install_status_uninstall_without_systemctl(
 ) -> None:
     _no_managers(tmp_path, monkeypatch)
     spec = ServiceSpec(MEMORYD.absolute(), tmp_path / "data", tmp_path / "c.toml")
-    report = service.install(spec, "systemd")
+    report = service_manager.install(spec, "systemd")
     unit = home / ".config" / "systemd" / "user" / "memoryd.service"
-    assert report.path == unit and unit.read_text() == service.render_unit(spec)
+    assert report.path == unit and unit.read_text() == service_manager.render_unit(spec)
     assert (unit.stat().st_mode & 0o777) == 0o644
     assert spec.data_dir.is_dir()  # the sandbox's writable path must exist before a start
     assert not report.ok
@@ -233,22 +238,22 @@ def test_install_status_uninstall_without_systemctl(
     assert "systemctl is not installed" in said
     assert "systemctl --user enable --now memoryd.service" in said
 
-    state = service.status("systemd")
+    state = service_manager.status("systemd")
     assert state.installed and state.executable == MEMORYD.absolute() and not state.stale
     assert state.problem == "systemctl is not installed"
     assert any(line.startswith("installed") for line in state.lines())
 
     # A unit left pointing at an install that is gone says so.
     unit.write_text(
-        service.render_unit(
+        service_manager.render_unit(
             ServiceSpec(tmp_path / "old" / "memoryd", spec.data_dir, spec.config_file)
         )
     )
-    assert service.status("systemd").stale
+    assert service_manager.status("systemd").stale
 
-    removed = service.uninstall("systemd")
+    removed = service_manager.uninstall("systemd")
     assert not unit.exists() and f"removed {unit}" in removed.lines[0]
-    assert not service.status("systemd").installed
+    assert not service_manager.status("systemd").installed
     assert spec.data_dir.is_dir()  # data is never removed
 
 
@@ -258,16 +263,16 @@ def test_unreachable_user_manager_is_explained(home: Path, tmp_path: Path) -> No
     probe = subprocess.run(
         ["systemctl", "--user", "show-environment"], capture_output=True, text=True, timeout=30
     )
-    if not service._manager_unreachable(probe.stdout + probe.stderr):
+    if not service_manager._manager_unreachable(probe.stdout + probe.stderr):
         pytest.skip("a systemd user manager runs here: not installing into a real session")
     spec = ServiceSpec(MEMORYD.absolute(), tmp_path / "data", tmp_path / "c.toml")
-    report = service.install(spec, "systemd")
+    report = service_manager.install(spec, "systemd")
     said = "\n".join(report.lines)
     assert not report.ok and report.path.exists()
     assert "the systemd user manager is not reachable here" in said
     assert "in a login session of this user, run:" in said
-    assert "not reachable" in (service.status("systemd").problem or "")
-    service.uninstall("systemd")
+    assert "not reachable" in (service_manager.status("systemd").problem or "")
+    service_manager.uninstall("systemd")
     assert not report.path.exists()
 
 
@@ -276,8 +281,8 @@ def test_launchd_agent_install_without_launchctl(
 ) -> None:
     _no_managers(tmp_path, monkeypatch)
     spec = ServiceSpec(MEMORYD.absolute(), tmp_path / "data", tmp_path / "c.toml")
-    report = service.install(spec, "launchd")
-    plist = home / "Library" / "LaunchAgents" / f"{service.LABEL}.plist"
+    report = service_manager.install(spec, "launchd")
+    plist = home / "Library" / "LaunchAgents" / f"{service_manager.LABEL}.plist"
     assert report.path == plist and not report.ok
     assert "launchctl is not available here" in "\n".join(report.lines)
     assert plistlib.loads(plist.read_bytes())["ProgramArguments"] == [
@@ -286,9 +291,9 @@ def test_launchd_agent_install_without_launchctl(
     ]
     assert (spec.data_dir / "logs").is_dir()  # launchd does not create the log's folder
 
-    state = service.status("launchd")
+    state = service_manager.status("launchd")
     assert (
         state.installed and not state.stale and state.problem == "launchctl is not available here"
     )
-    service.uninstall("launchd")
+    service_manager.uninstall("launchd")
     assert not plist.exists()

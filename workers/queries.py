@@ -6,7 +6,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from memoryd import graph, metrics
+from memoryd import metrics, views
 from memoryd import search as search_module
 from memoryd.errors import MemorydError
 from workers.entities import canonical_file
@@ -46,7 +46,7 @@ async def status(ctx: dict[str, Any]) -> dict[str, Any]:
         ],
         "schema_version": await store.schema_version(),
         "maintenance": {
-            task: graph.plain(run) for task, run in (await store.last_maintenance()).items()
+            task: views.plain(run) for task, run in (await store.last_maintenance()).items()
         },
         "model": ctx["embedder"].model,
         "transcript_lag": {
@@ -81,12 +81,12 @@ async def history(ctx: dict[str, Any], path: str) -> dict[str, Any]:
     if entity is None:
         return {"error": f"not a file path: {path!r}"}
     rel = entity.key.split(":", 1)[1] if entity.project_id else None
-    return await graph.history(store, entity.kind, entity.key, entity.project_id, rel)
+    return await views.history(store, entity.kind, entity.key, entity.project_id, rel)
 
 
 async def session(ctx: dict[str, Any], session_id: str) -> dict[str, Any]:
     try:
-        return await graph.session(ctx["store"], session_id)
+        return await views.session(ctx["store"], session_id)
     except MemorydError as exc:
         return {"error": str(exc)}
 

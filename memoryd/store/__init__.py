@@ -1,0 +1,42 @@
+"""All SurrealDB access: the only package that speaks SurrealQL (schema files aside).
+
+One module per concern, all on the shared connection of :class:`~memoryd.store.base.StoreBase`;
+:class:`Store` is their union, so callers hold one object.
+"""
+
+from __future__ import annotations
+
+from memoryd.store.base import QueryFailed, Ref, StoreBase, key_of, now
+from memoryd.store.code import CodeQueries
+from memoryd.store.maintenance import MaintenanceQueries
+from memoryd.store.schema import SCHEMA_DIR, VECTOR_TABLES, SchemaQueries
+from memoryd.store.search import SearchHit, SearchQueries
+from memoryd.store.status import StatusQueries
+from memoryd.store.transcripts import EDGE_TABLES, TranscriptQueries
+from memoryd.store.views import ViewQueries
+
+
+class Store(
+    SchemaQueries,
+    CodeQueries,
+    TranscriptQueries,
+    SearchQueries,
+    ViewQueries,
+    MaintenanceQueries,
+    StatusQueries,
+    StoreBase,
+):
+    """A connection to the memoryd database with every query memoryd runs."""
+
+
+__all__ = [
+    "EDGE_TABLES",
+    "SCHEMA_DIR",
+    "VECTOR_TABLES",
+    "QueryFailed",
+    "Ref",
+    "SearchHit",
+    "Store",
+    "key_of",
+    "now",
+]

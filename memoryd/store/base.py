@@ -1,0 +1,120 @@
+"""The shared connection and the plain-data <-> SurrealDB record conversions every part of the
+store uses. Nothing outside memoryd.store sees a SurrealDB type."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime
+from typing import Any, NamedTuple, Self
+
+from surrealdb import RecordID
+
+from memoryd.ids import stable_id
+from memoryd.store.connection import DEFAULT_REOPEN_BYTES, Connection
+
+log = logging.getLogger(__name__)
+
+
+class QueryFailed(Exception):
+    """A statement failed; the message is the database's own."""
+
+
+_TRANSACTION_ATTEMPTS = 6
+_ROLLED_BACK = "not executed due to a failed transaction"
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def rid(table: str, key: str) -> RecordID:
+    return RecordID(table, key)
+
+
+class Ref(NamedTuple):
+    """A record reference in plain data; the store turns it into a SurrealDB record id."""
+
+    table: str
+    key: str
+
+
+def to_record(value: Any) -> Any:
+    if isinstance(value, Ref):
+        return RecordID(value.table, value.key)
+    if isinstance(value, list):
+        return [to_record(v) for v in value]
+    if isinstance(value, dict):
+        return {k: to_record(v) for k, v in value.items()}
+    return value
+
+
+def to_records(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [to_record(row) for row in rows]
+
+
+def path_key(path: str) -> str:
+    """The record key of a row kept per file path (cursors)."""
+    return stable_id(path)
+
+
+def key_of(record: Any) -> str:
+    """The key part of a record id as a string ('code_chunk:abc' -> 'abc')."""
+    return str(record.id) if isinstance(record, RecordID) else str(record).split(":", 1)[-1]
+
+
+class StoreBase:
+    """A connection to the memoryd database (embedded SurrealKV or a SurrealDB server)."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._db = connection
+        self.url = connection.url
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @classmethod
+    async def open(
+        cls,
+        url: str,
+        namespace: str,
+        database: str,
+        user: str | None = None,
+        password: str | None = None,
+        reopen_bytes: int = DEFAULT_REOPEN_BYTES,
+    ) -> Self:
+        """Connect; an embedded database is reopened once the process grew by `reopen_bytes`
+        (memoryd/engine.py says why)."""
+        return cls(await Connection.open(url, namespace, database, user, password, reopen_bytes))
+
+    async def close(self) -> None:
+        await self._db.close()
+
+    @property
+    def reopened(self) -> int:
+        """How often the embedded database was reopened to give its memory back."""
+        return self._db.reopened
+
+    async def reopen(self) -> None:
+        """Close and reopen the connection between queries (memoryd/engine.py)."""
+        await self._db.reopen()
+
+    async def query(self, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
+        """Run statements; one result per statement. A failed transaction (another writer
+        touched the same rows) is retried; any other failure raises with the engine's own
+        message, not the generic 'failed transaction' of the statements it rolled back."""
+        transaction = sql.lstrip().startswith("BEGIN")
+        for attempt in range(_TRANSACTION_ATTEMPTS if transaction else 1):
+            response = await self._db.query_raw(sql, params or {})
+            if "error" in response:
+                raise QueryFailed(str(response["error"].get("message", response["error"])))
+            statements = response.get("result") or []
+            failures = [r["result"] for r in statements if r.get("status") != "OK"]
+            if not failures:
+                return [r.get("result") for r in statements]
+            cause = next((f for f in failures if _ROLLED_BACK not in str(f)), failures[0])
+            if attempt + 1 < _TRANSACTION_ATTEMPTS and transaction:
+                log.info("transaction failed (%s); retrying", str(cause)[:200])
+                await asyncio.sleep(0.05 * 2**attempt)
+                continue
+            raise QueryFailed(str(cause))
+        raise AssertionError("unreachable")

@@ -1,0 +1,226 @@
+"""The code index: projects, file states, chunks, and the file and symbol entities they define."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from memoryd.store.base import StoreBase, key_of, now, rid
+from memoryd.store.entities import UPSERT_ENTITIES
+
+
+class CodeQueries(StoreBase):
+    async def upsert_project(self, project_id: str, fields: dict[str, Any]) -> None:
+        await self.query(
+            "UPSERT $id MERGE $fields",
+            {"id": rid("project", project_id), "fields": {**fields, "updated_at": now()}},
+        )
+
+    async def projects(self) -> list[dict[str, Any]]:
+        rows = (await self.query("SELECT * FROM project ORDER BY name"))[0] or []
+        return [{**row, "id": key_of(row["id"])} for row in rows]
+
+    async def indexed_paths(self, project_id: str) -> list[str]:
+        rows = (
+            await self.query(
+                "SELECT VALUE path FROM file_state WHERE project = $p AND status != 'deleted'",
+                {"p": rid("project", project_id)},
+            )
+        )[0] or []
+        return sorted(rows)
+
+    async def vectors_by_hash(self, hashes: Iterable[str], model: str) -> dict[str, list[float]]:
+        """Existing vectors for chunk contents, so unchanged or moved code is not re-embedded."""
+        wanted = sorted(set(hashes))
+        if not wanted:
+            return {}
+        rows = (
+            await self.query(
+                "SELECT content_hash, embedding FROM code_chunk "
+                "WHERE content_hash IN $hashes AND embedding_model = $model "
+                "AND embedding IS NOT NONE",
+                {"hashes": wanted, "model": model},
+            )
+        )[0] or []
+        return {row["content_hash"]: row["embedding"] for row in rows}
+
+    async def write_file_index(
+        self,
+        project_id: str,
+        chunks: list[dict[str, Any]],
+        file_states: list[dict[str, Any]],
+        files: list[dict[str, Any]],
+        retire_paths: list[str],
+        symbols: list[dict[str, Any]] | None = None,
+    ) -> int:
+        """One transaction: upsert chunks, retire the chunks of `retire_paths` not in `chunks`,
+        record file states, upsert file and symbol entities and DEFINED_IN edges (chunk -> its
+        file; chunk -> the symbol it defines, for chunks with a `symbol_id`). Retired chunks
+        keep their edges: readers filter on `valid_until`. Returns chunks retired."""
+        at = now()
+        project = rid("project", project_id)
+        chunk_rows = [
+            {
+                **c,
+                "id": rid("code_chunk", c["id"]),
+                "project": project,
+                "valid_from": at,
+                "indexed_at": at,
+            }
+            for c in chunks
+        ]
+        keep = [row["id"] for row in chunk_rows]
+        state_rows = [
+            {**s, "id": rid("file_state", s["id"]), "project": project, "indexed_at": at}
+            for s in file_states
+        ]
+        entity_rows = [
+            {
+                "id": rid("entity", f["entity_id"]),
+                "kind": "file",
+                "key": f["key"],
+                "name": f["path"],
+                "project": project,
+                "aliases": [f["path"]],
+                "first_seen": at,
+                "last_seen": at,
+            }
+            for f in files
+        ] + [
+            {
+                "id": rid("entity", sym["entity_id"]),
+                "kind": "symbol",
+                "key": sym["key"],
+                "name": sym["name"],
+                "project": project,
+                "aliases": [sym["name"]],
+                "first_seen": at,
+                "last_seen": at,
+            }
+            for sym in symbols or []
+        ]
+        edge_rows = [
+            {
+                "id": rid("defined_in", c["id"]),
+                "in": rid("code_chunk", c["id"]),
+                "out": rid("entity", c["entity_id"]),
+            }
+            for c in chunks
+        ] + [
+            {
+                "id": rid("defined_in", c["symbol_edge_id"]),
+                "in": rid("code_chunk", c["id"]),
+                "out": rid("entity", c["symbol_id"]),
+            }
+            for c in chunks
+            if c.get("symbol_id")
+        ]
+        for row in chunk_rows:
+            for extra in ("entity_id", "symbol_id", "symbol_edge_id"):
+                row.pop(extra, None)
+        result = await self.query(
+            f"""
+            BEGIN;
+            INSERT INTO code_chunk $chunks ON DUPLICATE KEY UPDATE
+                valid_until = NONE, start_line = $input.start_line, end_line = $input.end_line,
+                name = $input.name, parent_name = $input.parent_name,
+                file_hash = $input.file_hash, indexed_at = $input.indexed_at,
+                embedding = $input.embedding, embedding_model = $input.embedding_model;
+            LET $retired = (UPDATE code_chunk SET valid_until = $at
+                WHERE project = $project AND path IN $retire AND valid_until IS NONE
+                AND id NOTINSIDE $keep RETURN VALUE id);
+            INSERT INTO file_state $states ON DUPLICATE KEY UPDATE
+                size = $input.size, mtime_ns = $input.mtime_ns, hash = $input.hash,
+                status = $input.status, reason = $input.reason, indexed_at = $input.indexed_at;
+            {UPSERT_ENTITIES}
+            INSERT RELATION INTO defined_in $edges ON DUPLICATE KEY UPDATE out = $input.out;
+            RETURN array::len($retired);
+            COMMIT;
+            """,
+            {
+                "chunks": chunk_rows,
+                "states": state_rows,
+                "entities": entity_rows,
+                "edges": edge_rows,
+                "retire": retire_paths,
+                "keep": keep,
+                "project": project,
+                "at": at,
+            },
+        )
+        # The RETURN is the only statement whose result is a number (whether BEGIN/COMMIT get
+        # entries of their own differs between engine versions).
+        return next(r for r in reversed(result) if isinstance(r, int))
+
+    async def code_file_states(
+        self, project_id: str, paths: Sequence[str]
+    ) -> dict[str, dict[str, Any]]:
+        """Stored state of these files (size, mtime, hash, status and the skip reason)."""
+        rows = (
+            await self.query(
+                "SELECT path, size, mtime_ns, hash, status, reason FROM file_state "
+                "WHERE project = $p AND path IN $paths",
+                {"p": rid("project", project_id), "paths": list(paths)},
+            )
+        )[0] or []
+        return {row["path"]: row for row in rows}
+
+    async def code_index(self, project_id: str) -> dict[str, list[tuple[int, int, str]]]:
+        """The valid chunks of a project: path -> [(start_line, end_line, content_hash)] in line
+        order. What an exact comparison with the files on disk needs."""
+        rows = (
+            await self.query(
+                "SELECT path, start_line, end_line, content_hash FROM code_chunk "
+                "WHERE project = $p AND valid_until IS NONE",
+                {"p": rid("project", project_id)},
+            )
+        )[0] or []
+        index: dict[str, list[tuple[int, int, str]]] = {}
+        for row in rows:
+            index.setdefault(row["path"], []).append(
+                (row["start_line"], row["end_line"], row["content_hash"])
+            )
+        return {path: sorted(chunks) for path, chunks in sorted(index.items())}
+
+    async def code_chunk_links(self, project_id: str, path: str) -> list[dict[str, Any]]:
+        """Valid chunks of one file with the entities they are DEFINED_IN (file and symbol
+        keys), in line order."""
+        rows = (
+            await self.query(
+                "SELECT start_line, end_line, chunk_type, name, parent_name, "
+                "->defined_in->entity.{kind, key} AS defined_in FROM code_chunk "
+                "WHERE project = $p AND path = $path AND valid_until IS NONE "
+                "ORDER BY start_line",
+                {"p": rid("project", project_id), "path": path},
+            )
+        )[0] or []
+        return rows
+
+    async def live_symbols(self, project_id: str) -> set[str]:
+        """Keys of the symbol entities of a project that a valid chunk still defines."""
+        rows = (
+            await self.query(
+                "SELECT VALUE key FROM entity WHERE kind = 'symbol' AND project = $p "
+                "AND count(<-defined_in<-code_chunk[WHERE valid_until IS NONE]) > 0",
+                {"p": rid("project", project_id)},
+            )
+        )[0] or []
+        return set(rows)
+
+    async def last_retired(self, project_id: str, path: str) -> datetime | None:
+        """When code of this file was last replaced or removed (a chunk's valid_until)."""
+        rows = await self.query(
+            "SELECT VALUE valid_until FROM code_chunk WHERE project = $p AND path = $path "
+            "AND valid_until IS NOT NONE ORDER BY valid_until DESC LIMIT 1",
+            {"p": rid("project", project_id), "path": path},
+        )
+        return rows[0][0] if rows[0] else None
+
+    async def valid_chunks(self, project_id: str, path: str) -> list[dict[str, Any]]:
+        rows = await self.query(
+            "SELECT path, start_line, end_line, chunk_type, name, parent_name FROM code_chunk "
+            "WHERE project = $p AND path = $path AND valid_until IS NONE ORDER BY start_line",
+            {"p": rid("project", project_id), "path": path},
+        )
+        return rows[0] or []

@@ -1,0 +1,228 @@
+"""Decay, prune, pins, access counts, maintenance runs and re-embedding."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from memoryd.store.base import StoreBase, rid
+from memoryd.store.schema import VECTOR_TABLES
+
+# A row that should carry a vector of the configured model ($model) and does not: embedded with
+# another model, or its vector dropped when the dimension changed. Rows with no model are not
+# embedded at all (kinds that are not, texts too long).
+_STALE_VECTOR = "embedding_model IS NOT NONE AND (embedding_model != $model OR embedding IS NONE)"
+
+
+def _age(field: str) -> str:
+    """Seconds from `field` to $at, negative for a time after $at (a fast clock): computed on
+    unix seconds, since a negative duration fails the whole statement."""
+    return f"(time::unix($at) - time::unix({field}))"
+
+
+_LAST_TOUCHED = "(last_accessed ?? event_time ?? ingestion_time)"
+_EXPIRED = f"valid_until IS NOT NONE AND {_age('valid_until')} > $retention"
+# What prune deletes, one rule an entry: (table, condition). A memory may meet both of its rules.
+PRUNE_RULES = (
+    ("code_chunk", _EXPIRED),
+    ("memory", f"pinned = false AND {_EXPIRED}"),
+    ("memory", f"pinned = false AND importance < $floor AND {_age(_LAST_TOUCHED)} > $idle"),
+)
+PRUNED_TABLES = ("code_chunk", "memory")
+
+
+def _prune_condition(table: str) -> str:
+    return " OR ".join(f"({where})" for t, where in PRUNE_RULES if t == table)
+
+
+# A row a prune deletes, whatever its table (for the entities it would leave orphaned).
+_DOOMED = " OR ".join(
+    f"(meta::tb(id) = '{table}' AND ({_prune_condition(table)}))" for table in PRUNED_TABLES
+)
+# Entities that nothing points at, or only rows a prune deletes.
+_ORPHANED_BY_PRUNE = f"count(->?) = 0 AND count((<-?<-?)[WHERE !({_DOOMED})]) = 0"
+
+
+class MaintenanceQueries(StoreBase):
+    async def decay_memories(
+        self,
+        at: datetime,
+        half_lives: dict[str, float],
+        default_half_life: float,
+        access_boost: float,
+        after: str,
+        batch: int,
+    ) -> tuple[int, str | None]:
+        """Recompute `importance` of one batch of unpinned memories (by id order, after
+        `after`): 0.5^(age / half-life of its kind) x (1 + boost x ln(1 + access_count)), capped
+        at 1, where age runs from the last access or else the event (a time in the future,
+        from a fast clock, counts as age 0 instead of failing the pass).
+        Returns (count, last id)."""
+        rows = await self.query(
+            f"""
+            UPDATE (SELECT VALUE id FROM memory WHERE pinned = false AND id > $after
+                    ORDER BY id LIMIT $batch)
+            SET importance = math::min([1.0,
+                math::pow(0.5, math::max([0.0, {_age(_LAST_TOUCHED)}]) / 86400.0
+                    / ($half[kind] ?? $half_default))
+                * (1.0 + $boost * math::ln(1.0 + access_count))])
+            RETURN VALUE record::id(id);
+            """,
+            {
+                "at": at,
+                "half": half_lives,
+                "half_default": default_half_life,
+                "boost": access_boost,
+                "after": rid("memory", after),
+                "batch": batch,
+            },
+        )
+        done = rows[0] or []
+        return len(done), (max(done) if done else None)
+
+    async def prune_candidates(
+        self, at: datetime, retention_days: float, floor: float, idle_days: float, batch: int
+    ) -> dict[str, list[str]]:
+        """What a prune deletes next: at most `batch` rows per rule."""
+        results = await self.query(
+            "; ".join(
+                f"SELECT VALUE record::id(id) FROM {table} WHERE {where} LIMIT $batch"
+                for table, where in PRUNE_RULES
+            ),
+            _prune_params(at, retention_days, floor, idle_days) | {"batch": batch},
+        )
+        found: dict[str, set[str]] = {table: set() for table in PRUNED_TABLES}
+        for (table, _), keys in zip(PRUNE_RULES, results, strict=True):
+            found[table].update(keys or [])
+        return {table: sorted(keys) for table, keys in found.items()}
+
+    async def prune_preview(
+        self, at: datetime, retention_days: float, floor: float, idle_days: float, sample: int
+    ) -> dict[str, tuple[int, list[str]]]:
+        """What a whole prune would delete, deleting nothing: per table the count and the first
+        `sample` keys. Entities are those the deletions would leave with no edge (or have none)."""
+        conditions = {table: _prune_condition(table) for table in PRUNED_TABLES}
+        conditions["entity"] = _ORPHANED_BY_PRUNE
+        results = await self.query(
+            "; ".join(
+                f"SELECT count() AS n FROM {table} WHERE {where} GROUP ALL; "
+                f"SELECT VALUE record::id(id) FROM {table} WHERE {where} LIMIT $sample"
+                for table, where in conditions.items()
+            ),
+            _prune_params(at, retention_days, floor, idle_days) | {"sample": sample},
+        )
+        counts, samples = results[0::2], results[1::2]
+        return {
+            table: ((n[0]["n"] if n else 0), sorted(keys or []))
+            for table, n, keys in zip(conditions, counts, samples, strict=True)
+        }
+
+    async def delete_rows(self, table: str, keys: list[str]) -> int:
+        """Delete rows and the edges touching them (DELETE of a record removes its edges)."""
+        if not keys:
+            return 0
+        await self.query("BEGIN; DELETE $ids; COMMIT;", {"ids": [rid(table, k) for k in keys]})
+        return len(keys)
+
+    async def orphan_entities(self, batch: int) -> list[str]:
+        """Entities nothing points at any more (no edge in or out)."""
+        rows = await self.query(
+            "SELECT VALUE record::id(id) FROM entity WHERE count(<-?) = 0 AND count(->?) = 0 "
+            "LIMIT $batch",
+            {"batch": batch},
+        )
+        return sorted(rows[0] or [])
+
+    async def set_pinned(self, table: str, key: str, pinned: bool) -> bool:
+        rows = await self.query(
+            "UPDATE $id SET pinned = $pinned, importance = 1.0 RETURN id",
+            {"id": rid(table, key), "pinned": pinned},
+        )
+        return bool(rows[0])
+
+    async def bump_access(self, table: str, keys: Sequence[str], at: datetime) -> None:
+        """Reading a memory counts: decay starts again from now, and often-read ones last."""
+        if keys:
+            await self.query(
+                "UPDATE $ids SET access_count += 1, last_accessed = $at",
+                {"ids": [rid(table, k) for k in keys], "at": at},
+            )
+
+    async def record_maintenance(
+        self,
+        task: str,
+        started: datetime,
+        result: dict[str, Any],
+        dry_run: bool,
+        job_id: str | None = None,
+    ) -> None:
+        await self.query(
+            "CREATE maintenance_run CONTENT {task: $task, started_at: $started, "
+            "finished_at: time::now(), dry_run: $dry, result: $result, job_id: $job}",
+            {"task": task, "started": started, "dry": dry_run, "result": result, "job": job_id},
+        )
+
+    async def maintenance_runs(self, task: str) -> list[dict[str, Any]]:
+        """Every recorded run of a task, oldest first."""
+        rows = await self.query(
+            "SELECT task, job_id, started_at, finished_at, result FROM maintenance_run "
+            "WHERE task = $task ORDER BY started_at",
+            {"task": task},
+        )
+        return rows[0] or []
+
+    async def last_maintenance(self) -> dict[str, dict[str, Any]]:
+        rows = await self.query(
+            "SELECT task, started_at, finished_at, dry_run, result FROM maintenance_run "
+            "WHERE dry_run = false ORDER BY finished_at DESC LIMIT 50"
+        )
+        last: dict[str, dict[str, Any]] = {}
+        for row in rows[0] or []:
+            last.setdefault(row["task"], row)
+        return last
+
+    async def stale_vectors(
+        self, table: str, text_field: str, model: str, batch: int
+    ) -> list[dict[str, Any]]:
+        """Rows to embed (again) with `model`: embedded with another model, or their vector
+        dropped when the dimension changed."""
+        rows = await self.query(
+            f"SELECT record::id(id) AS key, {text_field} AS text FROM {table} "
+            f"WHERE {_STALE_VECTOR} LIMIT $batch",
+            {"model": model, "batch": batch},
+        )
+        return rows[0] or []
+
+    async def count_stale_vectors(self, model: str) -> dict[str, int]:
+        results = await self.query(
+            "; ".join(
+                f"SELECT count() AS n FROM {t} WHERE {_STALE_VECTOR} GROUP ALL"
+                for t in VECTOR_TABLES
+            ),
+            {"model": model},
+        )
+        return {
+            t: (rows[0]["n"] if rows else 0) for t, rows in zip(VECTOR_TABLES, results, strict=True)
+        }
+
+    async def set_vectors(self, table: str, vectors: dict[str, list[float]], model: str) -> None:
+        await self.query(
+            "BEGIN; FOR $v IN $rows { UPDATE $v.id SET embedding = $v.embedding, "
+            "embedding_model = $model; }; COMMIT;",
+            {
+                "rows": [{"id": rid(table, k), "embedding": v} for k, v in vectors.items()],
+                "model": model,
+            },
+        )
+
+
+def _prune_params(
+    at: datetime, retention_days: float, floor: float, idle_days: float
+) -> dict[str, Any]:
+    return {
+        "at": at,
+        "retention": retention_days * 86400.0,
+        "floor": floor,
+        "idle": idle_days * 86400.0,
+    }

@@ -1,0 +1,44 @@
+"""Counts for `memoryd status` and the whole-graph dump for diagnostics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memoryd.store.base import StoreBase
+
+# Tables `memoryd status` counts.
+COUNTED_TABLES = (
+    "project",
+    "file_state",
+    "code_chunk",
+    "session",
+    "memory",
+    "goal",
+    "entity",
+    "defined_in",
+)
+
+
+class StatusQueries(StoreBase):
+    async def counts(self) -> dict[str, int]:
+        sql = "; ".join(f"SELECT count() AS n FROM {t} GROUP ALL" for t in COUNTED_TABLES)
+        results = await self.query(sql)
+        return {
+            table: (rows[0]["n"] if rows else 0)
+            for table, rows in zip(COUNTED_TABLES, results, strict=True)
+        }
+
+    async def valid_chunk_count(self) -> int:
+        rows = (
+            await self.query(
+                "SELECT count() AS n FROM code_chunk WHERE valid_until IS NONE GROUP ALL"
+            )
+        )[0]
+        return rows[0]["n"] if rows else 0
+
+    async def dump(self) -> dict[str, list[dict[str, Any]]]:
+        """Every row of every table: for diagnostics and for tests that check the whole graph."""
+        info = (await self.query("INFO FOR DB"))[0]
+        tables = sorted(info.get("tables") or {})
+        results = await self.query("; ".join(f"SELECT * FROM {t}" for t in tables))
+        return dict(zip(tables, (rows or [] for rows in results), strict=True))

@@ -1,0 +1,71 @@
+"""Transcript writes: a parsed stretch of a transcript and its cursor, in one transaction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memoryd.store.base import StoreBase, now, path_key, rid, to_records
+from memoryd.store.entities import UPSERT_ENTITIES
+
+# Relation tables a transcript batch writes, by the name its rows come under in a batch.
+EDGE_TABLES = (
+    "contains",
+    "next",
+    "has_goal",
+    "reads",
+    "modifies",
+    "executes",
+    "triggered",
+    "denied",
+    "spawned",
+    "mentions",
+)
+
+
+class TranscriptQueries(StoreBase):
+    async def transcript_cursor(self, path: str) -> dict[str, Any] | None:
+        found = await self.query(
+            "SELECT * FROM $id", {"id": rid("transcript_cursor", path_key(path))}
+        )
+        return found[0][0] if found[0] else None
+
+    async def write_transcript_batch(
+        self, batch: dict[str, list[dict[str, Any]]], cursor: dict[str, Any]
+    ) -> None:
+        """One transaction: the records parsed from a stretch of a transcript and the cursor
+        that says how far it was read, so a crash can never leave one without the other."""
+        params: dict[str, Any] = {name: to_records(rows) for name, rows in batch.items()}
+        cursor_id = rid("transcript_cursor", path_key(cursor["path"]))
+        params["cursor"] = {**cursor, "id": cursor_id, "updated_at": now()}
+        edges = "\n".join(
+            f"INSERT RELATION INTO {table} $edge_{table} ON DUPLICATE KEY UPDATE out = $input.out;"
+            for table in EDGE_TABLES
+        )
+        for table in EDGE_TABLES:
+            params[f"edge_{table}"] = to_records(batch.get(f"edge_{table}", []))
+        await self.query(
+            f"""
+            BEGIN;
+            FOR $s IN $sessions {{ UPSERT $s.id MERGE $s.data; }};
+            {UPSERT_ENTITIES}
+            INSERT INTO memory $memories ON DUPLICATE KEY UPDATE
+                content = $input.content, kind = $input.kind, seq = $input.seq,
+                event_time = $input.event_time, source = $input.source,
+                embedding = $input.embedding, embedding_model = $input.embedding_model;
+            INSERT INTO goal $goals ON DUPLICATE KEY UPDATE
+                intent = $input.intent, embedding = $input.embedding,
+                embedding_model = $input.embedding_model;
+            INSERT INTO summary $summaries ON DUPLICATE KEY UPDATE text = $input.text;
+            {edges}
+            UPSERT $cursor.id CONTENT $cursor;
+            COMMIT;
+            """,
+            {
+                "sessions": params.get("sessions", []),
+                "entities": params.get("entities", []),
+                "memories": params.get("memories", []),
+                "goals": params.get("goals", []),
+                "summaries": params.get("summaries", []),
+                **params,
+            },
+        )
