@@ -16,6 +16,7 @@ from pydantic_settings import (
 )
 
 from memoryd.errors import MemorydError
+from memoryd.vocabulary import DEFAULT_HALF_LIVES
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 # When the workers run each maintenance task, as cron expressions ("off": never on a schedule).
@@ -118,16 +119,7 @@ class Settings(BaseSettings):
 
     # Maintenance (decay / prune), run by the workers' cron and `memoryd maintenance run`.
     # Importance halves every half-life (days) of a memory's kind since its last access.
-    half_life_days: dict[str, float] = Field(
-        default_factory=lambda: {
-            "user_prompt": 90.0,
-            "assistant_message": 30.0,
-            "tool_call": 14.0,
-            "tool_result": 7.0,
-            "error": 30.0,
-            "summary": 90.0,
-        }
-    )
+    half_life_days: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_HALF_LIVES))
     default_half_life_days: float = Field(30.0, gt=0)
     access_boost: float = Field(0.2, ge=0)
     # Rows invalid (replaced, deleted) for longer than this are deleted by prune.

@@ -1,4 +1,5 @@
-"""Deterministic ids: every write is an upsert, so a job can run twice with the same result."""
+"""Deterministic ids and canonical keys: every write is an upsert, so a job can run twice with the
+same result, and the code indexer and the transcript ingester name one file the same way."""
 
 from __future__ import annotations
 
@@ -14,3 +15,33 @@ def entity_id(kind: str, key: str) -> str:
     """The record key of the entity with this canonical key: the code indexer and the
     transcript ingester both derive it, so the file an agent edited is the file indexed."""
     return stable_id(kind, key)
+
+
+def file_key(project_id: str, rel_path: str) -> str:
+    """Canonical key of a file inside a watched project: the join between the code index and
+    what agents did (both write the entity of this key)."""
+    return f"{project_id}:{rel_path}"
+
+
+def split_file_key(key: str) -> tuple[str, str]:
+    """(project id, relative path) of a key made by :func:`file_key`."""
+    project_id, _, rel_path = key.partition(":")
+    return project_id, rel_path
+
+
+def file_entity_id(project_id: str, rel_path: str) -> str:
+    return entity_id("file", file_key(project_id, rel_path))
+
+
+def symbol_key(project_id: str, rel_path: str, name: str, parent: str | None) -> str:
+    """`<project>:<path>#<Parent>.<name>` or `<project>:<path>#<name>`."""
+    qualified = f"{parent}.{name}" if parent else name
+    return f"{file_key(project_id, rel_path)}#{qualified}"
+
+
+def symbol_entity_id(key: str) -> str:
+    return entity_id("symbol", key)
+
+
+def file_state_id(project_id: str, rel_path: str) -> str:
+    return stable_id(project_id, rel_path)

@@ -7,30 +7,15 @@ exact results.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
 from typing import Any
-
-from surrealdb import RecordID
 
 from memoryd.errors import MemorydError
 from memoryd.ids import entity_id
-from memoryd.store import Store, key_of
+from memoryd.store import Store, key_of, plain
+from memoryd.vocabulary import MODIFIES, READS, SPAWNED
 
 # Content shown per event in a session replay; the full text stays in the database.
 REPLAY_CHARS = 400
-
-
-def plain(value: Any) -> Any:
-    """Record ids to their key, datetimes to ISO-8601: what JSON and people can read."""
-    if isinstance(value, RecordID):
-        return key_of(value)
-    if isinstance(value, datetime):
-        return value.isoformat().replace("+00:00", "Z")
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    return value
 
 
 def _session_doc(row: dict[str, Any]) -> dict[str, Any]:
@@ -92,12 +77,12 @@ def mark_changed_since(actions: list[dict[str, Any]], retired: str | None) -> No
     modified = sorted(
         a["event_time"]
         for a in actions
-        if a["verb"] == "MODIFIES" and a["outcome"] == "ok" and a["event_time"]
+        if a["verb"] == MODIFIES.name and a["outcome"] == "ok" and a["event_time"]
     )
     for action in actions:
         at = action["event_time"] or ""
         later_edit = any(t > at for t in modified)
-        later_index = action["verb"] == "READS" and retired is not None and retired > at
+        later_index = action["verb"] == READS.name and retired is not None and retired > at
         action["changed_since"] = later_edit or later_index
 
 
@@ -128,7 +113,7 @@ async def session(store: Store, given: str) -> dict[str, Any]:
         {"session": e["target"], "description": e.get("detail"), "seq": ev["seq"]}
         for ev in events
         for e in ev["edges"]
-        if e["verb"] == "SPAWNED"
+        if e["verb"] == SPAWNED.name
     ]
     return doc
 

@@ -191,10 +191,10 @@ async def test_decay_counts_a_time_in_the_future_as_age_zero(
 
 def _orphaned_by(dump: dict[str, list[dict]], doomed: set[tuple[str, str]]) -> set[str]:
     """Entities left with no edge once the `doomed` rows (table, key) are gone."""
-    from memoryd.store import EDGE_TABLES
+    from memoryd.vocabulary import EDGES
 
     kept: set[str] = set()
-    for table in (*EDGE_TABLES, "defined_in"):
+    for table in (edge.table for edge in EDGES):
         for edge in dump.get(table, []):
             source = (edge["in"].table_name, str(edge["in"].id))
             if edge["out"].table_name == "entity" and source not in doomed:

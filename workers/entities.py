@@ -19,11 +19,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from blake3 import blake3
 
-FILE = "file"
-COMMAND = "command"
-TOOL = "tool"
-URL = "url"
-ERROR = "error"
+from memoryd.ids import file_key
+from memoryd.vocabulary import COMMAND, ERROR, FILE, TOOL, URL
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +109,7 @@ def canonical_file(
     for project in as_projects(projects):
         rel = _relative_to(abs_path, project.root)
         if rel is not None:
-            return Entity(FILE, f"{project.id}:{rel}", raw, name, project.id)
+            return Entity(FILE, file_key(project.id, rel), raw, name, project.id)
     return Entity(FILE, abs_path, raw, name)
 
 

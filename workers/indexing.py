@@ -30,6 +30,14 @@ from typing import Any
 import blake3
 
 from memoryd import queue
+from memoryd.ids import (
+    file_entity_id,
+    file_key,
+    file_state_id,
+    stable_id,
+    symbol_entity_id,
+    symbol_key,
+)
 from memoryd.scan import read_source, wanted
 from memoryd.store import QueryFailed
 from workers.chunking import chunk_text, language_for_path
@@ -47,33 +55,6 @@ _FOLLOW_UPS = 3
 # with one) in languages where names are definitions, not config keys or headings.
 _SYMBOL_TYPES = frozenset({"function", "method", "class"})
 _NO_SYMBOL_LANGUAGES = frozenset({"json", "yaml", "toml", "markdown"})
-
-
-def _digest(*parts: str) -> str:
-    return blake3.blake3("\x1f".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:32]
-
-
-def file_entity_key(project_id: str, rel_path: str) -> str:
-    """Canonical key of a file inside a watched project (shared with transcript ingestion)."""
-    return f"{project_id}:{rel_path}"
-
-
-def file_entity_id(project_id: str, rel_path: str) -> str:
-    return _digest("file", file_entity_key(project_id, rel_path))
-
-
-def symbol_entity_key(project_id: str, rel_path: str, name: str, parent: str | None) -> str:
-    """`<project>:<path>#<Parent>.<name>` or `<project>:<path>#<name>`."""
-    qualified = f"{parent}.{name}" if parent else name
-    return f"{file_entity_key(project_id, rel_path)}#{qualified}"
-
-
-def symbol_entity_id(key: str) -> str:
-    return _digest("symbol", key)
-
-
-def file_state_id(project_id: str, rel_path: str) -> str:
-    return _digest(project_id, rel_path)
 
 
 def _symbol_of(chunk_type: str, name: str | None, language: str | None) -> bool:
@@ -108,7 +89,7 @@ def plan_file(
         content_hash = blake3.blake3(chunk.content.encode("utf-8", "surrogatepass")).hexdigest()
         occurrence = seen.get(content_hash, 0)
         seen[content_hash] = occurrence + 1
-        chunk_id = _digest(project_id, rel_path, content_hash, str(occurrence))
+        chunk_id = stable_id(project_id, rel_path, content_hash, str(occurrence))
         row = {
             "id": chunk_id,
             "entity_id": entity_id,
@@ -124,12 +105,12 @@ def plan_file(
             "file_hash": file_hash,
         }
         if chunk.name and _symbol_of(chunk.chunk_type, chunk.name, language):
-            key = symbol_entity_key(project_id, rel_path, chunk.name, chunk.parent_name)
+            key = symbol_key(project_id, rel_path, chunk.name, chunk.parent_name)
             symbol_id = symbol_entity_id(key)
             name = f"{chunk.parent_name}.{chunk.name}" if chunk.parent_name else chunk.name
             symbols.setdefault(key, {"entity_id": symbol_id, "key": key, "name": name})
             row["symbol_id"] = symbol_id
-            row["symbol_edge_id"] = _digest("symbol", chunk_id)
+            row["symbol_edge_id"] = stable_id("symbol", chunk_id)
         rows.append(row)
     return FilePlan(rel_path, rows, list(symbols.values()))
 
@@ -387,7 +368,7 @@ def _rows_for(project_id: str, look: _Look, previous: dict[str, Any] | None) -> 
             rows.files.append(
                 {
                     "entity_id": file_entity_id(project_id, look.rel),
-                    "key": file_entity_key(project_id, look.rel),
+                    "key": file_key(project_id, look.rel),
                     "path": look.rel,
                 }
             )

@@ -19,6 +19,7 @@ from typing import Any
 
 import zstandard
 
+from memoryd import vocabulary
 from memoryd.ids import entity_id, stable_id
 from memoryd.queue import JOBS_QUEUE
 from memoryd.store import Ref
@@ -43,8 +44,6 @@ from workers.transcripts import (
 
 log = logging.getLogger(__name__)
 
-# Memories worth a vector: what people search for. Tool results are found by BM25 and graph.
-EMBED_KINDS = frozenset({"user_prompt", "assistant_message", "tool_call", "error", "summary"})
 EMBED_CHARS = 2000
 # Bytes parsed per transaction. The engine allocates ~15x a batch's bytes while it writes one
 # (full-text postings of up to 4 KB tool results), so a batch is kept small.
@@ -52,7 +51,6 @@ BATCH_BYTES = 1024 * 1024
 HEAD_BYTES = 64 * 1024
 # Longest a single ingest job reads before handing the rest of the file to a follow-up job.
 JOB_SLICE_SECONDS = 300.0
-VERB_TABLES = {"READS": "reads", "MODIFIES": "modifies", "EXECUTES": "executes"}
 
 
 def when(value: str | None) -> datetime | None:
@@ -108,10 +106,14 @@ def _verb_edge(event: Action | Triggered | Denied) -> tuple[str, Entity, dict[st
     """The edge table, target entity and edge-specific fields of a tool call's outcome."""
     if isinstance(event, Action):
         fields = {"outcome": event.outcome, "exit_code": event.exit_code, "detail": event.detail}
-        return VERB_TABLES[event.verb], event.entity, fields
+        return vocabulary.edge(event.verb).table, event.entity, fields
     if isinstance(event, Triggered):
-        return "triggered", event.error, {"exit_code": event.exit_code, "message": event.message}
-    return "denied", event.entity, {"reason": event.reason, "message": event.message}
+        return (
+            vocabulary.TRIGGERED.table,
+            event.error,
+            {"exit_code": event.exit_code, "message": event.message},
+        )
+    return vocabulary.DENIED.table, event.entity, {"reason": event.reason, "message": event.message}
 
 
 @dataclass(slots=True)
@@ -153,10 +155,9 @@ def rows_for(
             entities[key] = row
         return row["id"]
 
-    def edge(table: str, event_id: str, source: str, target: Ref, **fields: Any) -> None:
+    def edge(table: str, edge_id: str, source: Ref, target: Ref, **fields: Any) -> None:
         rows.add(
-            f"edge_{table}",
-            {"id": Ref(table, event_id), "in": Ref("memory", source), "out": target, **fields},
+            f"edge_{table}", {"id": Ref(table, edge_id), "in": source, "out": target, **fields}
         )
 
     for info in result.sessions:
@@ -185,21 +186,16 @@ def rows_for(
                     "embedding_model": None,
                 },
             )
-            if event.kind in EMBED_KINDS and event.content.strip():
+            if event.kind in vocabulary.EMBEDDED_MEMORY_KINDS and event.content.strip():
                 rows.embed.append((row, event.content[:EMBED_CHARS]))
-            rows.add(
-                "edge_contains",
-                {"id": Ref("contains", event.id), "in": session, "out": Ref("memory", event.id)},
-            )
+            edge(vocabulary.CONTAINS.table, event.id, session, Ref("memory", event.id))
             previous = last.get(event.session_id)
             if previous and previous != event.id:
-                rows.add(
-                    "edge_next",
-                    {
-                        "id": Ref("next", previous),
-                        "in": Ref("memory", previous),
-                        "out": Ref("memory", event.id),
-                    },
+                edge(
+                    vocabulary.NEXT.table,
+                    previous,
+                    Ref("memory", previous),
+                    Ref("memory", event.id),
                 )
             last[event.session_id] = event.id
         elif isinstance(event, Goal):
@@ -216,13 +212,11 @@ def rows_for(
                 },
             )
             rows.embed.append((row, event.intent[:EMBED_CHARS]))
-            rows.add(
-                "edge_has_goal",
-                {
-                    "id": Ref("has_goal", event.id),
-                    "in": Ref("session", event.session_id),
-                    "out": Ref("goal", event.id),
-                },
+            edge(
+                vocabulary.HAS_GOAL.table,
+                event.id,
+                Ref("session", event.session_id),
+                Ref("goal", event.id),
             )
         elif isinstance(event, Action | Triggered | Denied):
             at = when(event.event_time)
@@ -230,20 +224,20 @@ def rows_for(
             edge(
                 table,
                 event.id,
-                event.memory_id,
+                Ref("memory", event.memory_id),
                 entity(target, at),
                 session=Ref("session", event.session_id),
                 tool=event.tool,
                 event_time=at,
                 **fields,
             )
-            if isinstance(event, Action) and event.verb == "EXECUTES":
+            if isinstance(event, Action) and event.verb == vocabulary.EXECUTES.name:
                 # The files a command names: `history` shows commands run against a file.
                 for named in files_in_command(event.detail, cwd.get(event.session_id), projects):
                     edge(
-                        "mentions",
+                        vocabulary.MENTIONS.table,
                         stable_id("mentions", event.memory_id, named.key),
-                        event.memory_id,
+                        Ref("memory", event.memory_id),
                         entity(named, at),
                         session=Ref("session", event.session_id),
                         tool=event.tool,
@@ -253,9 +247,9 @@ def rows_for(
                     )
         elif isinstance(event, Spawned):
             edge(
-                "spawned",
+                vocabulary.SPAWNED.table,
                 event.id,
-                event.memory_id,
+                Ref("memory", event.memory_id),
                 Ref("session", event.child_session_id),
                 agent_id=event.agent_id,
                 agent_type=event.agent_type,

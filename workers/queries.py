@@ -9,6 +9,8 @@ from typing import Any
 from memoryd import metrics, views
 from memoryd import search as search_module
 from memoryd.errors import MemorydError
+from memoryd.ids import split_file_key
+from memoryd.store import plain
 from workers.entities import canonical_file
 
 
@@ -45,9 +47,7 @@ async def status(ctx: dict[str, Any]) -> dict[str, Any]:
             {"id": p["id"], "name": p["name"], "root": p["root"]} for p in await store.projects()
         ],
         "schema_version": await store.schema_version(),
-        "maintenance": {
-            task: views.plain(run) for task, run in (await store.last_maintenance()).items()
-        },
+        "maintenance": {task: plain(run) for task, run in (await store.last_maintenance()).items()},
         "model": ctx["embedder"].model,
         "transcript_lag": {
             root: {"bytes": behind, "files": files}
@@ -80,7 +80,7 @@ async def history(ctx: dict[str, Any], path: str) -> dict[str, Any]:
     entity = canonical_file(path, None, projects)
     if entity is None:
         return {"error": f"not a file path: {path!r}"}
-    rel = entity.key.split(":", 1)[1] if entity.project_id else None
+    rel = split_file_key(entity.key)[1] if entity.project_id else None
     return await views.history(store, entity.kind, entity.key, entity.project_id, rel)
 
 

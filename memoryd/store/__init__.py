@@ -6,13 +6,13 @@ One module per concern, all on the shared connection of :class:`~memoryd.store.b
 
 from __future__ import annotations
 
-from memoryd.store.base import QueryFailed, Ref, StoreBase, key_of, now
+from memoryd.store.base import QueryFailed, Ref, StoreBase, key_of, now, plain
 from memoryd.store.code import CodeQueries
 from memoryd.store.maintenance import MaintenanceQueries
 from memoryd.store.schema import SCHEMA_DIR, VECTOR_TABLES, SchemaQueries
 from memoryd.store.search import SearchHit, SearchQueries
 from memoryd.store.status import StatusQueries
-from memoryd.store.transcripts import EDGE_TABLES, TranscriptQueries
+from memoryd.store.transcripts import TranscriptQueries
 from memoryd.store.views import ViewQueries
 
 
@@ -30,7 +30,6 @@ class Store(
 
 
 __all__ = [
-    "EDGE_TABLES",
     "SCHEMA_DIR",
     "VECTOR_TABLES",
     "QueryFailed",
@@ -39,4 +38,5 @@ __all__ = [
     "Store",
     "key_of",
     "now",
+    "plain",
 ]

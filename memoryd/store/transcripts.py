@@ -6,20 +6,7 @@ from typing import Any
 
 from memoryd.store.base import StoreBase, now, path_key, rid, to_records
 from memoryd.store.entities import UPSERT_ENTITIES
-
-# Relation tables a transcript batch writes, by the name its rows come under in a batch.
-EDGE_TABLES = (
-    "contains",
-    "next",
-    "has_goal",
-    "reads",
-    "modifies",
-    "executes",
-    "triggered",
-    "denied",
-    "spawned",
-    "mentions",
-)
+from memoryd.vocabulary import TRANSCRIPT_EDGE_TABLES
 
 
 class TranscriptQueries(StoreBase):
@@ -39,9 +26,9 @@ class TranscriptQueries(StoreBase):
         params["cursor"] = {**cursor, "id": cursor_id, "updated_at": now()}
         edges = "\n".join(
             f"INSERT RELATION INTO {table} $edge_{table} ON DUPLICATE KEY UPDATE out = $input.out;"
-            for table in EDGE_TABLES
+            for table in TRANSCRIPT_EDGE_TABLES
         )
-        for table in EDGE_TABLES:
+        for table in TRANSCRIPT_EDGE_TABLES:
             params[f"edge_{table}"] = to_records(batch.get(f"edge_{table}", []))
         await self.query(
             f"""

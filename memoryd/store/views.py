@@ -6,12 +6,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from memoryd.store.base import StoreBase, rid
+from memoryd.vocabulary import HISTORY_EDGE_TABLES, REPLAY_EDGE_TABLES
 
 # What a verb edge says, as the history and session views show it.
 _EDGE_FIELDS = (
     "string::uppercase(meta::tb(id)) AS verb, out.kind AS target_kind, "
     "out.key ?? record::id(out) AS target, outcome, exit_code, reason, tool, detail, event_time"
 )
+_HISTORY = ", ".join(HISTORY_EDGE_TABLES)
+_REPLAY = ", ".join(REPLAY_EDGE_TABLES)
 
 
 class ViewQueries(StoreBase):
@@ -19,7 +22,7 @@ class ViewQueries(StoreBase):
         """Edges of sessions' actions on one entity (by its record key), newest first."""
         rows = await self.query(
             f"SELECT {_EDGE_FIELDS}, session, in.seq AS seq "
-            "FROM $e<-(reads, modifies, denied, mentions) "
+            f"FROM $e<-({_HISTORY}) "
             "ORDER BY event_time DESC",
             {"e": rid("entity", entity_key)},
         )
@@ -62,7 +65,7 @@ class ViewQueries(StoreBase):
         """A session's memories in file order, each with its outgoing action edges."""
         rows = await self.query(
             f"SELECT id, seq, kind, tool, content, event_time, (SELECT {_EDGE_FIELDS} FROM "
-            "$parent.id->(reads, modifies, executes, triggered, denied, spawned, mentions)) "
+            f"$parent.id->({_REPLAY})) "
             "AS edges "
             "FROM memory WHERE session = $s ORDER BY seq",
             {"s": rid("session", session_id)},

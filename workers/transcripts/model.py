@@ -45,6 +45,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from memoryd import vocabulary
 from memoryd.ids import stable_id
 from workers.entities import URL, Entity, Project, ProjectsLike, as_projects, canonical_tool
 from workers.redact import redact
@@ -57,7 +58,11 @@ CAP_TOOL_OUTPUT = 4_000  # tool results and errors
 CAP_GOAL = 2_000
 CAP_DETAIL = 1_000  # command lines / change summaries on edges
 
-READS, MODIFIES, EXECUTES = "READS", "MODIFIES", "EXECUTES"
+READS, MODIFIES, EXECUTES = (
+    vocabulary.READS.name,
+    vocabulary.MODIFIES.name,
+    vocabulary.EXECUTES.name,
+)
 OK, ERROR, PENDING = "ok", "error", "pending"
 USER_REJECTED, PERMISSION_DENIED = "user_rejected", "permission_denied"
 

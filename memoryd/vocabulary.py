@@ -1,0 +1,143 @@
+"""The graph's vocabulary, declared once: edges (verbs), memory kinds, entity kinds, search kinds.
+
+Parsers, row shaping, store writes, traversals, views, search and the schema test all derive
+from these tables; adding a verb is one :class:`Edge` here plus its parser rule (and its
+`DEFINE TABLE` in schema/, which tests/test_vocabulary.py checks against this declaration).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+# -- entity kinds ------------------------------------------------------------------------------
+
+FILE, SYMBOL, COMMAND, TOOL, URL, ERROR = "file", "symbol", "command", "tool", "url", "error"
+ENTITY_KINDS = (FILE, SYMBOL, COMMAND, TOOL, URL, ERROR)
+
+# -- edges -------------------------------------------------------------------------------------
+
+# Where an action edge came from: the agent's own tool (Read, Edit, apply_patch) or a shell
+# command that reads or writes a file (`cat f`, `sed -i`, `echo x > f`).
+Via = Literal["tool", "shell"]
+VIA_TOOL: Via = "tool"
+VIA_SHELL: Via = "shell"
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """One relation table of the graph.
+
+    ``source``/``target``: the tables it joins (SurrealDB `TYPE RELATION IN … OUT …`).
+    ``target_kinds``: entity kinds it points at (empty when the target is not an entity).
+    ``written_by``: which write path creates it (``transcript`` batches or the ``code`` index).
+    ``in_history``: `memoryd history FILE` lists it among a file's actions.
+    ``in_replay``: `memoryd session` lists it under the memory it starts from.
+    ``action``: a verb of an agent's tool call (READS/MODIFIES/EXECUTES), with an outcome.
+    """
+
+    name: str
+    source: str
+    target: str
+    target_kinds: tuple[str, ...] = ()
+    written_by: Literal["transcript", "code"] = "transcript"
+    in_history: bool = False
+    in_replay: bool = False
+    action: bool = False
+
+    @property
+    def table(self) -> str:
+        return self.name.lower()
+
+
+CONTAINS = Edge("CONTAINS", "session", "memory")
+NEXT = Edge("NEXT", "memory", "memory")
+HAS_GOAL = Edge("HAS_GOAL", "session", "goal")
+READS = Edge("READS", "memory", "entity", (FILE, URL), in_history=True, in_replay=True, action=True)
+MODIFIES = Edge(
+    "MODIFIES", "memory", "entity", (FILE,), in_history=True, in_replay=True, action=True
+)
+EXECUTES = Edge("EXECUTES", "memory", "entity", (COMMAND, TOOL), in_replay=True, action=True)
+TRIGGERED = Edge("TRIGGERED", "memory", "entity", (ERROR,), in_replay=True)
+DENIED = Edge(
+    "DENIED", "memory", "entity", (FILE, COMMAND, TOOL, URL), in_history=True, in_replay=True
+)
+SPAWNED = Edge("SPAWNED", "memory", "session", in_replay=True)
+MENTIONS = Edge("MENTIONS", "memory", "entity", (FILE, SYMBOL), in_history=True, in_replay=True)
+DEFINED_IN = Edge("DEFINED_IN", "code_chunk", "entity", (FILE, SYMBOL), written_by="code")
+
+EDGES = (
+    CONTAINS,
+    NEXT,
+    HAS_GOAL,
+    READS,
+    MODIFIES,
+    EXECUTES,
+    TRIGGERED,
+    DENIED,
+    SPAWNED,
+    MENTIONS,
+    DEFINED_IN,
+)
+EDGES_BY_NAME = {edge.name: edge for edge in EDGES}
+ACTION_VERBS = tuple(edge.name for edge in EDGES if edge.action)
+TRANSCRIPT_EDGE_TABLES = tuple(edge.table for edge in EDGES if edge.written_by == "transcript")
+HISTORY_EDGE_TABLES = tuple(edge.table for edge in EDGES if edge.in_history)
+REPLAY_EDGE_TABLES = tuple(edge.table for edge in EDGES if edge.in_replay)
+
+
+def edge(name: str) -> Edge:
+    """The edge of a verb name (`READS`); a name not declared here is a bug, so it raises."""
+    return EDGES_BY_NAME[name]
+
+
+# -- memory kinds ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryKind:
+    """What one memory row is. ``half_life_days``: the decay default (config can override).
+    ``embedded``: it gets a vector (tool results are found by BM25 and the graph).
+    ``agent_written``: written by an agent through `remember`, pinned by default."""
+
+    name: str
+    half_life_days: float
+    embedded: bool = True
+    agent_written: bool = False
+
+
+MEMORY_KINDS = (
+    MemoryKind("user_prompt", 90.0),
+    MemoryKind("assistant_message", 30.0),
+    MemoryKind("tool_call", 14.0),
+    MemoryKind("tool_result", 7.0, embedded=False),
+    MemoryKind("error", 30.0),
+    MemoryKind("summary", 90.0),
+    MemoryKind("decision", 365.0, agent_written=True),
+    MemoryKind("note", 180.0, agent_written=True),
+    MemoryKind("todo", 90.0, agent_written=True),
+)
+MEMORY_KINDS_BY_NAME = {kind.name: kind for kind in MEMORY_KINDS}
+EMBEDDED_MEMORY_KINDS = frozenset(kind.name for kind in MEMORY_KINDS if kind.embedded)
+AGENT_MEMORY_KINDS = tuple(kind.name for kind in MEMORY_KINDS if kind.agent_written)
+DEFAULT_HALF_LIVES = {kind.name: kind.half_life_days for kind in MEMORY_KINDS}
+
+# -- search kinds ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SearchKind:
+    """What `search --kind NAME` looks through: rows of ``table`` (and for code tables, which
+    files: source code or prose such as docs and changelogs)."""
+
+    name: str
+    table: str
+    description: str
+
+
+SEARCH_KINDS = (
+    SearchKind("code", "code_chunk", "source code chunks (functions, classes, blocks)"),
+    SearchKind("memory", "memory", "what happened in sessions: prompts, messages, tool calls"),
+    SearchKind("goal", "goal", "what users asked agents to do"),
+)
+SEARCH_KINDS_BY_NAME = {kind.name: kind for kind in SEARCH_KINDS}
