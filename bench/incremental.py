@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import workers.indexing
-from memoryd import projects, queue
+from memoryd import jobs, projects, queue
 from memoryd.config import load_settings
 from memoryd.runtime import Runtime
 from memoryd.scan import read_source, wanted
@@ -278,12 +278,12 @@ async def part_b(redis: Any, daemon: Daemon, root: Path, data_dir: Path, edits: 
         query = " ".join(words)
         while True:
             asked = time.perf_counter()
-            hits = await queue.call(redis, "search", query, 5, None, "code")
+            hits = await queue.call(redis, jobs.SEARCH, query, 5, None, "code")
             searches.append(time.perf_counter() - asked)
             if any(h["path"] == rel and h["start_line"] <= line <= h["end_line"] for h in hits):
                 break
             if time.perf_counter() - written > 120:
-                hits = await queue.call(redis, "search", query, 200, None, "code")
+                hits = await queue.call(redis, jobs.SEARCH, query, 200, None, "code")
                 rank = next(
                     (
                         n
@@ -336,7 +336,7 @@ async def wait_match(redis: Any, root: Path, stable: float = 2.0) -> float:
     started = time.perf_counter()
     while True:
         depth = await queue.queue_depth(redis)
-        status = await queue.call(redis, "status")
+        status = await queue.call(redis, jobs.STATUS)
         now = time.perf_counter()
         if depth == 0 and status["valid_chunks"] == want_chunks:
             matched_at = matched_at or now

@@ -46,9 +46,10 @@ from typing import Any
 
 from fixture_rows import whole_file_rows
 
-from memoryd import queue
+from memoryd import jobs, queue
 from memoryd.config import load_settings
 from memoryd.embedded import stop_orphan
+from memoryd.errors import NotFound
 from memoryd.runtime import Runtime
 from memoryd.watch.transcripts import transcript_files
 from workers.transcripts import Memory, Source, parser_for, split_lines
@@ -234,8 +235,11 @@ def _last_uuid(path: Path) -> str:
 
 
 async def _events(redis: Any, session_id: str) -> int:
-    doc = await queue.call(redis, "session", session_id, timeout=60)
-    return -1 if "error" in doc else len(doc["events"])
+    try:
+        doc = await queue.call(redis, jobs.SESSION, session_id, timeout=60)
+    except NotFound:  # not ingested yet
+        return -1
+    return len(doc["events"])
 
 
 def _cli_events(data: Path, session_id: str) -> int:

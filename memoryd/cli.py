@@ -13,16 +13,16 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-from arq import ArqRedis
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from memoryd import client, jobs, logs, metrics, projects, queue, service_manager
 from memoryd import doctor as doctor_checks
-from memoryd import logs, metrics, projects, queue, service_manager
+from memoryd.client import Client
 from memoryd.config import Settings, config_file, load_settings
 from memoryd.errors import MemorydError
 from memoryd.runtime import Runtime
-from memoryd.search import KINDS, Result
+from memoryd.vocabulary import SEARCH_KINDS_BY_NAME
 from memoryd.watch.repos import RepoWatcher
 from memoryd.watch.transcripts import TranscriptWatcher, transcript_files
 
@@ -99,15 +99,13 @@ def _run(main: Callable[[], Awaitable[T]]) -> T:
         raise
 
 
-def _through_queue(settings: Settings, work: Callable[[ArqRedis], Awaitable[T]]) -> T:
-    """Run `work` against the queue of the running daemon, or, when none serves it, of a
+def _with_client(settings: Settings, work: Callable[[Client], Awaitable[T]]) -> T:
+    """Run `work` with a client of the running daemon, or, when none serves the queue, of a
     worker started in this process for the length of the command."""
 
     async def main() -> T:
-        async with Runtime(settings) as rt:
-            redis = await rt.start_queue()
-            await rt.serve_if_needed()
-            return await work(redis)
+        async with client.connect(settings, serve=True) as memoryd:
+            return await work(memoryd)
 
     return _run(main)
 
@@ -151,7 +149,9 @@ async def _start_metrics(rt: Runtime) -> metrics.Endpoint | None:
 
 def _describe(rt: Runtime) -> str:
     s = rt.settings
-    redis = f"private redis {s.redis_socket}" if rt.redis_service else f"redis {rt.redis_url}"
+    redis = (
+        f"private redis {s.redis_socket}" if rt.redis_service else f"redis {rt.settings.queue_url}"
+    )
     return f"data dir {s.data_dir}; {redis}; database {s.database_url}; model {s.model}"
 
 
@@ -263,11 +263,11 @@ def index(
         _fail(exc)
         raise
 
-    async def work(redis: ArqRedis) -> dict[str, Any]:
-        jobs = await projects.sync(redis, project, settings.index_batch_files)
+    async def work(memoryd: Client) -> dict[str, Any]:
+        jobs = await projects.sync(memoryd.redis, project, settings.index_batch_files)
         return await _follow(jobs, settings, quiet=as_json)
 
-    totals = _through_queue(settings, work)
+    totals = _with_client(settings, work)
     totals = {"project": project.id, "root": str(project.root), **totals}
     if as_json:
         print(json.dumps(totals))
@@ -302,7 +302,9 @@ def search(
     query: Annotated[str, typer.Argument(help="What to look for, in words or code.")],
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=200)] = 10,
     project: Annotated[str | None, typer.Option(help="Project id, name or root.")] = None,
-    kind: Annotated[str, typer.Option(help=f"What to search: {', '.join(KINDS)}.")] = "code",
+    kind: Annotated[
+        str, typer.Option(help=f"What to search: {', '.join(SEARCH_KINDS_BY_NAME)}.")
+    ] = "code",
     as_of: Annotated[
         str | None, typer.Option("--as-of", help="Search what was valid then (ISO-8601 time).")
     ] = None,
@@ -314,16 +316,18 @@ def search(
     """Hybrid search (vector k-NN + BM25, reciprocal rank fusion): `path:start-end  score  name`."""
     settings = _client(data_dir, redis_url, surreal_url)
 
-    results = _query(
-        settings, "search", query, limit, project, kind, _timestamp(as_of) if as_of else None
+    when = _timestamp(as_of) if as_of else None
+    results = _with_client(
+        settings,
+        lambda memoryd: memoryd.search(query, kind=kind, limit=limit, project=project, as_of=when),
     )
     if as_json:
-        print(json.dumps({"query": query, "results": results}, indent=2))
+        print(json.dumps({"query": query, "results": [r.as_dict() for r in results]}, indent=2))
         return
     if not results:
         err.print("no results")
     for r in results:
-        print(Result(**r).line())
+        print(r.line())
 
 
 @app.command()
@@ -343,11 +347,7 @@ def ingest(
     if not files:
         _fail(MemorydError("no transcript files (*.jsonl, *.jsonl.zst) found"))
 
-    async def work(redis: ArqRedis) -> list[dict[str, Any]]:
-        jobs = await queue.enqueue_ingest(redis, files, fresh=True)
-        return [await queue.wait_for(job, settings.job_timeout_seconds) for job in jobs]
-
-    reports = _through_queue(settings, work)
+    reports = _with_client(settings, lambda memoryd: memoryd.ingest(files))
     totals = {
         "files": len(reports),
         "lines": sum(r["lines"] for r in reports),
@@ -377,18 +377,6 @@ def _sum_counts(counts: Any) -> dict[str, int]:
     return total
 
 
-def _query(settings: Settings, function: str, *args: Any) -> Any:
-    """Run a query job (on the daemon, or served here) and fail cleanly on its error."""
-
-    async def work(redis: ArqRedis) -> Any:
-        return await queue.call(redis, function, *args)
-
-    result = _through_queue(settings, work)
-    if isinstance(result, dict) and "error" in result:
-        _fail(MemorydError(result["error"]))
-    return result
-
-
 @app.command()
 def history(
     path: Annotated[Path, typer.Argument(help="A file, as the agents named it.")],
@@ -399,7 +387,7 @@ def history(
 ) -> None:
     """Every session that read or modified this file, newest first, and its current chunks."""
     settings = _client(data_dir, redis_url, surreal_url)
-    doc = _query(settings, "history", os.path.abspath(path))
+    doc = _with_client(settings, lambda memoryd: memoryd.history(str(path)))
     if as_json:
         print(json.dumps(doc, indent=2))
         return
@@ -430,7 +418,7 @@ def session(
 ) -> None:
     """Replay a session in order: goal, actions with outcomes, errors, subagents."""
     settings = _client(data_dir, redis_url, surreal_url)
-    doc = _query(settings, "session", session_id)
+    doc = _with_client(settings, lambda memoryd: memoryd.session(session_id))
     if as_json:
         print(json.dumps(doc, indent=2))
         return
@@ -451,14 +439,14 @@ def session(
         print(f"subagent {sub['session']}: {sub['description'] or ''}")
 
 
-def _timestamp(text: str) -> str:
-    """An ISO-8601 time (naive means local time), as UTC ISO for the worker."""
+def _timestamp(text: str) -> datetime:
+    """An ISO-8601 time (naive means local time), in UTC."""
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
         _fail(MemorydError(f"--as-of: not an ISO-8601 time: {text!r}"))
         raise
-    return moment.astimezone(UTC).isoformat()
+    return moment.astimezone(UTC)
 
 
 def _one_line(text: str | None, width: int = 120) -> str:
@@ -468,7 +456,7 @@ def _one_line(text: str | None, width: int = 120) -> str:
 
 maintenance_app = typer.Typer(help="Scheduled upkeep, run now: decay, prune, reembed.")
 app.add_typer(maintenance_app, name="maintenance")
-TASKS = ("decay", "prune", "reembed")
+TASKS = tuple(jobs.MAINTENANCE)
 
 
 @maintenance_app.command("run")
@@ -503,14 +491,8 @@ def prune(
 def _run_maintenance(task: str, dry_run: bool, settings: Settings, as_json: bool) -> None:
     if task not in TASKS:
         _fail(MemorydError(f"unknown task {task!r}; choose from {', '.join(TASKS)}"))
-    kwargs = {"dry_run": True} if dry_run and task == "prune" else {}
-
-    async def work(redis: ArqRedis) -> Any:
-        job = await redis.enqueue_job(task, _queue_name=queue.JOBS_QUEUE, **kwargs)
-        assert job is not None  # no job id given: never refused
-        return await queue.wait_for(job, settings.job_timeout_seconds)
-
-    result = _through_queue(settings, work)
+    spec = jobs.MAINTENANCE[task]
+    result = _with_client(settings, lambda memoryd: memoryd.maintenance(spec, dry_run))
     print(json.dumps(result, indent=2) if as_json else f"{task}: {json.dumps(result)}")
 
 
@@ -524,7 +506,7 @@ def pin(
 ) -> None:
     """Pin a memory: it keeps importance 1 and is never pruned."""
     settings = _client(data_dir, redis_url, surreal_url)
-    done = _query(settings, "pin", memory_id, not unpin)
+    done = _with_client(settings, lambda memoryd: memoryd.pin(memory_id, not unpin))
     print(f"{done['memory']}: {'pinned' if done['pinned'] else 'unpinned'}")
 
 
@@ -538,30 +520,7 @@ def status(
     """Queue depth, rows per table, data dir, and which Redis and SurrealDB are in use."""
     settings = _client(data_dir, redis_url, surreal_url)
 
-    async def main() -> dict[str, Any]:
-        async with Runtime(settings) as rt:
-            redis = await rt.start_queue()
-            daemon = await queue.live_workers(redis) > 0
-            await rt.serve_if_needed()
-            info = await queue.call(redis, "status")
-            return {
-                "data_dir": str(settings.data_dir),
-                "config_file": str(config_file()),
-                "redis": rt.redis_url,
-                "redis_mode": "embedded" if settings.embedded_redis else "external",
-                "surreal": settings.database_url,
-                "surreal_mode": "embedded" if settings.embedded_db else "server",
-                "daemon_running": daemon,
-                "queue": {
-                    "jobs": await queue.queue_depth(redis, queue.JOBS_QUEUE),
-                    "queries": await queue.queue_depth(redis, queue.QUERY_QUEUE),
-                    "oldest_job_age_seconds": await queue.oldest_job_age(redis),
-                    "last_hour": await queue.recent_outcomes(redis),
-                },
-                **info,
-            }
-
-    info = _run(main)
+    info = _with_client(settings, lambda memoryd: memoryd.status())
     if as_json:
         print(json.dumps(info, indent=2, default=str))
         return

@@ -198,6 +198,11 @@ class Settings(BaseSettings):
     def redis_socket(self) -> Path:
         return self.data_dir / "redis" / "redis.sock"
 
+    @property
+    def queue_url(self) -> str:
+        """The Redis the queue lives on: the configured one, or the private one's socket."""
+        return self.redis_url or f"unix://{self.redis_socket}"
+
 
 def load_settings(**overrides: Any) -> Settings:
     """Build settings, turning validation problems into one readable error."""

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from memoryd import queue
+from memoryd import jobs, queue
 from memoryd.config import DEFAULT_MODEL, Settings
 from memoryd.embedded import MAX_SOCKET_PATH, daemon_pid
 from memoryd.errors import MemorydError
@@ -197,7 +197,7 @@ async def check_database_via_daemon(redis: Any, settings: Settings) -> tuple[Che
     owner = daemon_pid(settings.data_dir)
     who = f"the running memoryd (pid {owner})" if owner else "a running memoryd worker"
     try:
-        info = await queue.call(redis, "status", timeout=_TIMEOUT)
+        info = await queue.call(redis, jobs.STATUS, timeout=_TIMEOUT)
     except MemorydError as exc:
         return (
             fail(
@@ -516,7 +516,7 @@ async def _start_queue(rt: Any, settings: Settings, checks: list[Check], report:
         return None
     if report:
         checks += await check_redis(
-            redis, rt.redis_url, settings.embedded_redis, rt.redis_service is not None
+            redis, rt.settings.queue_url, settings.embedded_redis, rt.redis_service is not None
         )
     return redis
 

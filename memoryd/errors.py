@@ -1,5 +1,51 @@
-"""Errors a user can act on: the CLI prints the message and exits non-zero, without a traceback."""
+"""Errors a user can act on: the CLI prints the message and exits non-zero, without a traceback;
+the MCP server and the hooks turn them into an answer the agent can read.
+
+A job raises one of these; it crosses the queue as a :class:`Failure` value (a user error is an
+answer, not a failed job for arq to log and retry) and the client raises it again, of the same
+class, so every caller has one error channel: exceptions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
 
 
 class MemorydError(Exception):
     """A problem with the setup or the input that the user can fix."""
+
+
+class NotFound(MemorydError):
+    """No such session, memory, file or project."""
+
+
+class InvalidRequest(MemorydError):
+    """The request itself is wrong: an unknown kind, a malformed time, an ambiguous prefix."""
+
+
+class DaemonUnavailable(MemorydError):
+    """No memoryd daemon serves the queue (or Redis cannot be reached)."""
+
+
+class JobFailed(MemorydError):
+    """A job failed on the worker for a reason that is not the user's (its message says why)."""
+
+
+_BY_NAME: dict[str, type[MemorydError]] = {
+    cls.__name__: cls for cls in (MemorydError, NotFound, InvalidRequest, DaemonUnavailable)
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A user error as a job's result: plain data that pickles, whatever the exception held."""
+
+    error: str
+    message: str
+
+    @classmethod
+    def of(cls, exc: MemorydError) -> Failure:
+        return cls(type(exc).__name__, str(exc))
+
+    def exception(self) -> MemorydError:
+        return _BY_NAME.get(self.error, MemorydError)(self.message)

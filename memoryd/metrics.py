@@ -40,7 +40,8 @@ from prometheus_client import (
     start_http_server,
 )
 
-from memoryd.queue import JOBS_QUEUE, QUERY_QUEUE
+from memoryd.errors import Failure
+from memoryd.jobs import JOBS_QUEUE, QUERY_QUEUE
 
 log = logging.getLogger(__name__)
 
@@ -123,10 +124,10 @@ BUILD = Info("memoryd", "memoryd version and the embedding model in use.", regis
 
 
 def outcome_of(error: BaseException | None, result: Any = None) -> str:
-    """How a job ended, as a label. A query that answers a user error as data ({"error": …})
-    ran fine but did not do what was asked: "rejected", kept apart from crashes."""
+    """How a job ended, as a label. A job that answers a user error (a Failure) ran fine but
+    did not do what was asked: "rejected", kept apart from crashes."""
     if error is None:
-        return "rejected" if isinstance(result, dict) and "error" in result else "ok"
+        return "rejected" if isinstance(result, Failure) else "ok"
     if isinstance(error, Retry):
         return "retry"
     if isinstance(error, asyncio.CancelledError):

@@ -11,7 +11,7 @@ from pathlib import Path
 from arq import ArqRedis
 from arq.jobs import Job
 
-from memoryd import queue
+from memoryd import jobs, queue
 from memoryd.errors import MemorydError
 from memoryd.scan import find_repo_root, project_id_for, walk
 
@@ -51,7 +51,7 @@ async def register(redis: ArqRedis, project: Project) -> None:
         "git_branch": await asyncio.to_thread(_git, project.root, "branch", "--show-current"),
         "git_head": await asyncio.to_thread(_git, project.root, "rev-parse", "HEAD"),
     }
-    await queue.call(redis, "register_project", project.id, fields)
+    await queue.call(redis, jobs.REGISTER_PROJECT, project.id, fields)
 
 
 async def sync(
@@ -73,7 +73,7 @@ async def sync(
         await register(redis, project)
         dirs = None
     on_disk = await asyncio.to_thread(_walk_dirs, project.root, dirs)
-    stored = await queue.call(redis, "stored_paths", project.id)
+    stored = await queue.call(redis, jobs.STORED_PATHS, project.id)
     if dirs is not None:
         stored = [p for p in stored if any(_inside(p, d) for d in dirs)]
     paths = sorted(set(on_disk) | set(stored) | set(extra))

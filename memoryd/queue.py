@@ -19,13 +19,11 @@ from arq.connections import RedisSettings
 from arq.constants import in_progress_key_prefix
 from arq.jobs import Job, JobStatus
 
-from memoryd.errors import MemorydError
+from memoryd import jobs
+from memoryd.errors import DaemonUnavailable, Failure, JobFailed, MemorydError
 from memoryd.ids import stable_id
+from memoryd.jobs import JOBS_QUEUE, JobSpec
 
-# Heavy work (indexing, ingestion) and interactive queries live on separate queues, so a
-# search answers while a cold index is still running.
-JOBS_QUEUE = "memoryd:jobs"
-QUERY_QUEUE = "memoryd:queries"
 # A process serving the queues refreshes its key; clients look for one before waiting on jobs.
 WORKER_KEY_PREFIX = "memoryd:worker:"
 WORKER_KEY_TTL = 10
@@ -51,7 +49,7 @@ async def connect(url: str) -> ArqRedis:
     except MemorydError:
         raise
     except Exception as exc:  # ConnectionError, OSError, timeouts
-        raise MemorydError(f"cannot reach Redis at {url}: {exc}") from None
+        raise DaemonUnavailable(f"cannot reach Redis at {url}: {exc}") from None
 
 
 def worker_key() -> str:
@@ -162,14 +160,17 @@ async def _enqueue(
     redis: ArqRedis, job_id: str, project_id: str, root: Path, part: list[str], generation: int
 ) -> Job | None:
     extra = {"generation": generation} if generation else {}
+    return await enqueue(
+        redis, jobs.INDEX_FILES, project_id, str(root), part, job_id=job_id, **extra
+    )
+
+
+async def enqueue(
+    redis: ArqRedis, spec: JobSpec, *args: Any, job_id: str | None = None, **kwargs: Any
+) -> Job | None:
+    """The one place a job is put on a queue. None: arq refused the id (see enqueue_index)."""
     return await redis.enqueue_job(
-        "index_files",
-        project_id,
-        str(root),
-        part,
-        _job_id=job_id,
-        _queue_name=JOBS_QUEUE,
-        **extra,
+        spec.name, *args, _job_id=job_id, _queue_name=spec.queue, **kwargs
     )
 
 
@@ -184,43 +185,49 @@ def ingest_job_id(path: str) -> str:
     return f"ingest:{stable_id(path)}:{version}"
 
 
-async def enqueue_ingest(redis: ArqRedis, paths: Sequence[str], fresh: bool = False) -> list[Job]:
-    """`fresh` (an explicit `memoryd ingest`) always runs, so its report is about this run."""
-    jobs = []
+async def enqueue_ingest(
+    redis: ArqRedis, paths: Sequence[str], fresh: bool = False, from_offset: int | None = None
+) -> list[Job]:
+    """`fresh` (an explicit `memoryd ingest`) always runs, so its report is about this run.
+    `from_offset`: a worker's follow-up slice of a huge transcript, named by where it starts."""
+    queued = []
     for path in paths:
-        job_id = ingest_job_id(path) + (f":{uuid.uuid4().hex[:12]}" if fresh else "")
-        job = await redis.enqueue_job(
-            "ingest_transcript", path, _job_id=job_id, _queue_name=JOBS_QUEUE
-        )
-        jobs.append(job or Job(job_id, redis, _queue_name=JOBS_QUEUE))
-    return jobs
+        if from_offset is not None:
+            job_id = f"ingest:{stable_id(path)}:from:{from_offset}"
+        else:
+            job_id = ingest_job_id(path) + (f":{uuid.uuid4().hex[:12]}" if fresh else "")
+        job = await enqueue(redis, jobs.INGEST_TRANSCRIPT, path, job_id=job_id)
+        queued.append(job or Job(job_id, redis, _queue_name=JOBS_QUEUE))
+    return queued
 
 
 async def wait_for(job: Job, timeout: float | None) -> Any:
-    """A job's result; its exception is re-raised with the job's own message."""
+    """A job's result. A user error it answered is raised again as its own class; a crash of
+    the job as JobFailed with the job's own message."""
     try:
-        return await job.result(timeout=timeout, poll_delay=0.05)
+        result = await job.result(timeout=timeout, poll_delay=0.05)
     except TimeoutError:
-        raise MemorydError(
+        raise DaemonUnavailable(
             f"job {job.job_id} did not finish within {timeout:.0f}s; is a worker running?"
         ) from None
     except MemorydError:
         raise
     except Exception as exc:  # the job's own failure, already logged by the worker
-        raise MemorydError(f"job {job.job_id} failed: {exc}") from None
+        raise JobFailed(f"job {job.job_id} failed: {exc}") from None
+    if isinstance(result, Failure):
+        raise result.exception()
+    return result
 
 
 async def job_done(job: Job) -> bool:
     return await job.status() in (JobStatus.complete, JobStatus.not_found)
 
 
-async def call(redis: ArqRedis, function: str, *args: Any, timeout: float = 120.0) -> Any:
-    """Run a query job (search, status…) on whichever process serves the database."""
-    job = await redis.enqueue_job(
-        function,
-        *args,
-        _job_id=f"q:{function}:{os.getpid()}:{uuid.uuid4().hex}",
-        _queue_name=QUERY_QUEUE,
+async def call(redis: ArqRedis, spec: JobSpec, *args: Any, timeout: float = 120.0) -> Any:
+    """Run a job and wait for its answer (a query: search, status… on whichever process serves
+    the database; or a maintenance task)."""
+    job = await enqueue(
+        redis, spec, *args, job_id=f"q:{spec.name}:{os.getpid()}:{uuid.uuid4().hex}"
     )
     assert job is not None  # fresh unique id: never refused
     return await wait_for(job, timeout)

@@ -46,12 +46,6 @@ class Runtime:
         self._worker_key = queue.worker_key()
 
     @property
-    def redis_url(self) -> str:
-        if self.settings.redis_url:
-            return self.settings.redis_url
-        return f"unix://{self.settings.redis_socket}"
-
-    @property
     def serving(self) -> bool:
         return bool(self.workers)
 
@@ -73,7 +67,7 @@ class Runtime:
             if not socket_alive(self.settings.redis_socket):
                 self.redis_service = EmbeddedRedis(self.settings.data_dir)
                 await asyncio.to_thread(self.redis_service.start)
-        self.redis = await queue.connect(self.redis_url)
+        self.redis = await queue.connect(self.settings.queue_url)
         if exclusive:
             write_pidfile(self.settings.data_dir)
             self._pidfile = True
@@ -99,10 +93,13 @@ class Runtime:
         if applied:
             log.info("schema applied: %s", ", ".join(applied))
         # Imported here: memoryd depends on workers only where it starts one.
+        from workers.context import JobContext
         from workers.registry import build_workers
 
-        ctx = {"store": self.store, "embedder": self.embedder, "settings": s}
-        self.workers = build_workers(ctx, queue.redis_settings(self.redis_url), s, scheduled)
+        ctx: JobContext = {"store": self.store, "embedder": self.embedder, "settings": s}
+        self.workers = build_workers(
+            ctx, queue.redis_settings(self.settings.queue_url), s, scheduled
+        )
         if await queue.live_workers(self.redis) == 0:
             # Nobody else serves the queue: jobs marked in progress belong to a worker that
             # died (a kill, a crash). Free them now rather than after their timeout.

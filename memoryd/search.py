@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from memoryd.embedding import Embedder
-from memoryd.errors import MemorydError
+from memoryd.errors import InvalidRequest, NotFound
+from memoryd.results import SearchResult
 from memoryd.store import Store, key_of
 
 
@@ -42,35 +43,6 @@ _STOPWORDS = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Result:
-    kind: str
-    id: str
-    score: float
-    project: str | None = None
-    path: str | None = None
-    start_line: int | None = None
-    end_line: int | None = None
-    name: str | None = None
-    session: str | None = None
-    seq: int | None = None
-    text: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None or k in _ALWAYS}
-
-    def line(self) -> str:
-        """The CLI's plain output: `path:start-end  score  name` for code."""
-        if self.kind == "code":
-            where = f"{self.path}:{self.start_line}-{self.end_line}"
-            return f"{where}  {self.score:.4f}  {self.name or '-'}"
-        where = self.session if self.seq is None else f"{self.session}#{self.seq}"
-        return f"{where}  {self.score:.4f}  {self.name}: {self.text}"
-
-
-_ALWAYS = frozenset({"kind", "id", "score", "name"})
-
-
 def keywords(query: str) -> str:
     """The query for BM25: its words minus function words (all of them if nothing is left)."""
     words = query.split()
@@ -85,7 +57,7 @@ async def resolve_project(store: Store, given: str) -> str:
         matches = [p["id"] for p in projects if p.get(field) == given]
         if len(matches) == 1:
             return matches[0]
-    raise MemorydError(
+    raise NotFound(
         f"unknown project {given!r}; known: {', '.join(p['id'] for p in projects) or 'none'}"
     )
 
@@ -99,11 +71,11 @@ async def search(
     project: str | None = None,
     kind: str = "code",
     as_of: datetime | None = None,
-) -> list[Result]:
+) -> list[SearchResult]:
     """Hybrid search over what is valid now, or over what was valid `as_of` a past time."""
     spec = KINDS.get(kind)
     if spec is None:
-        raise MemorydError(f"unknown kind {kind!r}; choose from {', '.join(KINDS)}")
+        raise InvalidRequest(f"unknown kind {kind!r}; choose from {', '.join(KINDS)}")
     [vector] = await asyncio.to_thread(embedder.embed, [query])
     # Only vectors of the configured model are compared: never two models in one k-NN.
     filters: dict[str, Any] = (
@@ -111,7 +83,7 @@ async def search(
     )
     if project is not None:
         if kind != "code":
-            raise MemorydError("--project applies to code search")
+            raise InvalidRequest("--project applies to code search")
         filters["project"] = await resolve_project(store, project)
     hits = await store.hybrid_search(
         spec.table,
@@ -128,10 +100,10 @@ async def search(
     return [_result(kind, hit.id, round(hit.score, 6), hit.fields) for hit in hits]
 
 
-def _result(kind: str, id_: str, score: float, f: dict[str, Any]) -> Result:
+def _result(kind: str, id_: str, score: float, f: dict[str, Any]) -> SearchResult:
     if kind == "code":
         name, parent = f.get("name"), f.get("parent_name")
-        return Result(
+        return SearchResult(
             kind,
             id_,
             score,
@@ -143,7 +115,7 @@ def _result(kind: str, id_: str, score: float, f: dict[str, Any]) -> Result:
         )
     text = f.get("content") if kind == "memory" else f.get("intent")
     snippet = " ".join((text or "").split())[:SNIPPET_CHARS]
-    return Result(
+    return SearchResult(
         kind,
         id_,
         score,

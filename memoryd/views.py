@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from memoryd.errors import MemorydError
+from memoryd.errors import InvalidRequest, NotFound
 from memoryd.ids import entity_id
 from memoryd.store import Store, key_of, plain
 from memoryd.vocabulary import MODIFIES, READS, SPAWNED
@@ -94,9 +94,9 @@ async def session(store: Store, given: str) -> dict[str, Any]:
     if roots:
         matches = roots[:1]
     if not matches:
-        raise MemorydError(f"no session {given!r}")
+        raise NotFound(f"no session {given!r}")
     if len(matches) > 1:
-        raise MemorydError(f"{given!r} matches {len(matches)} sessions: {', '.join(matches[:5])}")
+        raise InvalidRequest(f"{given!r} matches {len(matches)} sessions: {', '.join(matches[:5])}")
     session_id = matches[0]
     [row] = await store.session_rows([session_id])
     doc = _session_doc(row)

@@ -6,8 +6,9 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
-from memoryd import projects, queue
+from memoryd import jobs, projects, queue
 from memoryd.runtime import Runtime
+from memoryd.store import key_of
 
 
 def _def_line(path: Path, pattern: str) -> int:
@@ -40,7 +41,7 @@ async def _index(rt: Runtime, root: Path) -> dict[str, int]:
 
 async def _chunk_ids(rt: Runtime) -> set[str]:
     assert rt.store is not None
-    return await rt.store.all_chunk_ids()
+    return {key_of(row["id"]) for row in (await rt.store.dump())["code_chunk"]}
 
 
 async def test_index_then_search_finds_the_one_function(stack: Runtime, arq_tree: Path) -> None:
@@ -61,7 +62,7 @@ async def test_index_then_search_finds_the_one_function(stack: Runtime, arq_tree
 
     assert stack.redis is not None
     hits = await queue.call(
-        stack.redis, "search", "parse a redis connection DSN url", 3, None, "code"
+        stack.redis, jobs.SEARCH, "parse a redis connection DSN url", 3, None, "code"
     )
     from_dsn = _def_line(arq_tree / "connections.py", r"def from_dsn")
     assert any(
@@ -70,7 +71,7 @@ async def test_index_then_search_finds_the_one_function(stack: Runtime, arq_tree
 
     hits = await queue.call(
         stack.redis,
-        "search",
+        jobs.SEARCH,
         "log redis server version, memory use and client count",
         3,
         None,
@@ -82,7 +83,7 @@ async def test_index_then_search_finds_the_one_function(stack: Runtime, arq_tree
     ), [(h["path"], h["start_line"], h["end_line"], h["name"]) for h in hits]
 
     # Nothing from the gitignored directory reached the index.
-    hidden = await queue.call(stack.redis, "search", "hidden_function", 10, None, "code")
+    hidden = await queue.call(stack.redis, jobs.SEARCH, "hidden_function", 10, None, "code")
     assert all("ignored_dir" not in h["path"] for h in hidden)
 
 
@@ -116,16 +117,16 @@ async def test_changed_and_deleted_files_are_retired(
     assert totals["indexed"] == 1 and totals["removed"] == 1
     # Every old chunk of the two files is retired, the one new chunk is valid.
     assert await stack.store.valid_chunk_count() == before - totals["retired"] + 1
-    hits = await queue.call(stack.redis, "search", "brand_new_marker_function", 1, None, "code")
+    hits = await queue.call(stack.redis, jobs.SEARCH, "brand_new_marker_function", 1, None, "code")
     assert hits[0]["path"] == "constants.py"
     assert hits[0]["start_line"] == 1 and hits[0]["end_line"] == 2
     project = projects.resolve(root)
     assert "version.py" not in await stack.store.indexed_paths(project.id)
     # The deleted file is gone from search now, and still there as of before the change.
-    now = await queue.call(stack.redis, "search", "package VERSION string", 10, None, "code")
+    now = await queue.call(stack.redis, jobs.SEARCH, "package VERSION string", 10, None, "code")
     assert "version.py" not in {h["path"] for h in now}
     then = await queue.call(
-        stack.redis, "search", "package VERSION string", 10, None, "code", before_change
+        stack.redis, jobs.SEARCH, "package VERSION string", 10, None, "code", before_change
     )
     assert "version.py" in {h["path"] for h in then}
     assert "brand_new_marker_function" not in {h["name"] for h in then}

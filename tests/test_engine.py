@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memoryd import queue
+from memoryd import jobs, queue
 from memoryd.runtime import Runtime
 from memoryd.store import connection as engine
 from tests.conftest import settings_for
@@ -22,7 +22,9 @@ async def test_reopening_under_load_loses_nothing(data_dir: Path) -> None:
         searches = reopens = 0
         # Searches keep coming and the database is reopened under them while the ingest writes.
         while not await queue.job_done(job):
-            hits = await queue.call(redis, "search", "render the html template", 3, None, "memory")
+            hits = await queue.call(
+                redis, jobs.SEARCH, "render the html template", 3, None, "memory"
+            )
             assert isinstance(hits, list)
             searches += 1
             if searches % 3 == 0:
@@ -33,7 +35,7 @@ async def test_reopening_under_load_loses_nothing(data_dir: Path) -> None:
         assert reopens >= 2 and store.reopened >= reopens  # >=: it may also reopen on its own
         counts = await store.counts()
         assert counts["memory"] == 282 and counts["session"] == 1
-        replay = await queue.call(redis, "session", "37f83ec9")
+        replay = await queue.call(redis, jobs.SESSION, "37f83ec9")
         assert len(replay["events"]) == 282
     finally:
         await rt.close()

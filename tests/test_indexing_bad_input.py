@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import workers.indexing
-from memoryd import projects, queue
+from memoryd import jobs, projects, queue
 from memoryd.runtime import Runtime
 from tests.conftest import MEMORYD, git, settle
 
@@ -112,9 +112,9 @@ async def test_bad_files_are_skipped_with_one_line_each(
     pid = projects.resolve(root).id
     index = await settle(stack, root, pid)
     assert set(index) == {"good.py", "inside.py", "latin1.py", NON_ASCII}
-    hits = await queue.call(stack.redis, "search", "crème brûlée recipe", 1, None, "code")
+    hits = await queue.call(stack.redis, jobs.SEARCH, "crème brûlée recipe", 1, None, "code")
     assert hits[0]["path"] == NON_ASCII and hits[0]["name"] == "crème_brûlée_recipe"
-    hits = await queue.call(stack.redis, "search", "brew latin coffee", 1, None, "code")
+    hits = await queue.call(stack.redis, jobs.SEARCH, "brew latin coffee", 1, None, "code")
     assert hits[0]["path"] == "latin1.py"
 
     # A second look at the same tree is quiet: known skips are not logged again.

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from memoryd import projects, queue
+from memoryd import jobs, projects, queue
 from memoryd.runtime import Runtime
 from tests.conftest import MEMORYD, git_init
 
@@ -193,7 +193,7 @@ async def test_agent_edits_join_the_indexed_code(stack: Runtime, tmp_path: Path)
     )
     [job] = await queue.enqueue_ingest(stack.redis, [str(transcript)])
     await queue.wait_for(job, 300)
-    doc = await queue.call(stack.redis, "history", str(repo / "claude_code_log" / "renderer.py"))
+    doc = await queue.call(stack.redis, jobs.HISTORY, str(repo / "claude_code_log" / "renderer.py"))
     assert doc["file"] == {
         "kind": "file",
         "key": f"{project.id}:claude_code_log/renderer.py",

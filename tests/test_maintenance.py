@@ -7,7 +7,7 @@ import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from memoryd import queue
+from memoryd import jobs, queue
 from memoryd.runtime import Runtime
 from tests.test_ingest import SMALL
 
@@ -19,7 +19,7 @@ async def _memories(rt: Runtime) -> dict[str, dict]:
 
 async def _run(rt: Runtime, task: str, at: datetime, **kwargs: object) -> dict:
     assert rt.redis is not None
-    job = await rt.redis.enqueue_job(task, at.isoformat(), _queue_name=queue.JOBS_QUEUE, **kwargs)
+    job = await rt.redis.enqueue_job(task, at.isoformat(), _queue_name=jobs.JOBS_QUEUE, **kwargs)
     assert job is not None
     return await queue.wait_for(job, 300)
 
@@ -38,7 +38,7 @@ async def test_decay_pin_access_and_prune(stack: Runtime, tmp_path: Path) -> Non
     prompt = min(kinds["user_prompt"], key=lambda k: memories[k]["seq"])
     t0 = memories[prompt]["event_time"]
     pinned = kinds["tool_result"][0]
-    assert (await queue.call(stack.redis, "pin", pinned, True)) == {
+    assert (await queue.call(stack.redis, jobs.PIN, pinned, True)) == {
         "memory": pinned,
         "pinned": True,
     }
@@ -84,7 +84,7 @@ async def test_decay_pin_access_and_prune(stack: Runtime, tmp_path: Path) -> Non
         for edge in dump.get(table, []):
             assert str(edge["in"].id) in memory_ids or edge["in"].table_name == "session"
     assert await stack.store.orphan_entities(100) == []
-    info = await queue.call(stack.redis, "status")
+    info = await queue.call(stack.redis, jobs.STATUS)
     # The scheduled reembed may have run meanwhile too (every 5 minutes).
     assert {"decay", "prune"} <= set(info["maintenance"])
     assert info["maintenance"]["prune"]["result"]["deleted"]["memory"] == len(expected_gone)
@@ -117,18 +117,18 @@ async def test_switching_model_reembeds_everything(
         await second.start_queue(exclusive=True)
         await second.serve()
         assert second.redis is not None and second.store is not None
-        waiting = (await queue.call(second.redis, "status"))["waiting_for_reembed"]
+        waiting = (await queue.call(second.redis, jobs.STATUS))["waiting_for_reembed"]
         assert waiting["code_chunk"] > 0 and waiting["memory"] > 0 and waiting["goal"] == 1
         # Before migration only BM25 can find code (no k-NN across two models).
-        hits = await queue.call(second.redis, "search", "from_dsn", 3, None, "code")
+        hits = await queue.call(second.redis, jobs.SEARCH, "from_dsn", 3, None, "code")
         assert any(h["name"] == "RedisSettings.from_dsn" for h in hits)
         # One run with a single small batch per table is partial; runs resume until done.
-        job = await second.redis.enqueue_job("reembed", 1, _queue_name=queue.JOBS_QUEUE)
+        job = await second.redis.enqueue_job("reembed", 1, _queue_name=jobs.JOBS_QUEUE)
         assert job is not None
         partial = await queue.wait_for(job, 300)
         assert sum(partial["remaining"].values()) > 0
         while sum(partial["remaining"].values()):
-            job = await second.redis.enqueue_job("reembed", _queue_name=queue.JOBS_QUEUE)
+            job = await second.redis.enqueue_job("reembed", _queue_name=jobs.JOBS_QUEUE)
             assert job is not None
             partial = await queue.wait_for(job, 600)
         models = {
@@ -138,7 +138,7 @@ async def test_switching_model_reembeds_everything(
         }
         assert models == {CLS_MODEL}
         hits = await queue.call(
-            second.redis, "search", "parse a redis connection DSN url", 3, None, "code"
+            second.redis, jobs.SEARCH, "parse a redis connection DSN url", 3, None, "code"
         )
         assert any(
             h["path"] == "connections.py" and h["name"] == "RedisSettings.from_dsn" for h in hits
@@ -263,7 +263,7 @@ async def test_prune_dry_run_counts_all_that_would_go_not_one_batch(
 
 async def _search_code(rt: Runtime, text: str) -> list[dict]:
     assert rt.redis is not None
-    return await queue.call(rt.redis, "search", text, 3, None, "code")
+    return await queue.call(rt.redis, jobs.SEARCH, text, 3, None, "code")
 
 
 async def _models(rt: Runtime) -> dict[str, dict[str | None, int]]:
@@ -326,7 +326,7 @@ async def test_a_model_of_another_dimension_rebuilds_the_indexes_and_reembeds(
         assert any(h["name"] == "RedisSettings.from_dsn" for h in hits)
         runs = 0
         while True:
-            job = await second.redis.enqueue_job("reembed", _queue_name=queue.JOBS_QUEUE)
+            job = await second.redis.enqueue_job("reembed", _queue_name=jobs.JOBS_QUEUE)
             assert job is not None
             result = await queue.wait_for(job, 600)
             runs += 1

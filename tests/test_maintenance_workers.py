@@ -18,7 +18,7 @@ import pytest
 from arq import ArqRedis
 from arq.jobs import Job, JobStatus
 
-from memoryd import queue
+from memoryd import jobs, queue
 from memoryd.config import DEFAULT_SCHEDULE, Settings, load_settings, parse_schedule
 from memoryd.embedded import EmbeddedRedis
 from memoryd.errors import MemorydError
@@ -112,7 +112,7 @@ async def test_two_worker_processes_run_each_scheduled_slot_once(tmp_path: Path)
             # scheduler does: refused, the slot's result is still there.
             for slot in sorted(finished):
                 again = await redis.enqueue_job(
-                    "cron:decay", _job_id=slot, _queue_name=queue.JOBS_QUEUE
+                    "cron:decay", _job_id=slot, _queue_name=jobs.JOBS_QUEUE
                 )
                 assert again is None, slot
         finally:
@@ -151,8 +151,8 @@ async def test_a_run_finding_the_task_running_is_skipped_when_scheduled_and_wait
         # A decay run in progress elsewhere holds the task's lock.
         held = rt.redis.lock(queue.MAINTENANCE_LOCK_PREFIX + "decay", timeout=60)
         assert await held.acquire(blocking=False)
-        scheduled = await rt.redis.enqueue_job("cron:decay", _queue_name=queue.JOBS_QUEUE)
-        asked = await rt.redis.enqueue_job("decay", _queue_name=queue.JOBS_QUEUE)
+        scheduled = await rt.redis.enqueue_job("cron:decay", _queue_name=jobs.JOBS_QUEUE)
+        asked = await rt.redis.enqueue_job("decay", _queue_name=jobs.JOBS_QUEUE)
         assert scheduled is not None and asked is not None
         assert await queue.wait_for(scheduled, 60) == {
             "skipped": "another decay run was still going"
@@ -219,11 +219,11 @@ async def _kill_half_way(
             while await queue.live_workers(redis) == 0:
                 assert time.monotonic() < deadline, "the daemon did not serve"
                 await asyncio.sleep(0.2)
-            assert left(await queue.call(redis, "status")) == total
+            assert left(await queue.call(redis, jobs.STATUS)) == total
             job = await enqueue(redis)
             assert job is not None
             while True:
-                now_left = left(await queue.call(redis, "status"))
+                now_left = left(await queue.call(redis, jobs.STATUS))
                 assert now_left > 0, "the run ended before it could be killed"
                 assert time.monotonic() < deadline, "the run did not get going"
                 if now_left < total:
@@ -253,7 +253,7 @@ async def _next_start_finishes(settings: Settings, job_id: str) -> tuple[Any, di
         await rt.start_queue(exclusive=True)
         await rt.serve()
         assert rt.redis is not None and rt.store is not None
-        result = await queue.wait_for(Job(job_id, rt.redis, _queue_name=queue.JOBS_QUEUE), 600)
+        result = await queue.wait_for(Job(job_id, rt.redis, _queue_name=jobs.JOBS_QUEUE), 600)
         return result, await rt.store.dump()
     finally:
         await rt.close()
@@ -298,7 +298,7 @@ async def test_a_reembed_killed_half_way_leaves_a_consistent_database_and_the_ne
     killed = await _kill_half_way(
         data_dir,
         {"MEMORYD_MODEL": CLS_MODEL, "MEMORYD_MAINTENANCE_BATCH": "2"},
-        lambda redis: redis.enqueue_job("reembed", 10_000, _queue_name=queue.JOBS_QUEUE),
+        lambda redis: redis.enqueue_job("reembed", 10_000, _queue_name=jobs.JOBS_QUEUE),
         lambda status: sum(status["waiting_for_reembed"].values()),
         len(embedded),
     )
@@ -364,7 +364,7 @@ async def test_a_prune_killed_half_way_leaves_no_dangling_edge_and_the_next_run_
     killed = await _kill_half_way(
         data_dir,
         {"MEMORYD_MAINTENANCE_BATCH": "1"},
-        lambda redis: redis.enqueue_job("prune", at, _queue_name=queue.JOBS_QUEUE),
+        lambda redis: redis.enqueue_job("prune", at, _queue_name=jobs.JOBS_QUEUE),
         lambda status: status["counts"]["code_chunk"] - status["valid_chunks"],
         len(expired),
     )

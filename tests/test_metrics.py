@@ -18,14 +18,13 @@ pytest.importorskip("prometheus_client", reason="prometheus-client is not instal
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from memoryd import metrics, projects, queue
-from memoryd.errors import MemorydError
+from memoryd import jobs, metrics, projects, queue
+from memoryd.errors import Failure, MemorydError
 from memoryd.runtime import Runtime
 from tests.conftest import git_init
-from workers import queries
+from workers import queries, registry
 from workers.indexing import index_files
 from workers.ingest import ingest_transcript
-from workers.registry import portable_errors
 
 FIXTURE = (
     Path(__file__).resolve().parents[2]
@@ -55,13 +54,13 @@ def value(samples: Samples, name: str, **labels: str) -> float:
 def instrumented_worker(rt: Runtime) -> Worker:
     """A worker like the daemon's, on a queue of its own, with every job instrumented."""
     functions = [
-        func(metrics.instrument(portable_errors(fn)), name=fn.__name__, max_tries=1)
+        func(registry.job(fn, fn.__name__), name=fn.__name__, max_tries=1)
         for fn in (index_files, ingest_transcript, queries.session)
     ]
     return Worker(
         functions=functions,  # type: ignore[arg-type]
         queue_name=TEST_QUEUE,
-        redis_settings=queue.redis_settings(rt.redis_url),
+        redis_settings=queue.redis_settings(rt.settings.queue_url),
         ctx={"store": rt.store, "embedder": rt.embedder, "settings": rt.settings},
         burst=True,  # run what is queued, then return
         handle_signals=False,
@@ -160,14 +159,14 @@ async def test_start_runs_the_sampler_and_stops_cleanly(stack: Runtime) -> None:
     endpoint = await metrics.start(0, redis=stack.redis, interval=0.05)
     assert endpoint is not None
     try:
-        metrics.QUEUE_DEPTH.labels(queue.JOBS_QUEUE).set(-1)
+        metrics.QUEUE_DEPTH.labels(jobs.JOBS_QUEUE).set(-1)
         for _ in range(100):  # the sampler task refreshes it within a few intervals
             samples = scrape(endpoint.url)
-            if value(samples, "memoryd_queue_depth", queue=queue.JOBS_QUEUE) >= 0:
+            if value(samples, "memoryd_queue_depth", queue=jobs.JOBS_QUEUE) >= 0:
                 break
             await asyncio.sleep(0.05)
-        assert value(samples, "memoryd_queue_depth", queue=queue.JOBS_QUEUE) >= 0
-        assert ("memoryd_queue_depth", frozenset({("queue", queue.QUERY_QUEUE)})) in samples
+        assert value(samples, "memoryd_queue_depth", queue=jobs.JOBS_QUEUE) >= 0
+        assert ("memoryd_queue_depth", frozenset({("queue", jobs.QUERY_QUEUE)})) in samples
         with pytest.raises(MemorydError, match=r"cannot serve metrics on 127\.0\.0\.1"):
             metrics.serve_http(endpoint.port)  # taken: a clear error, not a traceback
     finally:
@@ -179,7 +178,7 @@ async def test_start_runs_the_sampler_and_stops_cleanly(stack: Runtime) -> None:
 
 def test_outcomes_and_ages() -> None:
     assert metrics.outcome_of(None, {"results": []}) == "ok"
-    assert metrics.outcome_of(None, {"error": "no such session"}) == "rejected"
+    assert metrics.outcome_of(None, Failure("NotFound", "no such session")) == "rejected"
     assert metrics.outcome_of(Retry(defer=1)) == "retry"
     assert metrics.outcome_of(asyncio.CancelledError()) == "cancelled"
     assert metrics.outcome_of(ValueError("x")) == "error"

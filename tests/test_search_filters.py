@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memoryd import projects, queue
+from memoryd import jobs, projects, queue
 from memoryd.runtime import Runtime
 from memoryd.search import keywords
 from tests.conftest import git_init
@@ -35,14 +35,14 @@ async def test_valid_row_found_behind_many_retired_neighbours(
     git_init(root)
     await _sync(stack, root)
     assert stack.redis is not None
-    before = await queue.call(stack.redis, "search", QUERY, 5, None, "code")
+    before = await queue.call(stack.redis, jobs.SEARCH, QUERY, 5, None, "code")
     assert len(before) == 5
 
     for i in range(RETIRED):
         (root / f"old_{i:03}.py").unlink()
     await _sync(stack, root)
     # The retired chunks are the query's nearest vectors too; the one valid chunk is found.
-    hits = await queue.call(stack.redis, "search", QUERY, 5, None, "code")
+    hits = await queue.call(stack.redis, jobs.SEARCH, QUERY, 5, None, "code")
     assert [(h["path"], h["name"]) for h in hits] == [("current.py", "refund_order_now")]
 
 

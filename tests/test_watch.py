@@ -17,7 +17,7 @@ import pytest
 import pytest_asyncio
 
 import workers.indexing
-from memoryd import projects, queue
+from memoryd import jobs, projects, queue
 from memoryd.projects import Project
 from memoryd.runtime import Runtime
 from memoryd.watch.repos import RepoWatcher
@@ -106,7 +106,7 @@ async def watched(stack: Runtime, tmp_path: Path) -> AsyncIterator[tuple[RepoWat
 
 async def _search(rt: Runtime, text: str, limit: int = 5) -> list[dict[str, Any]]:
     assert rt.redis is not None
-    return await queue.call(rt.redis, "search", text, limit, None, "code")
+    return await queue.call(rt.redis, jobs.SEARCH, text, limit, None, "code")
 
 
 def _count_embeddings(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> list[int]:

@@ -41,6 +41,7 @@ from memoryd.ids import (
 from memoryd.scan import read_source, wanted
 from memoryd.store import QueryFailed
 from workers.chunking import chunk_text, language_for_path
+from workers.context import JobContext
 
 log = logging.getLogger(__name__)
 
@@ -395,7 +396,7 @@ def _log_look(look: _Look, previous: dict[str, Any] | None) -> None:
 
 
 async def index_files(
-    ctx: dict[str, Any], project_id: str, root: str, paths: list[str], generation: int = 0
+    ctx: JobContext, project_id: str, root: str, paths: list[str], generation: int = 0
 ) -> dict:
     """Bring the index of these files up to date; missing files are retired. `generation`
     counts follow-up jobs for files that kept changing while being indexed."""
@@ -457,7 +458,7 @@ async def index_files(
 
 
 async def _index_round(
-    ctx: dict[str, Any], project_id: str, root: Path, paths: list[str], report: IndexReport
+    ctx: JobContext, project_id: str, root: Path, paths: list[str], report: IndexReport
 ) -> list[_Look]:
     store, embedder, settings = ctx["store"], ctx["embedder"], ctx["settings"]
     states = await store.code_file_states(project_id, paths)

@@ -19,10 +19,10 @@ from typing import Any
 
 import zstandard
 
-from memoryd import vocabulary
+from memoryd import queue, vocabulary
 from memoryd.ids import entity_id, stable_id
-from memoryd.queue import JOBS_QUEUE
 from memoryd.store import Ref
+from workers.context import JobContext
 from workers.entities import Entity, ProjectsLike, files_in_command
 from workers.transcripts import (
     Action,
@@ -326,18 +326,18 @@ def _subagent_meta(path: str) -> dict[str, Any] | None:
     return loaded if isinstance(loaded, dict) else None
 
 
-def _locks(ctx: dict[str, Any]) -> dict[str, asyncio.Lock]:
+def _locks(ctx: JobContext) -> dict[str, asyncio.Lock]:
     return ctx.setdefault("transcript_locks", {})
 
 
-async def ingest_transcript(ctx: dict[str, Any], path: str) -> dict[str, Any]:
+async def ingest_transcript(ctx: JobContext, path: str) -> dict[str, Any]:
     """Ingest what was appended to a transcript since the stored offset."""
     lock = _locks(ctx).setdefault(path, asyncio.Lock())
     async with lock:  # two jobs for one file in this worker would only repeat each other
         return (await _ingest(ctx, path)).as_dict()
 
 
-async def _ingest(ctx: dict[str, Any], path: str) -> IngestReport:
+async def _ingest(ctx: JobContext, path: str) -> IngestReport:
     started = time.perf_counter()
     store, embedder = ctx["store"], ctx["embedder"]
     report = IngestReport(path)
@@ -403,12 +403,7 @@ async def _ingest(ctx: dict[str, Any], path: str) -> IngestReport:
             if offset < info.st_size and time.perf_counter() - started > JOB_SLICE_SECONDS:
                 # A huge transcript is read in slices: each job ends well inside the job
                 # timeout, and the next slice starts from the offset just committed.
-                await ctx["redis"].enqueue_job(
-                    "ingest_transcript",
-                    path,
-                    _job_id=f"ingest:{stable_id(path)}:from:{offset}",
-                    _queue_name=JOBS_QUEUE,
-                )
+                await queue.enqueue_ingest(ctx["redis"], [path], from_offset=offset)
                 report.note = f"continues from byte {offset} in a follow-up job"
                 break
     except FileNotFoundError:

@@ -20,6 +20,7 @@ from redis.exceptions import LockError
 
 from memoryd.queue import MAINTENANCE_LOCK_PREFIX
 from memoryd.store import VECTOR_TABLES, Store
+from workers.context import JobContext
 from workers.ingest import EMBED_CHARS
 
 log = logging.getLogger(__name__)
@@ -47,9 +48,7 @@ def one_at_a_time(task: Task) -> Task:
     name = task.__name__
 
     @functools.wraps(task)
-    async def run(
-        ctx: dict[str, Any], *args: Any, wait: bool = True, **kwargs: Any
-    ) -> dict[str, Any]:
+    async def run(ctx: JobContext, *args: Any, wait: bool = True, **kwargs: Any) -> dict[str, Any]:
         lock = ctx["redis"].lock(MAINTENANCE_LOCK_PREFIX + name, timeout=LOCK_SECONDS)
         if not await lock.acquire(blocking=wait):
             log.info("%s: the previous run is still going; this one is skipped", name)
@@ -70,7 +69,7 @@ def scheduled(task: Task) -> Task:
     queued behind it (holding a job slot, with the next scheduled run soon due anyway)."""
 
     @functools.wraps(task)
-    async def run(ctx: dict[str, Any]) -> dict[str, Any]:
+    async def run(ctx: JobContext) -> dict[str, Any]:
         return await task(ctx, wait=False)
 
     return run
@@ -81,7 +80,7 @@ def _now(at: str | None) -> datetime:
 
 
 @one_at_a_time
-async def decay(ctx: dict[str, Any], at: str | None = None) -> dict[str, Any]:
+async def decay(ctx: JobContext, at: str | None = None) -> dict[str, Any]:
     store, settings = ctx["store"], ctx["settings"]
     now = _now(at)
     started = datetime.now(UTC)
@@ -111,7 +110,7 @@ _SHOWN_IDS = 50
 
 @one_at_a_time
 async def prune(
-    ctx: dict[str, Any], at: str | None = None, dry_run: bool = False, max_batches: int = 1000
+    ctx: JobContext, at: str | None = None, dry_run: bool = False, max_batches: int = 1000
 ) -> dict[str, Any]:
     store, settings = ctx["store"], ctx["settings"]
     now = _now(at)
@@ -154,7 +153,7 @@ async def _prune_batches(
 
 
 @one_at_a_time
-async def reembed(ctx: dict[str, Any], batches: int = 5) -> dict[str, Any]:
+async def reembed(ctx: JobContext, batches: int = 5) -> dict[str, Any]:
     """Move vectors of another model to the configured one, a bounded number of batches per
     run. Each batch commits on its own, so a killed run resumes where it stopped."""
     store, embedder, settings = ctx["store"], ctx["embedder"], ctx["settings"]

@@ -8,37 +8,34 @@ from typing import Any
 
 from memoryd import metrics, views
 from memoryd import search as search_module
-from memoryd.errors import MemorydError
+from memoryd.errors import InvalidRequest, NotFound
 from memoryd.ids import split_file_key
 from memoryd.store import plain
+from workers.context import JobContext
 from workers.entities import canonical_file
 
 
 async def search(
-    ctx: dict[str, Any],
+    ctx: JobContext,
     query: str,
     limit: int,
     project: str | None,
     kind: str,
     as_of: str | None = None,
-) -> list[dict[str, Any]] | dict[str, str]:
-    try:
-        results = await search_module.search(
-            ctx["store"],
-            ctx["embedder"],
-            query,
-            limit=limit,
-            project=project,
-            kind=kind,
-            as_of=datetime.fromisoformat(as_of) if as_of else None,
-        )
-    except MemorydError as exc:
-        # A user error travels back as data; arq would log it as a failed job otherwise.
-        return {"error": str(exc)}
+) -> list[dict[str, Any]]:
+    results = await search_module.search(
+        ctx["store"],
+        ctx["embedder"],
+        query,
+        limit=limit,
+        project=project,
+        kind=kind,
+        as_of=datetime.fromisoformat(as_of) if as_of else None,
+    )
     return [r.as_dict() for r in results]
 
 
-async def status(ctx: dict[str, Any]) -> dict[str, Any]:
+async def status(ctx: JobContext) -> dict[str, Any]:
     store = ctx["store"]
     return {
         "counts": await store.counts(),
@@ -63,38 +60,35 @@ async def status(ctx: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def register_project(ctx: dict[str, Any], project_id: str, fields: dict[str, Any]) -> str:
+async def register_project(ctx: JobContext, project_id: str, fields: dict[str, Any]) -> str:
     await ctx["store"].upsert_project(project_id, fields)
     return project_id
 
 
-async def stored_paths(ctx: dict[str, Any], project_id: str) -> list[str]:
+async def stored_paths(ctx: JobContext, project_id: str) -> list[str]:
     """Paths the index knows for a project, so a sync can retire the ones gone from disk."""
     return await ctx["store"].indexed_paths(project_id)
 
 
-async def history(ctx: dict[str, Any], path: str) -> dict[str, Any]:
+async def history(ctx: JobContext, path: str) -> dict[str, Any]:
     """A file's history; `path` is absolute (the client resolved it against its own cwd)."""
     store = ctx["store"]
     projects = [(p["id"], p["root"]) for p in await store.projects()]
     entity = canonical_file(path, None, projects)
     if entity is None:
-        return {"error": f"not a file path: {path!r}"}
+        raise InvalidRequest(f"not a file path: {path!r}")
     rel = split_file_key(entity.key)[1] if entity.project_id else None
     return await views.history(store, entity.kind, entity.key, entity.project_id, rel)
 
 
-async def session(ctx: dict[str, Any], session_id: str) -> dict[str, Any]:
-    try:
-        return await views.session(ctx["store"], session_id)
-    except MemorydError as exc:
-        return {"error": str(exc)}
+async def session(ctx: JobContext, session_id: str) -> dict[str, Any]:
+    return await views.session(ctx["store"], session_id)
 
 
-async def pin(ctx: dict[str, Any], memory_id: str, pinned: bool) -> dict[str, Any]:
+async def pin(ctx: JobContext, memory_id: str, pinned: bool) -> dict[str, Any]:
     """Pinned memories keep importance 1 and are never pruned."""
     if not await ctx["store"].set_pinned("memory", memory_id, pinned):
-        return {"error": f"no memory {memory_id!r}"}
+        raise NotFound(f"no memory {memory_id!r}")
     return {"memory": memory_id, "pinned": pinned}
 
 

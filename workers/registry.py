@@ -4,60 +4,79 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from arq import Retry, Worker
 from arq.connections import RedisSettings
 from arq.cron import CronJob, cron
-from arq.worker import func
+from arq.worker import Function, func
 
-from memoryd import metrics
+from memoryd import jobs, metrics
 from memoryd.config import SCHEDULE_OFF, Settings, parse_schedule
-from memoryd.errors import MemorydError
-from memoryd.queue import JOBS_QUEUE, QUERY_QUEUE
+from memoryd.errors import Failure, JobFailed, MemorydError
+from memoryd.jobs import JOBS_QUEUE, QUERY_QUEUE, JobSpec
+from memoryd.metrics import JobFunction
 from workers import maintenance, queries
+from workers.context import JobContext
 from workers.indexing import index_files
 from workers.ingest import ingest_transcript
 
 log = logging.getLogger(__name__)
 
 
-class JobError(Exception):
-    """A job's failure as plain text: database and library errors do not survive pickling,
-    and the client waiting on the job needs the message."""
+def portable_errors(function: JobFunction) -> JobFunction:
+    """One error channel across the queue: a user error becomes a Failure value (an answer,
+    not a crash for arq to log), anything else a JobFailed with the message as plain text
+    (database and library errors do not survive pickling, and the waiting client needs it)."""
 
-
-def portable_errors(function: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     @functools.wraps(function)
-    async def run(ctx: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+    async def run(ctx: JobContext, *args: Any, **kwargs: Any) -> Any:
         try:
             return await function(ctx, *args, **kwargs)
-        except (MemorydError, JobError, Retry):
+        except JobFailed:
+            raise
+        except MemorydError as exc:
+            return Failure.of(exc)
+        except Retry:
             raise
         except Exception as exc:
             log.exception("job %s failed", function.__name__)
-            raise JobError(f"{type(exc).__name__}: {exc}") from None
+            raise JobFailed(f"{type(exc).__name__}: {exc}") from None
 
     return run
 
 
-def job(function: Callable[..., Awaitable[Any]], name: str | None = None) -> Any:
+def job(function: JobFunction, name: str) -> JobFunction:
     """A job as the worker runs it: metrics outermost (they count the outcome arq sees),
     then errors made portable."""
     return metrics.instrument(portable_errors(function), name)
 
 
-MAINTENANCE_TASKS = {
-    "decay": maintenance.decay,
-    "prune": maintenance.prune,
-    "reembed": maintenance.reembed,
+# What runs each declared job (memoryd/jobs.py); tests/test_jobs.py checks none is missing.
+FUNCTIONS: dict[JobSpec, JobFunction] = {
+    jobs.INDEX_FILES: index_files,
+    jobs.INGEST_TRANSCRIPT: ingest_transcript,
+    jobs.DECAY: maintenance.decay,
+    jobs.PRUNE: maintenance.prune,
+    jobs.REEMBED: maintenance.reembed,
+    jobs.SEARCH: queries.search,
+    jobs.STATUS: queries.status,
+    jobs.REGISTER_PROJECT: queries.register_project,
+    jobs.STORED_PATHS: queries.stored_paths,
+    jobs.HISTORY: queries.history,
+    jobs.SESSION: queries.session,
+    jobs.PIN: queries.pin,
 }
-# Jobs are idempotent (deterministic ids, upserts), so a retry after a crash is safe.
-JOB_FUNCTIONS = [
-    func(job(fn), name=fn.__name__, max_tries=3)
-    for fn in (index_files, ingest_transcript, *MAINTENANCE_TASKS.values())
-]
+
+
+def functions(queue: str) -> list[Function]:
+    return [
+        func(job(fn, spec.name), name=spec.name, max_tries=spec.max_tries)
+        for spec, fn in FUNCTIONS.items()
+        if spec.queue == queue
+    ]
+
+
 # How long arq keeps the result of a scheduled run (by default it keeps none).
 CRON_RESULT_SECONDS = 86400
 
@@ -71,7 +90,7 @@ def cron_jobs(schedule: dict[str, str]) -> list[CronJob]:
     The tasks' own lock keeps runs of a task from overlapping."""
     return [
         cron(
-            job(maintenance.scheduled(MAINTENANCE_TASKS[task]), f"cron:{task}"),
+            job(maintenance.scheduled(FUNCTIONS[jobs.MAINTENANCE[task]]), f"cron:{task}"),
             name=f"cron:{task}",
             unique=True,
             keep_result=CRON_RESULT_SECONDS,
@@ -82,22 +101,8 @@ def cron_jobs(schedule: dict[str, str]) -> list[CronJob]:
     ]
 
 
-QUERY_FUNCTIONS = [
-    func(job(fn), name=fn.__name__, max_tries=1)
-    for fn in (
-        queries.search,
-        queries.status,
-        queries.register_project,
-        queries.stored_paths,
-        queries.history,
-        queries.session,
-        queries.pin,
-    )
-]
-
-
 def build_workers(
-    ctx: dict[str, Any], redis_settings: RedisSettings, settings: Settings, scheduled: bool = True
+    ctx: JobContext, redis_settings: RedisSettings, settings: Settings, scheduled: bool = True
 ) -> list[Worker]:
     """The two in-process workers: heavy jobs, and interactive queries that must not wait."""
     common: dict[str, Any] = {
@@ -107,7 +112,7 @@ def build_workers(
     }
     return [
         Worker(
-            functions=JOB_FUNCTIONS,  # type: ignore[arg-type]
+            functions=functions(JOBS_QUEUE),  # type: ignore[arg-type]
             cron_jobs=cron_jobs(settings.maintenance_schedule) if scheduled else None,
             queue_name=JOBS_QUEUE,
             max_jobs=2,
@@ -117,7 +122,7 @@ def build_workers(
             **common,
         ),
         Worker(
-            functions=QUERY_FUNCTIONS,  # type: ignore[arg-type]
+            functions=functions(QUERY_QUEUE),  # type: ignore[arg-type]
             queue_name=QUERY_QUEUE,
             max_jobs=4,
             job_timeout=120,

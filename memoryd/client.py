@@ -1,0 +1,135 @@
+"""memoryd's one typed client API, used by the CLI, the MCP server and the hooks.
+
+Every call is a job on the queue of the process that holds the database (the daemon), so a
+client never loads the model or the database SDK itself. Results are the typed data of
+memoryd/results.py; failures are the exceptions of memoryd/errors.py, of the class the worker
+raised (NotFound, InvalidRequest…), or DaemonUnavailable when nothing serves the queue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator
+from datetime import datetime
+from typing import Any
+
+from arq import ArqRedis
+
+from memoryd import jobs, queue
+from memoryd.config import Settings, config_file
+from memoryd.errors import DaemonUnavailable, InvalidRequest
+from memoryd.results import FileHistory, PinResult, SearchResult, SessionReplay
+
+NOT_RUNNING = (
+    "memoryd is not running: start it with `memoryd service install` (a user service) "
+    "or `memoryd run`"
+)
+
+
+class Client:
+    """Calls into memoryd over an arq Redis connection (see :func:`connect`)."""
+
+    def __init__(self, redis: ArqRedis, settings: Settings, timeout: float = 120.0) -> None:
+        self.redis = redis
+        self.settings = settings
+        self.timeout = timeout
+
+    async def _call(self, spec: jobs.JobSpec, *args: Any) -> Any:
+        return await queue.call(self.redis, spec, *args, timeout=self.timeout)
+
+    async def search(
+        self,
+        query: str,
+        *,
+        kind: str = "code",
+        limit: int = 10,
+        project: str | None = None,
+        as_of: datetime | None = None,
+    ) -> list[SearchResult]:
+        """Hybrid search over what is valid now (or was valid `as_of`)."""
+        if not query.strip():
+            raise InvalidRequest("an empty query finds nothing")
+        rows = await self._call(
+            jobs.SEARCH, query, limit, project, kind, as_of.isoformat() if as_of else None
+        )
+        return [SearchResult(**row) for row in rows]
+
+    async def history(self, path: str) -> FileHistory:
+        """Every session that touched the file, newest first, and its current chunks. A
+        relative path is taken against this process's working directory."""
+        result: FileHistory = await self._call(jobs.HISTORY, os.path.abspath(path))
+        return result
+
+    async def session(self, session_id: str) -> SessionReplay:
+        """A session replayed in file order; an id or a unique prefix of one."""
+        result: SessionReplay = await self._call(jobs.SESSION, session_id)
+        return result
+
+    async def pin(self, memory_id: str, pinned: bool = True) -> PinResult:
+        result: PinResult = await self._call(jobs.PIN, memory_id, pinned)
+        return result
+
+    async def ingest(self, paths: list[str]) -> list[dict[str, Any]]:
+        """Ingest transcript files now; one report per file."""
+        waiting = await queue.enqueue_ingest(self.redis, paths, fresh=True)
+        return [await queue.wait_for(job, self.settings.job_timeout_seconds) for job in waiting]
+
+    async def maintenance(self, spec: jobs.JobSpec, dry_run: bool = False) -> dict[str, Any]:
+        """Run decay, prune or reembed now (waiting for a scheduled run in progress)."""
+        kwargs = {"dry_run": True} if dry_run and spec is jobs.PRUNE else {}
+        job = await queue.enqueue(self.redis, spec, **kwargs)
+        assert job is not None  # no job id given: never refused
+        result: dict[str, Any] = await queue.wait_for(job, self.settings.job_timeout_seconds)
+        return result
+
+    async def daemon_running(self) -> bool:
+        return await queue.live_workers(self.redis) > 0
+
+    async def status(self) -> dict[str, Any]:
+        """Where memoryd keeps its data, whether the daemon runs, the queue, and the
+        database's own account (rows per table, projects, maintenance, transcript lag)."""
+        s = self.settings
+        daemon = await self.daemon_running()
+        info = await self._call(jobs.STATUS)
+        return {
+            "data_dir": str(s.data_dir),
+            "config_file": str(config_file()),
+            "redis": s.queue_url,
+            "redis_mode": "embedded" if s.embedded_redis else "external",
+            "surreal": s.database_url,
+            "surreal_mode": "embedded" if s.embedded_db else "server",
+            "daemon_running": daemon,
+            "queue": {
+                "jobs": await queue.queue_depth(self.redis, jobs.JOBS_QUEUE),
+                "queries": await queue.queue_depth(self.redis, jobs.QUERY_QUEUE),
+                "oldest_job_age_seconds": await queue.oldest_job_age(self.redis),
+                "last_hour": await queue.recent_outcomes(self.redis),
+            },
+            **info,
+        }
+
+
+@contextlib.asynccontextmanager
+async def connect(settings: Settings, *, serve: bool = False) -> AsyncIterator[Client]:
+    """A client of the running daemon. `serve` (one-shot CLI commands): when no daemon runs,
+    start the private Redis, the database and a worker in this process for the length of the
+    block instead of failing. Agents' processes (MCP, hooks) never do that: a daemon in an
+    agent's process tree would die with the session and fight the service for the database."""
+    if serve:
+        from memoryd.runtime import Runtime  # loads the model and the database SDK
+
+        async with Runtime(settings) as rt:
+            redis = await rt.start_queue()
+            await rt.serve_if_needed()
+            yield Client(redis, settings)
+        return
+    if settings.embedded_redis and not settings.redis_socket.exists():
+        raise DaemonUnavailable(NOT_RUNNING)
+    redis = await queue.connect(settings.queue_url)
+    try:
+        if await queue.live_workers(redis) == 0:
+            raise DaemonUnavailable(NOT_RUNNING)
+        yield Client(redis, settings)
+    finally:
+        await redis.aclose()

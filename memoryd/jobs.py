@@ -1,0 +1,67 @@
+"""Every job memoryd runs, declared once: its name, its queue and how often it may be tried.
+
+The worker registry (workers/registry.py) binds each to its function, and every enqueue goes
+through memoryd/queue.py with one of these, so a job's name is written nowhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Heavy work (indexing, ingestion, upkeep) and interactive queries live on separate queues, so a
+# search answers while a cold index is still running.
+JOBS_QUEUE = "memoryd:jobs"
+QUERY_QUEUE = "memoryd:queries"
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """``max_tries``: work jobs are idempotent (deterministic ids, upserts), so a retry after a
+    crash is safe; a query is asked again by its caller instead."""
+
+    name: str
+    queue: str
+    max_tries: int
+
+    @property
+    def is_query(self) -> bool:
+        return self.queue == QUERY_QUEUE
+
+
+def _work(name: str) -> JobSpec:
+    return JobSpec(name, JOBS_QUEUE, 3)
+
+
+def _query(name: str) -> JobSpec:
+    return JobSpec(name, QUERY_QUEUE, 1)
+
+
+INDEX_FILES = _work("index_files")
+INGEST_TRANSCRIPT = _work("ingest_transcript")
+DECAY = _work("decay")
+PRUNE = _work("prune")
+REEMBED = _work("reembed")
+MAINTENANCE = {job.name: job for job in (DECAY, PRUNE, REEMBED)}
+
+SEARCH = _query("search")
+STATUS = _query("status")
+REGISTER_PROJECT = _query("register_project")
+STORED_PATHS = _query("stored_paths")
+HISTORY = _query("history")
+SESSION = _query("session")
+PIN = _query("pin")
+
+ALL = (
+    INDEX_FILES,
+    INGEST_TRANSCRIPT,
+    DECAY,
+    PRUNE,
+    REEMBED,
+    SEARCH,
+    STATUS,
+    REGISTER_PROJECT,
+    STORED_PATHS,
+    HISTORY,
+    SESSION,
+    PIN,
+)

@@ -1,0 +1,134 @@
+"""What the client API returns: plain typed data, the same whether it came through the queue
+from the daemon or was computed in this process. Importing this module loads nothing heavy (no
+model, no database SDK), so the CLI, the MCP server and the hooks can hold these types."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, TypedDict
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    """One hit. Code: project, path, lines and the symbol's name. Memory and goal: session,
+    seq, the memory's kind as ``name`` and a one-line snippet as ``text``."""
+
+    kind: str
+    id: str
+    score: float
+    project: str | None = None
+    path: str | None = None
+    start_line: int | None = None
+    end_line: int | None = None
+    name: str | None = None
+    session: str | None = None
+    seq: int | None = None
+    text: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None or k in _ALWAYS}
+
+    def line(self) -> str:
+        """The CLI's plain output: `path:start-end  score  name` for code."""
+        if self.kind == "code":
+            where = f"{self.path}:{self.start_line}-{self.end_line}"
+            return f"{where}  {self.score:.4f}  {self.name or '-'}"
+        where = self.session if self.seq is None else f"{self.session}#{self.seq}"
+        return f"{where}  {self.score:.4f}  {self.name}: {self.text}"
+
+
+_ALWAYS = frozenset({"kind", "id", "score", "name"})
+
+
+class Action(TypedDict):
+    """A verb edge of a session's tool call, as history and session show it."""
+
+    verb: str
+    target: str
+    target_kind: str | None
+    outcome: str | None
+    reason: str | None
+    exit_code: int | None
+    tool: str | None
+    detail: str | None
+    event_time: str | None
+
+
+class SessionError(TypedDict):
+    signature: str
+    error: str | None
+    message: str | None
+    exit_code: int | None
+    tool: str | None
+    event_time: str | None
+    seq: int | None
+
+
+class SessionSummary(TypedDict, total=False):
+    session: str
+    agent: str | None
+    cwd: str | None
+    project: str | None
+    git_branch: str | None
+    parent: str | None
+    agent_type: str | None
+    description: str | None
+    started_at: str | None
+    ended_at: str | None
+    goal: str | None
+    title: str | None
+    source: str | None
+    actions: list[Action]
+    errors: list[SessionError]
+
+
+class FileRef(TypedDict):
+    kind: str
+    key: str
+    project: str | None
+    path: str | None
+
+
+class ChunkRef(TypedDict):
+    path: str
+    start_line: int
+    end_line: int
+    chunk_type: str
+    name: str | None
+    parent_name: str | None
+
+
+class FileHistory(TypedDict):
+    """`history FILE`: the sessions that touched it, newest first, and its current chunks."""
+
+    file: FileRef
+    sessions: list[SessionSummary]
+    chunks: list[ChunkRef]
+
+
+class ReplayEvent(TypedDict):
+    id: str
+    seq: int
+    kind: str
+    tool: str | None
+    event_time: str | None
+    text: str
+    edges: list[Action]
+
+
+class Subagent(TypedDict):
+    session: str
+    description: str | None
+    seq: int
+
+
+class SessionReplay(SessionSummary, total=False):
+    """`session ID`: the session's fields, its events in file order, errors and subagents."""
+
+    events: list[ReplayEvent]
+    subagents: list[Subagent]
+
+
+class PinResult(TypedDict):
+    memory: str
+    pinned: bool

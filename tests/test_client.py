@@ -1,0 +1,62 @@
+"""The typed client API against a real stack: typed results, typed errors, one job registry."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memoryd import client, jobs, projects, queue
+from memoryd.errors import DaemonUnavailable, InvalidRequest, NotFound
+from memoryd.results import SearchResult
+from memoryd.runtime import Runtime
+from tests.conftest import settings_for
+from workers.registry import FUNCTIONS
+
+
+def test_every_declared_job_has_exactly_one_function() -> None:
+    assert set(FUNCTIONS) == set(jobs.ALL)
+    assert len({spec.name for spec in jobs.ALL}) == len(jobs.ALL)
+
+
+def test_importing_the_client_loads_neither_the_model_nor_the_database() -> None:
+    """The MCP server and the hooks hold a client: they must start fast and stay small."""
+    probe = (
+        "import sys, memoryd.client, memoryd.results; "
+        "print(sorted(m for m in ('fastembed', 'onnxruntime', 'surrealdb') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+async def test_typed_results_and_errors_through_the_queue(stack: Runtime, arq_tree: Path) -> None:
+    assert stack.redis is not None
+    for job, _ in await projects.sync(stack.redis, projects.resolve(arq_tree), 32):
+        await queue.wait_for(job, 600)
+    memoryd = client.Client(stack.redis, stack.settings)
+
+    hits = await memoryd.search("parse a redis connection DSN url", limit=3)
+    assert all(isinstance(hit, SearchResult) for hit in hits)
+    assert hits[0].path == "connections.py" and hits[0].kind == "code"
+
+    with pytest.raises(NotFound, match="no session 'no-such-session'"):
+        await memoryd.session("no-such-session")
+    with pytest.raises(InvalidRequest, match="unknown kind 'nonsense'"):
+        await memoryd.search("x", kind="nonsense")
+    with pytest.raises(NotFound, match="no memory 'nope'"):
+        await memoryd.pin("nope")
+
+    history = await memoryd.history(str(arq_tree / "connections.py"))
+    assert history["sessions"] == []
+    assert history["file"]["path"] == "connections.py"
+    assert any(chunk["name"] == "from_dsn" for chunk in history["chunks"])
+
+
+async def test_an_agents_client_never_starts_a_daemon(data_dir: Path) -> None:
+    settings = settings_for(data_dir)
+    with pytest.raises(DaemonUnavailable, match="memoryd service install"):
+        async with client.connect(settings):
+            pass
+    assert not settings.redis_socket.exists()  # nothing was started on its behalf

@@ -1,0 +1,27 @@
+"""What a job receives as its context: arq's own keys plus what the serving process shares."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, TypedDict
+
+if TYPE_CHECKING:
+    from arq import ArqRedis
+
+    from memoryd.config import Settings
+    from memoryd.embedding import Embedder
+    from memoryd.store import Store
+
+
+class JobContext(TypedDict, total=False):
+    """``store``, ``embedder`` and ``settings`` are set by the runtime that serves the queues
+    (memoryd/runtime.py); ``redis``, ``job_id``, ``job_try`` and ``enqueue_time`` by arq for
+    each run."""
+
+    store: Store
+    embedder: Embedder
+    settings: Settings
+    redis: ArqRedis
+    job_id: str
+    job_try: int
+    enqueue_time: datetime
