@@ -28,6 +28,7 @@ from memoryd.embedded import (
 )
 from memoryd.embedding import Embedder
 from memoryd.errors import MemorydError
+from memoryd.migrate import migrate
 from memoryd.store import Store
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ class Runtime:
             Embedder, s.model, s.data_dir / "models", s.embed_batch_size
         )
         metrics.instrument_embedder(self.embedder)  # embed throughput; counting costs ~nothing
-        applied = await self.store.apply_schema(self.embedder.dim)
+        applied = await migrate(self.store, self.embedder.dim, s.data_dir / "backups")
         if applied:
             log.info("schema applied: %s", ", ".join(applied))
         # Imported here: memoryd depends on workers only where it starts one.

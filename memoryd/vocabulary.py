@@ -2,7 +2,7 @@
 
 Parsers, row shaping, store writes, traversals, views, search and the schema test all derive
 from these tables; adding a verb is one :class:`Edge` here plus its parser rule (and its
-`DEFINE TABLE` in schema/, which tests/test_vocabulary.py checks against this declaration).
+table definition in schema/, which tests/test_vocabulary.py checks against this declaration).
 """
 
 from __future__ import annotations

@@ -63,16 +63,17 @@ def key_of(record: Any) -> str:
     return str(record.id) if isinstance(record, RecordID) else str(record).split(":", 1)[-1]
 
 
-def plain(value: Any) -> Any:
-    """Record ids to their key, datetimes to ISO-8601: what JSON and people can read."""
+def plain(value: Any, qualified: bool = False) -> Any:
+    """Record ids to their key (`qualified`: `table:key`, for exports that must say which
+    table a reference points into), datetimes to ISO-8601: what JSON and people can read."""
     if isinstance(value, RecordID):
-        return key_of(value)
+        return f"{value.table_name}:{value.id}" if qualified else key_of(value)
     if isinstance(value, datetime):
         return value.isoformat().replace("+00:00", "Z")
     if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
+        return {k: plain(v, qualified) for k, v in value.items()}
     if isinstance(value, list):
-        return [plain(v) for v in value]
+        return [plain(v, qualified) for v in value]
     return value
 
 

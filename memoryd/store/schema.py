@@ -1,8 +1,8 @@
-"""Applying schema/*.surql and fitting the vector indexes to the model's dimension."""
+"""The schema's state in the database: applied migration steps, and vector indexes fitted to
+the model's dimension. The sequence itself is memoryd/migrate.py."""
 
 from __future__ import annotations
 
-import hashlib
 import importlib.resources
 import logging
 import re
@@ -20,30 +20,28 @@ _HNSW_DIMENSION = re.compile(r"\bHNSW\s+DIMENSION\s+(\d+)")
 
 
 class SchemaQueries(StoreBase):
-    async def apply_schema(self, dim: int, schema_dir: Path = SCHEMA_DIR) -> list[str]:
-        """Apply every schema file in order; each is idempotent. Returns the newly recorded ones."""
-        applied = (
-            {
-                row["file"]: row["checksum"]
-                for row in (await self.query("SELECT file, checksum FROM schema_version"))[0] or []
-            }
-            if await self._has_table("schema_version")
-            else {}
+    async def applied_steps(self) -> dict[str, str]:
+        """Migration steps recorded as done: step name (file stem) -> checksum."""
+        if not await self._has_table("schema_version"):
+            return {}
+        rows = (await self.query("SELECT record::id(id) AS step, checksum FROM schema_version"))[0]
+        return {row["step"]: row["checksum"] for row in rows or []}
+
+    async def apply_schema_text(self, text: str) -> None:
+        await self.query(text)
+
+    async def record_step(
+        self,
+        step: str,
+        label: str,
+        checksum: str,
+        counts: dict[str, dict[str, int]] | None = None,
+    ) -> None:
+        await self.query(
+            "UPSERT $id CONTENT {file: $label, checksum: $sum, applied_at: time::now(), "
+            "counts: $counts}",
+            {"id": rid("schema_version", step), "label": label, "sum": checksum, "counts": counts},
         )
-        if applied:
-            await self._fit_vector_indexes(dim)
-        recorded: list[str] = []
-        for path in sorted(schema_dir.glob("*.surql")):
-            text = path.read_text().replace("{{dim}}", str(dim))
-            checksum = hashlib.sha256(text.encode()).hexdigest()
-            await self.query(text)
-            if applied.get(path.name) != checksum:
-                await self.query(
-                    "UPSERT $id CONTENT {file: $file, checksum: $sum, applied_at: time::now()}",
-                    {"id": rid("schema_version", path.stem), "file": path.name, "sum": checksum},
-                )
-                recorded.append(path.name)
-        return recorded
 
     async def _vector_indexes(self) -> dict[str, tuple[str, int]]:
         """Per vector table that has one: its HNSW index's name and dimension."""
@@ -60,7 +58,7 @@ class SchemaQueries(StoreBase):
         """The dimension each vector table's HNSW index is built for."""
         return {table: dim for table, (_, dim) in (await self._vector_indexes()).items()}
 
-    async def _fit_vector_indexes(self, dim: int) -> None:
+    async def fit_vector_indexes(self, dim: int) -> None:
         """A model of another dimension: an HNSW index takes vectors of one dimension only, so
         drop the vectors of the old one (reembed gives each row a new one; meanwhile BM25 and
         the graph find it), then the index; the schema files define it again for `dim`. In this

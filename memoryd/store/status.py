@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memoryd.store.base import StoreBase
+from memoryd.store.base import StoreBase, key_of, plain, rid
 
 # Tables `memoryd status` counts.
 COUNTED_TABLES = (
@@ -35,6 +35,32 @@ class StatusQueries(StoreBase):
             )
         )[0]
         return rows[0]["n"] if rows else 0
+
+    async def table_names(self) -> list[str]:
+        info = (await self.query("INFO FOR DB"))[0]
+        return sorted(info.get("tables") or {})
+
+    async def table_counts(self) -> dict[str, int]:
+        """Rows in every table (for the before/after check of a migration step)."""
+        tables = await self.table_names()
+        if not tables:
+            return {}
+        results = await self.query(
+            "; ".join(f"SELECT count() AS n FROM {t} GROUP ALL" for t in tables)
+        )
+        return {t: (rows[0]["n"] if rows else 0) for t, rows in zip(tables, results, strict=True)}
+
+    async def rows_after(self, table: str, after: str | None, batch: int) -> list[dict[str, Any]]:
+        """One page of a table in id order, as plain data (record ids as `table:key`): for
+        exports, which read a table of any size in bounded pages."""
+        where = "WHERE id > $after " if after is not None else ""
+        rows = (
+            await self.query(
+                f"SELECT * FROM {table} {where}ORDER BY id LIMIT $batch",
+                {"after": rid(table, after) if after is not None else None, "batch": batch},
+            )
+        )[0] or []
+        return [{**plain(row, qualified=True), "id": key_of(row["id"])} for row in rows]
 
     async def dump(self) -> dict[str, list[dict[str, Any]]]:
         """Every row of every table: for diagnostics and for tests that check the whole graph."""

@@ -1,0 +1,52 @@
+"""Writing the database out as JSON lines: the copy kept before a migration touches a data dir
+(and the format of `memoryd export`). One line per row: {"table": …, "row": {…}}; record
+references are written `table:key`, times ISO-8601. Vectors are left out: they are derived
+(re-embedding gives them back), and they are most of the bytes."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Protocol
+
+import zstandard
+
+_PAGE = 500
+DERIVED_FIELDS = frozenset({"embedding"})
+
+
+class _Rows(Protocol):
+    async def table_names(self) -> list[str]: ...
+
+    async def rows_after(
+        self, table: str, after: str | None, batch: int
+    ) -> list[dict[str, object]]: ...
+
+
+async def write_jsonl(store: _Rows, out: IO[bytes], tables: Sequence[str] | None = None) -> int:
+    """Every row of `tables` (all by default), a page at a time; returns the rows written."""
+    written = 0
+    for table in tables if tables is not None else await store.table_names():
+        after: str | None = None
+        while rows := await store.rows_after(table, after, _PAGE):
+            for row in rows:
+                kept = {k: v for k, v in row.items() if k not in DERIVED_FIELDS}
+                line = json.dumps({"table": table, "row": kept}, ensure_ascii=False)
+                out.write(line.encode() + b"\n")
+            written += len(rows)
+            after = str(rows[-1]["id"])
+    return written
+
+
+async def write_backup(store: _Rows, path: Path) -> int:
+    """A zstd-compressed export at `path` (0600, written under a temporary name and renamed,
+    so a crash never leaves a half backup looking whole)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as raw, zstandard.ZstdCompressor(level=3).stream_writer(raw) as out:
+        written = await write_jsonl(store, out)
+    os.replace(partial, path)
+    return written

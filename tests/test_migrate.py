@@ -1,0 +1,105 @@
+"""The migration sequence on a database built by today's code: backup first, counts checked,
+each step once, and a database from a newer memoryd refused."""
+
+from __future__ import annotations
+
+import io
+import json
+import stat
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from memoryd import projects, queue
+from memoryd.errors import MemorydError
+from memoryd.migrate import DataStep, migrate
+from memoryd.runtime import Runtime
+from memoryd.store import Store
+
+
+async def _indexed(stack: Runtime, tree: Path) -> Store:
+    assert stack.redis is not None and stack.store is not None
+    for job, _ in await projects.sync(stack.redis, projects.resolve(tree), 32):
+        await queue.wait_for(job, 600)
+    return stack.store
+
+
+async def _blocks(store: Store) -> int:
+    rows = await store.query(
+        "SELECT count() AS n FROM code_chunk WHERE chunk_type = 'block' GROUP ALL"
+    )
+    return rows[0][0]["n"] if rows[0] else 0
+
+
+async def _blocks(store: Store) -> int:
+    rows = await store.query(
+        "SELECT count() AS n FROM code_chunk WHERE chunk_type = 'block' GROUP ALL"
+    )
+    return rows[0][0]["n"] if rows[0] else 0
+
+
+async def _rename_chunk_types(store: Store) -> None:
+    # A real change to stored rows, as a later data step makes one (idempotent).
+    await store.query("UPDATE code_chunk SET chunk_type = 'renamed' WHERE chunk_type = 'block'")
+
+
+async def test_a_data_step_runs_once_after_a_backup(stack: Runtime, arq_tree: Path) -> None:
+    store = await _indexed(stack, arq_tree)
+    counts = await store.table_counts()
+    blocks = await _blocks(store)
+    assert blocks > 0
+    step = DataStep(900, "rename_blocks", _rename_chunk_types, changes=())
+    backups = stack.settings.data_dir / "backups"
+
+    assert await migrate(store, 384, backups, (step,)) == ["900_rename_blocks"]
+
+    [backup] = list(backups.iterdir())
+    assert backup.name.startswith("before-900_rename_blocks-") and backup.suffix == ".zst"
+    assert stat.S_IMODE(backup.stat().st_mode) == 0o600
+    lines = [
+        json.loads(line)
+        for line in io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(backup.open("rb")))
+    ]
+    exported = {}
+    for line in lines:
+        exported[line["table"]] = exported.get(line["table"], 0) + 1
+        assert "embedding" not in line["row"]
+    assert exported == {t: n for t, n in counts.items() if n}
+    assert (
+        sum(
+            1
+            for line in lines
+            if line["table"] == "code_chunk" and line["row"]["chunk_type"] == "block"
+        )
+        == blocks
+    )
+    assert await _blocks(store) == 0
+    record = (await store.query("SELECT * FROM schema_version:900_rename_blocks"))[0][0]
+    assert record["counts"] == {}
+
+    # Once recorded, never again, and no second backup.
+    assert await migrate(store, 384, backups, (step,)) == []
+    assert len(list(backups.iterdir())) == 1
+
+
+async def test_a_step_that_loses_rows_is_stopped_and_not_recorded(
+    stack: Runtime, arq_tree: Path
+) -> None:
+    store = await _indexed(stack, arq_tree)
+
+    async def drop_entities(s: Store) -> None:
+        await s.query("DELETE entity WHERE kind = 'symbol'")
+
+    step = DataStep(901, "careless", drop_entities, changes=("code_chunk",))
+    with pytest.raises(MemorydError, match="changed the row counts of defined_in, entity,"):
+        await migrate(store, 384, stack.settings.data_dir / "backups", (step,))
+    assert "901_careless" not in await store.applied_steps()
+    assert len(list((stack.settings.data_dir / "backups").iterdir())) == 1
+
+
+async def test_a_database_from_a_newer_memoryd_is_refused(stack: Runtime) -> None:
+    assert stack.store is not None
+    await stack.store.record_step("950_from_the_future", "950_from_the_future", "x")
+    with pytest.raises(MemorydError, match=r"newer memoryd .* 950_from_the_future"):
+        await migrate(stack.store, 384, None)
