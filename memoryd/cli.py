@@ -264,7 +264,7 @@ def index(
         raise
 
     async def work(memoryd: Client) -> dict[str, Any]:
-        jobs = await projects.sync(memoryd.redis, project, settings.index_batch_files)
+        jobs = await projects.sync(memoryd.redis, project, settings.index_batch_files, fresh=True)
         return await _follow(jobs, settings, quiet=as_json)
 
     totals = _with_client(settings, work)

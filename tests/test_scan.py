@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from pathlib import Path
 
 import pytest
 
-from memoryd.queue import index_job_id
 from memoryd.scan import editor_temp, read_source, walk, wanted
 from workers.indexing import plan_file
 
@@ -107,32 +105,6 @@ def test_read_source_flags_what_it_cannot_index() -> None:
     latin = read_source(b"# caf\xe9\nx = 1\n")
     assert latin.replaced and latin.text == "# caf\ufffd\nx = 1\n"
     assert not read_source("# café\n".encode()).replaced
-
-
-def test_job_ids_follow_content_not_time(tmp_path: Path) -> None:
-    (tmp_path / "a.py").write_text("one\n")
-    first = index_job_id("p", tmp_path, ["a.py"])
-    os.utime(tmp_path / "a.py", ns=(1, 1))
-    assert index_job_id("p", tmp_path, ["a.py"]) == first  # same content: one job
-    (tmp_path / "a.py").write_text("two\n")
-    assert index_job_id("p", tmp_path, ["a.py"]) != first
-    (tmp_path / "a.py").unlink()
-    gone = index_job_id("p", tmp_path, ["a.py"])
-    assert gone == index_job_id("p", tmp_path, ["a.py"]) != first
-
-
-def test_job_id_of_a_fifo_does_not_block(tmp_path: Path) -> None:
-    os.mkfifo(tmp_path / "pipe.py")
-    done = threading.Event()
-    ids: list[str] = []
-
-    def compute() -> None:
-        ids.append(index_job_id("p", tmp_path, ["pipe.py"]))
-        done.set()
-
-    threading.Thread(target=compute, daemon=True).start()
-    assert done.wait(10), "opening a FIFO blocked"
-    assert ids[0].startswith("index:p:")
 
 
 PYTHON = '''class Basket:

@@ -403,6 +403,8 @@ async def index_files(
     started = time.perf_counter()
     settings = ctx["settings"]
     root_path = Path(root)
+    if "redis" in ctx:
+        await queue.claim_files(ctx["redis"], project_id, paths, ctx["job_id"])
     report = IndexReport(files=len(paths))
     pending = list(dict.fromkeys(paths))
     for round_number in range(_ROUNDS):
@@ -436,6 +438,7 @@ async def index_files(
                 root_path,
                 pending,
                 settings.index_batch_files,
+                fresh=True,
                 generation=generation + 1,
             )
             report.requeued = len(pending)
