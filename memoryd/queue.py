@@ -20,6 +20,7 @@ from memoryd import jobs
 from memoryd.errors import DaemonUnavailable, Failure, JobFailed, MemorydError
 from memoryd.ids import stable_id
 from memoryd.jobs import JOBS_QUEUE, JobSpec
+from memoryd.liveness import holder
 
 # A process serving the queues refreshes its key; clients look for one before waiting on jobs.
 WORKER_KEY_PREFIX = "memoryd:worker:"
@@ -49,33 +50,39 @@ async def connect(url: str) -> ArqRedis:
         raise DaemonUnavailable(f"cannot reach Redis at {url}: {exc}") from None
 
 
-def worker_key() -> str:
-    """This process's heartbeat key: host and pid, so a dead process on this host is known."""
-    return f"{WORKER_KEY_PREFIX}{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+def worker_key(lock: Path) -> str:
+    """A serving process's heartbeat key. Its value is the path of a lock file the process
+    holds for as long as it lives, so a process killed on this host stops counting at once."""
+    return f"{WORKER_KEY_PREFIX}{socket.gethostname()}:{lock.stem}"
 
 
-def _dead_here(key: str) -> bool:
-    """A heartbeat of a process on this host that no longer exists (killed moments ago: its
+def _dead_here(key: str, lock: str | None) -> bool:
+    """A heartbeat of a process on this host whose lock nobody holds (killed moments ago: its
     key has not expired yet). Keys of other hosts live until they expire."""
-    host, _, rest = key.removeprefix(WORKER_KEY_PREFIX).partition(":")
-    pid = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid.isdigit():
+    host = key.removeprefix(WORKER_KEY_PREFIX).partition(":")[0]
+    if host != socket.gethostname() or not lock or not lock.startswith("/"):
         return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # another user's process: alive
-        pass
-    return False
+    return holder(Path(lock)) is None
 
 
 async def live_workers(redis: ArqRedis) -> int:
     keys = [key async for key in redis.scan_iter(match=f"{WORKER_KEY_PREFIX}*")]
-    dead = [key for key in keys if _dead_here(key.decode() if isinstance(key, bytes) else key)]
+    locks = await redis.mget(keys) if keys else []
+    dead = [
+        key
+        for key, lock in zip(keys, locks, strict=True)
+        if _dead_here(_text(key), _text(lock) if lock is not None else None)
+    ]
     if dead:
         await redis.delete(*dead)
+        for key, lock in zip(keys, locks, strict=True):
+            if key in dead and lock is not None:
+                Path(_text(lock)).unlink(missing_ok=True)  # the dead process's, on this host
     return len(keys) - len(dead)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 # Per project, a hash of file -> the id of the index job queued for it and not started yet. A
@@ -130,7 +137,7 @@ async def _not_queued(redis: ArqRedis, project_id: str, paths: list[str]) -> lis
     if not paths:
         return []
     marks = [
-        m.decode() if isinstance(m, bytes) else m
+        _text(m) if m is not None else None
         for m in await redis.hmget(_QUEUED_PREFIX + project_id, paths)
     ]
     waiting = {

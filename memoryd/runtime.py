@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
+import uuid
 from typing import Any
 
 from arq import ArqRedis, Worker
@@ -19,15 +19,15 @@ from memoryd import metrics, queue
 from memoryd.config import Settings
 from memoryd.embedded import (
     EmbeddedRedis,
+    daemon_lock_path,
     daemon_pid,
     prepare_data_dir,
-    remove_pidfile,
     socket_alive,
     stop_orphan,
-    write_pidfile,
 )
 from memoryd.embedding import Embedder
 from memoryd.errors import MemorydError
+from memoryd.liveness import HeldLock
 from memoryd.migrate import migrate
 from memoryd.store import Store
 
@@ -43,8 +43,8 @@ class Runtime:
         self.embedder: Embedder | None = None
         self.workers: list[Worker] = []
         self._tasks: list[asyncio.Task[Any]] = []
-        self._pidfile = False
-        self._worker_key = queue.worker_key()
+        self._daemon_lock: HeldLock | None = None
+        self._worker_lock: HeldLock | None = None
 
     @property
     def serving(self) -> bool:
@@ -68,10 +68,15 @@ class Runtime:
             if not socket_alive(self.settings.redis_socket):
                 self.redis_service = EmbeddedRedis(self.settings.data_dir)
                 await asyncio.to_thread(self.redis_service.start)
-        self.redis = await queue.connect(self.settings.queue_url)
         if exclusive:
-            write_pidfile(self.settings.data_dir)
-            self._pidfile = True
+            try:
+                self._daemon_lock = HeldLock(daemon_lock_path(self.settings.data_dir))
+            except BlockingIOError:
+                raise MemorydError(
+                    f"memoryd is already running with data dir {self.settings.data_dir} "
+                    f"(pid {daemon_pid(self.settings.data_dir)}); stop it first"
+                ) from None
+        self.redis = await queue.connect(self.settings.queue_url)
         return self.redis
 
     async def serve(self, scheduled: bool = True) -> None:
@@ -107,6 +112,7 @@ class Runtime:
             freed = await queue.release_orphaned_jobs(self.redis)
             if freed:
                 log.info("%d jobs of a stopped worker will run again", freed)
+        self._worker_lock = HeldLock(s.data_dir / "run" / f"worker-{uuid.uuid4().hex}.lock")
         await self._beat()
         self._tasks = [asyncio.create_task(w.async_run()) for w in self.workers]
         self._tasks.append(asyncio.create_task(self._heartbeat()))
@@ -119,8 +125,12 @@ class Runtime:
             await self.serve(scheduled=False)
 
     async def _beat(self) -> None:
-        assert self.redis is not None
-        await self.redis.set(self._worker_key, os.getpid(), ex=queue.WORKER_KEY_TTL)
+        assert self.redis is not None and self._worker_lock is not None
+        await self.redis.set(
+            queue.worker_key(self._worker_lock.path),
+            str(self._worker_lock.path),
+            ex=queue.WORKER_KEY_TTL,
+        )
 
     async def _heartbeat(self) -> None:
         while True:
@@ -155,19 +165,23 @@ class Runtime:
                 await task
         self._tasks, self.workers = [], []
         if self.redis is not None:
-            with contextlib.suppress(Exception):
-                await self.redis.delete(self._worker_key)
+            if self._worker_lock is not None:
+                with contextlib.suppress(Exception):
+                    await self.redis.delete(queue.worker_key(self._worker_lock.path))
             await self.redis.aclose()
             self.redis = None
+        if self._worker_lock is not None:
+            self._worker_lock.release(remove=True)
+            self._worker_lock = None
         if self.store is not None:
             await self.store.close()
             self.store = None
         if self.redis_service is not None:
             await asyncio.to_thread(self.redis_service.stop)
             self.redis_service = None
-        if self._pidfile:
-            remove_pidfile(self.settings.data_dir)
-            self._pidfile = False
+        if self._daemon_lock is not None:
+            self._daemon_lock.release()
+            self._daemon_lock = None
 
     async def __aenter__(self) -> Runtime:
         return self

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.scan import editor_temp, read_source, walk, wanted
+from memoryd.scan import editor_temp, read_source, walk, wanted, wanted_paths
+from tests.conftest import git
 from workers.indexing import plan_file
 
 
@@ -156,3 +157,40 @@ def test_a_split_function_links_every_piece_to_its_symbol() -> None:
     assert len(plan.chunks) > 1
     assert [s["key"] for s in plan.symbols] == ["p:pipe.py#long_pipeline"]
     assert {c.get("symbol_id") for c in plan.chunks} == {plan.symbols[0]["entity_id"]}
+
+
+def test_a_git_tree_follows_gits_own_rules(tmp_path: Path) -> None:
+    """Every .gitignore level with a deeper negation, .git/info/exclude, core.excludesFile,
+    and tracked files that an ignore pattern would match: what git lists, nothing else."""
+    root = tmp_path / "repo"
+    _tree(
+        root,
+        {
+            ".gitignore": "*.gen.py\n",
+            "a.py": "",
+            "keep/.gitignore": "!wanted.gen.py\n",
+            "keep/wanted.gen.py": "",
+            "keep/other.gen.py": "",
+            "local_only.py": "",
+            "personal.py": "",
+            "tracked.gen.py": "",
+            "package-lock.json": "{}",
+        },
+    )
+    excludes = tmp_path / "global-excludes"
+    excludes.write_text("personal.py\n")
+    git(root, "init", "-q", "-b", "main")
+    git(root, "config", "core.excludesFile", str(excludes))
+    (root / ".git" / "info" / "exclude").write_text("local_only.py\n")
+    git(root, "add", "-f", "tracked.gen.py")
+    expected = [
+        ".gitignore",
+        "a.py",
+        "keep/.gitignore",
+        "keep/wanted.gen.py",
+        "tracked.gen.py",  # tracked: git ignores no tracked file
+    ]
+    assert list(walk(root)) == expected
+    assert list(walk(root, under="keep")) == ["keep/.gitignore", "keep/wanted.gen.py"]
+    candidates = [*expected, "keep/other.gen.py", "local_only.py", "personal.py", "gone.gen.py"]
+    assert wanted_paths(root, candidates) == set(expected)

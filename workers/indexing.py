@@ -38,7 +38,7 @@ from memoryd.ids import (
     symbol_entity_id,
     symbol_key,
 )
-from memoryd.scan import read_source, wanted
+from memoryd.scan import read_source, wanted_paths
 from memoryd.store import QueryFailed
 from workers.chunking import chunk_text, language_for_path
 from workers.context import JobContext
@@ -216,9 +216,11 @@ def _look(
     project_id: str,
     max_bytes: int,
     max_chars: int,
+    wanted: bool,
 ) -> _Look:
-    """Everything this job does with one file on disk (runs in a thread)."""
-    if not wanted(root, rel):
+    """Everything this job does with one file on disk (runs in a thread). `wanted`: the
+    ignore rules keep it (decided for the whole job at once)."""
+    if not wanted:
         return _Look(rel, "ignored")
     path = root / rel
     if _points_outside(root, path):
@@ -465,6 +467,7 @@ async def _index_round(
 ) -> list[_Look]:
     store, embedder, settings = ctx["store"], ctx["embedder"], ctx["settings"]
     states = await store.code_file_states(project_id, paths)
+    keep = await asyncio.to_thread(wanted_paths, root, paths)
     looks: list[_Look] = []
     groups: dict[str, _Rows] = {}
     for rel in paths:
@@ -477,6 +480,7 @@ async def _index_round(
             project_id,
             settings.max_file_bytes,
             settings.chunk_max_chars,
+            rel in keep,
         )
         looks.append(look)
         _log_look(look, previous)

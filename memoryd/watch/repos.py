@@ -34,7 +34,7 @@ from watchdog.observers import Observer
 
 from memoryd import projects, queue
 from memoryd.projects import Project
-from memoryd.scan import wanted
+from memoryd.scan import ignored_by_name, valid_name, wanted_paths
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +97,8 @@ class _Handler(FileSystemEventHandler):
                 dirs.add(rel)
             elif rel.rsplit("/", 1)[-1] == ".gitignore":
                 dirs.add(rel.rpartition("/")[0])
-            elif wanted(self.project.root, rel):
-                paths.add(rel)
+            elif valid_name(rel) and not ignored_by_name(rel):
+                paths.add(rel)  # git's own rules are asked once per burst, at the flush
         if paths or dirs or head:
             self.watcher.loop.call_soon_threadsafe(
                 self.watcher.note, self.project, paths, dirs, head
@@ -204,7 +204,8 @@ class RepoWatcher:
                 len(jobs),
             )
         elif pending.paths:
-            paths = sorted(pending.paths)
+            found = await asyncio.to_thread(wanted_paths, project.root, list(pending.paths))
+            paths = sorted(found)
             jobs = await queue.enqueue_index(
                 self.redis, project.id, project.root, paths, self.batch
             )
