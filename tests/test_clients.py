@@ -542,8 +542,8 @@ def test_gemini_headless_calls_an_mcp_tool_and_its_hooks_add_context(
     gemini.trust_folder(repo)
     settings = json.loads(gemini.settings_path.read_text())
     handler = [{"type": "command", "command": hook_command}]
-    # No matcher: Gemini matches exactly, by /regex/ or by wildcard, so Claude Code's
-    # "startup|resume|clear" would match no source.
+    # No matcher: Claude Code's "startup|resume|clear" (or "/startup|resume|clear/") matches no
+    # source in Gemini, and the hook would not run (docs/clients.md).
     settings["hooks"] = {"SessionStart": [{"hooks": handler}], "BeforeAgent": [{"hooks": handler}]}
     gemini.settings_path.write_text(json.dumps(settings))
     script = [tool_use("mcp_echo_echo", {"text": "hello"}), text("It echoed.")]
