@@ -171,6 +171,12 @@ def test_scripted_server_matches_turns_answers_strays_and_stops_at_its_bound() -
         assert server.unused_turns == []
         assert [r.answered_by is not None for r in server.requests] == [False, True, True, False]
         assert server.main_requests == [main, {**main, "stream": True}]
+    # A turn with its own `when` answers the requests it picks, side requests included.
+    titled = [text("done"), text("A title", when=lambda body: body["max_tokens"] == 1)]
+    with ScriptedAnthropic(titled) as server:
+        assert json.loads(post(server, quota)[1])["content"][0]["text"] == "A title"
+        assert json.loads(post(server, main)[1])["content"][0]["text"] == "done"
+        assert server.unused_turns == []
     # Past its time limit the server refuses everything, scripted or not.
     with ScriptedAnthropic([text("never sent")], time_limit=0) as late:
         assert post(late, main)[0] == 529
