@@ -85,7 +85,8 @@ def test_types_and_positions_are_reported() -> None:
 
 
 def test_pem_block_is_removed_whole_even_when_truncated() -> None:
-    assert redact(PEM) == "[REDACTED:private-key]"
+    # The block's newlines stay, so what follows keeps its line number.
+    assert redact(PEM) == "[REDACTED:private-key]\n\n\n"
     truncated = PEM.rsplit("\n", 2)[0]  # no END line: output cut mid-key
     assert "MIIE" not in redact(truncated)
 
