@@ -33,6 +33,8 @@ from typing import Any
 
 import blake3
 
+from memoryd.scan import secret_file
+
 REDACTED = "[REDACTED:{}]"
 _MARK = "[REDACTED:"
 
@@ -62,6 +64,8 @@ class _Rule:
 # What a PEM body may hold between its BEGIN and END lines: base64, header lines (Proc-Type,
 # DEK-Info), and the quotes and escaped newlines of a key written as a JSON or code string.
 _PEM_BODY = r"[A-Za-z0-9+/=\s:,\\\"'-]"
+# A block cut before its END line (truncated output): the body lines that follow BEGIN.
+_PEM_CUT = r"(?:(?:\\n|[\s\"'])+(?:[A-Za-z0-9+/]{16,}={0,2}|(?:Proc-Type|DEK-Info):[^\n\"']*))*"
 _HEX = re.compile(r"[0-9a-fA-F]+")
 _LOWER_RUN = re.compile(r"[a-z]{9}")
 
@@ -130,7 +134,7 @@ _RULES: tuple[_Rule, ...] = (
         "private-key",
         re.compile(
             r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
-            rf"(?:{_PEM_BODY}*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|{_PEM_BODY}*)"
+            rf"(?:{_PEM_BODY}*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|{_PEM_CUT})"
         ),
         ("PRIVATE KEY",),
     ),
@@ -174,7 +178,7 @@ _RULES: tuple[_Rule, ...] = (
     # An AWS secret access key: 40 characters of base64 with no label and no prefix.
     _Rule(
         "aws-secret-key",
-        re.compile(r"(?<![\w/+=.-])[A-Za-z0-9/+]{40}(?![\w/+=-])"),
+        re.compile(r"(?<![\w/+.-])[A-Za-z0-9/+]{40}(?![\w/+=-])"),
         (),
         keep=lambda m: not _random_40(m.group(0)),
     ),
@@ -525,3 +529,108 @@ class SecretMemory:
                 trimmed = word.rstrip(_TRAILING)
                 if trimmed and trimmed != word:
                     yield start, start + len(trimmed)
+
+
+# ------------------------------------------------------------------------------------------
+# Scrubbing rows stored before (a migration step)
+
+# Text fields that may hold a secret, per table, as memoryd stores them.
+SCRUB_FIELDS: dict[str, tuple[str, ...]] = {
+    "code_chunk": ("content",),
+    "memory": ("content",),
+    "goal": ("intent",),
+    "summary": ("text",),
+    "session": ("description",),
+    "entity": ("name", "aliases"),
+    "reads": ("detail",),
+    "modifies": ("detail",),
+    "executes": ("detail",),
+    "mentions": ("detail",),
+    "spawned": ("detail",),
+    "triggered": ("message",),
+    "denied": ("message",),
+    "transcript_cursor": ("state",),
+}
+# Tables whose vector is computed from the scrubbed text: it was computed from the secret too.
+_EMBEDDED = frozenset({"code_chunk", "memory", "goal"})
+
+
+@dataclass(slots=True)
+class Scrubbed:
+    """What scrubbing one table's rows asks of the database.
+
+    ``updates``: per changed row, its ``id`` and the new values of the fields that changed;
+    for tables with vectors also ``embedding: None`` (the vector was computed from the secret;
+    with ``embedding_model`` kept, the reembed task computes it again from the redacted text),
+    and for code chunks the new ``content_hash``.
+    ``deletes``: ids of code chunks of files ``secret_files`` keeps out of the index now.
+    ``reindex``: (project, path) of code files with a changed chunk: resetting their
+    ``file_state`` (``hash = NONE, mtime_ns = 0``) makes the next reconcile cut them again from
+    the redacted file, as fresh indexing does (chunk boundaries can move).
+    """
+
+    updates: list[dict[str, Any]]
+    deletes: list[Any]
+    reindex: set[tuple[Any, str]]
+
+
+def scrub_rows(
+    table: str, rows: Iterable[Mapping[str, Any]], secret_globs: Iterable[str] = ()
+) -> Scrubbed:
+    """Redact rows stored by an earlier memoryd with today's detector (pure: rows in, changes
+    out). Rows of one file (code chunks) or one session (memories) share a
+    :class:`SecretMemory`, in file or session order, as when they were first written."""
+    out = Scrubbed([], [], set())
+    fields = SCRUB_FIELDS.get(table, ())
+    globs = list(secret_globs)
+    memories: dict[str, SecretMemory] = {}
+    for row in sorted(rows, key=_row_order):
+        if table == "code_chunk" and secret_file(str(row.get("path", "")), globs):
+            out.deletes.append(row["id"])
+            continue
+        group = _group(table, row)
+        memory = memories.setdefault(group, SecretMemory(group)) if group else None
+        patch: dict[str, Any] = {}
+        for name in fields:
+            value = row.get(name)
+            scrubbed = _scrub_value(value, memory)
+            if scrubbed != value:
+                patch[name] = scrubbed
+        if not patch:
+            continue
+        if table in _EMBEDDED:
+            patch["embedding"] = None
+        if table == "code_chunk":
+            content = patch["content"].encode("utf-8", "surrogatepass")
+            patch["content_hash"] = blake3.blake3(content).hexdigest()
+            out.reindex.add((row.get("project"), str(row.get("path"))))
+        out.updates.append({"id": row["id"], **patch})
+    return out
+
+
+def _row_order(row: Mapping[str, Any]) -> tuple[str, str, int, int]:
+    return (
+        str(row.get("session") or row.get("project") or ""),
+        str(row.get("path") or ""),
+        int(row.get("start_line") or 0),
+        int(row.get("seq") or 0),
+    )
+
+
+def _group(table: str, row: Mapping[str, Any]) -> str:
+    if table == "code_chunk":
+        return str(row.get("path") or "")
+    if table == "memory":
+        return str(row.get("session") or "")
+    return ""
+
+
+def _scrub_value(value: Any, memory: SecretMemory | None) -> Any:
+    """Strings redacted; lists and objects (aliases, a parser state) walked."""
+    if isinstance(value, str):
+        return redact(value, memory)
+    if isinstance(value, list):
+        return [_scrub_value(v, memory) for v in value]
+    if isinstance(value, dict):
+        return {k: _scrub_value(v, memory) for k, v in value.items()}
+    return value
