@@ -105,11 +105,32 @@ def _not_literal(m: re.Match[str]) -> bool:
         return True
     if value[0] in "'\"":
         return False  # a quoted literal is data
-    # Expressions such as os.environ["X"], self.token, get_token(), settings.SECRET
-    if _CODE_VALUE.fullmatch(v):
+    # What ends a word in code or prose: `token=True`, f(x=x), {"k": value}.
+    bare = v.strip("`").rstrip(".)]}`")
+    if bare.lower() in _PLACEHOLDERS:
         return True
-    # A bare word (`apiKey: string`, `token = value`) is code unless written .env style: KEY=word
-    return bool(_IDENTIFIER.fullmatch(v)) and not re.search(r"\w=$", m.group(0)[: -len(value)])
+    # Expressions such as os.environ["X"], self.token, get_token(), settings.SECRET
+    if _CODE_VALUE.fullmatch(bare):
+        return True
+    if not _IDENTIFIER.fullmatch(bare):
+        return False
+    # A bare word (`apiKey: string`, `token = value`, `f(password=password)`) is code unless
+    # written .env style: a line of its own, `[export ]KEY=word`, not `name=name`.
+    text = m.string
+    key_start = m.start()
+    while key_start > 0 and (text[key_start - 1].isalnum() or text[key_start - 1] in "_.-"):
+        key_start -= 1
+    key = re.match(r"[\w.-]*", text[key_start:]).group()  # type: ignore[union-attr]
+    line_start = text.rfind("\n", 0, key_start) + 1
+    line_end = text.find("\n", m.end())
+    before = text[line_start:key_start].strip()
+    after = text[m.end() : line_end if line_end >= 0 else len(text)].strip()
+    env_style = (
+        re.search(r"\w=$", m.group(0)[: -len(value)]) is not None
+        and before in ("", "export")
+        and (not after or after.startswith("#"))
+    )
+    return not env_style or bare.lower() == key.lower()
 
 
 _ENV_KEYWORDS = (
@@ -208,11 +229,12 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _Rule(
         "bearer-token",
-        re.compile(r"(?i)\b(?:bearer|token)\s+([A-Za-z0-9._~+/-]{16,}=*)"),
+        re.compile(r"(?i)\b(?:bearer|token)[ \t]+([A-Za-z0-9._~+/-]{16,}=*)"),
         ("bearer", "token "),
         fold=True,
         group=1,
-        keep=lambda m: m.group(1).isalpha(),  # "token for the" is prose, not a credential
+        # "token for the", "token set_active_token(...)": prose and code have no digits
+        keep=lambda m: not any(c.isdigit() for c in m.group(1)),
     ),
     _Rule(
         "basic-auth",
@@ -401,16 +423,20 @@ def _plugin_spans(text: str, lower_text: str, known: list[Finding]) -> list[Find
         lower = line.lower()
         for plugin in plugins:
             if plugin.trigger(line, lower):
-                for secret in _plugin_matches(plugin.detector, line):
+                for secret in _plugin_matches(plugin, line):
                     found.extend(_locate(secret, line, start, plugin.type, known))
     return found
 
 
-def _plugin_matches(detector: Any, line: str) -> Iterable[str]:
+def _plugin_matches(plugin: _Plugin, line: str) -> Iterable[str]:
     try:
-        return [s for s in detector.analyze_string(line) if isinstance(s, str) and len(s) >= 4]
+        found = [s for s in plugin.detector.analyze_string(line) if isinstance(s, str)]
     except Exception:  # a third-party plugin failing must never lose the transcript
         return []
+    # The keyword plugin takes any quoted string after a keyword: `secret_type = 'AWS Access
+    # Key'` is a name. Quoted secrets with spaces are the regex layer's (env-secret).
+    words = plugin.type == "secret-keyword"
+    return [s for s in found if len(s) >= 4 and not (words and any(c.isspace() for c in s))]
 
 
 def _locate(secret: str, line: str, base: int, type_: str, known: list[Finding]) -> list[Finding]:
