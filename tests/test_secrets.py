@@ -6,18 +6,20 @@ embedded database and the real model; then no planted value may be anywhere in t
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import random
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from memoryd import queue
+from memoryd import projects, queue
 from memoryd.runtime import Runtime
-from tests.conftest import git_init
+from tests.conftest import git_init, settings_for
 from tests.test_e2e_index import _index
 
 _RNG = random.Random(20261123)
@@ -247,3 +249,53 @@ async def test_planted_secrets_reach_neither_disk_nor_logs(
     logged = "\n".join([caplog.text, *(repr(r.args) for r in caplog.records)]).encode()
     assert "index_files" in caplog.text and "skip .env" in caplog.text
     assert _leaks(logged) == []
+
+
+@contextlib.asynccontextmanager
+async def _running(data_dir: Path, **settings: Any) -> AsyncIterator[Runtime]:
+    rt = Runtime(settings_for(data_dir, **settings))
+    try:
+        await rt.start_queue(exclusive=True)
+        await rt.serve()
+        yield rt
+    finally:
+        await rt.close()
+
+
+async def _env_file_state(rt: Runtime, root: Path) -> tuple[dict[str, Any], list[str]]:
+    """The index of a repo after a sync: .env's state and the paths holding valid chunks."""
+    await _index(rt, root)
+    assert rt.store is not None
+    project_id = projects.resolve(root).id
+    [state] = (await rt.store.code_file_states(project_id, [".env"])).values()
+    return state, sorted(await rt.store.code_index(project_id))
+
+
+async def test_secret_files_is_a_setting_that_applies_to_files_indexed_before(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    repo = tmp_path / "app"
+    repo.mkdir()
+    (repo / ".env").write_text(ENV_FILE)
+    (repo / "app.py").write_text("def main() -> int:\n    return 0\n")
+    git_init(repo)
+    async with _running(data_dir) as rt:
+        state, indexed = await _env_file_state(rt, repo)
+        assert (state["status"], state["reason"]) == (
+            "skipped",
+            "a secret file (secret_files: .env)",
+        )
+        assert indexed == ["app.py"]
+    # The user narrows the list: the unchanged .env is read now, its secrets redacted.
+    async with _running(data_dir, secret_files=["*.pem"]) as rt:
+        state, indexed = await _env_file_state(rt, repo)
+        assert state["status"] == "indexed" and indexed == [".env", "app.py"]
+        assert rt.store is not None
+        dump = await rt.store.dump()
+        [chunk] = [c for c in dump["code_chunk"] if c["path"] == ".env"]
+        assert chunk["content"].splitlines()[0] == "DB_PASSWORD=[REDACTED:env-secret]"
+        assert _leaks(json.dumps(dump, default=str).encode()) == []
+    # And back: the file indexed before is skipped again and its chunks retired.
+    async with _running(data_dir) as rt:
+        state, indexed = await _env_file_state(rt, repo)
+        assert state["status"] == "skipped" and indexed == ["app.py"]
