@@ -660,7 +660,8 @@ class Emitter:
     # -- reporting --------------------------------------------------------------------------
 
     def skip(self, offset: int, reason: str, excerpt: str = "") -> None:
-        self.skipped.append(Skipped(offset, reason, self.safe(excerpt, 80)))
+        # A reason may quote the record (its type, an exception's text): it is logged.
+        self.skipped.append(Skipped(offset, self.safe(reason, 300), self.safe(excerpt, 80)))
 
     def result(self) -> ParseResult:
         sessions = tuple(self._session_info(sid) for sid in self._touched)
