@@ -127,6 +127,7 @@ def test_url_keeps_user_and_host() -> None:
         "If `token=True` and no token is stored, `permissions: id-token: write`.",
         'return {**image, "credentials": credentials}',
         "secret_type = 'AWS Access Key'",
+        "    Token:              '#f8f8f2 bg:#272822',",
         "        token\n        _set_active_token(token_name, add_to_git_credential)",
         'Traceback (most recent call last):\n  File "/a/b.py", line 3',
         "",

@@ -92,6 +92,8 @@ def _random_40(value: str) -> bool:
     )
 
 
+_STYLE_WORD = r"(?:(?:bg|border):)?#[0-9a-fA-F]{3,8}|[a-z]+"
+_STYLE = re.compile(rf"(?:{_STYLE_WORD})(?:\s+(?:{_STYLE_WORD}))*")
 _CODE_VALUE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+|.*[()\[\]].*")
 _IDENTIFIER = re.compile(r"[A-Za-z_]+")
 _PLACEHOLDERS = frozenset({"none", "null", "true", "false", "undefined", "nil", "required"})
@@ -104,7 +106,8 @@ def _not_literal(m: re.Match[str]) -> bool:
     if not v or v.startswith(("$", "%", "{", "<", "[REDACTED")) or v.lower() in _PLACEHOLDERS:
         return True
     if value[0] in "'\"":
-        return False  # a quoted literal is data
+        # A quoted literal is data, unless it is a colour or style (`Token: "bold #f8f8f2"`).
+        return "#" in v and _STYLE.fullmatch(v) is not None
     # What ends a word in code or prose: `token=True`, f(x=x), {"k": value}.
     bare = v.strip("`").rstrip(".)]}`")
     if bare.lower() in _PLACEHOLDERS:
