@@ -92,6 +92,7 @@ def _random_40(value: str) -> bool:
     )
 
 
+_OPERATOR = re.compile(r"[\"']?[ \t]*(?::=|=|:)[ \t]*$")
 _STYLE_WORD = r"(?:(?:bg|border):)?#[0-9a-fA-F]{3,8}|[a-z]+"
 _STYLE = re.compile(rf"(?:{_STYLE_WORD})(?:\s+(?:{_STYLE_WORD}))*")
 _CODE_VALUE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+|.*[()\[\]].*")
@@ -123,7 +124,7 @@ def _not_literal(m: re.Match[str]) -> bool:
     key_start = m.start()
     while key_start > 0 and (text[key_start - 1].isalnum() or text[key_start - 1] in "_.-"):
         key_start -= 1
-    key = re.match(r"[\w.-]*", text[key_start:]).group()  # type: ignore[union-attr]
+    key = _OPERATOR.sub("", text[key_start : m.start(1)])
     line_start = text.rfind("\n", 0, key_start) + 1
     line_end = text.find("\n", m.end())
     before = text[line_start:key_start].strip()
