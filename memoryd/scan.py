@@ -8,7 +8,7 @@ import logging
 import os
 import re
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -183,6 +183,34 @@ def wanted_paths(root: Path, paths: list[str]) -> set[str]:
 def wanted(root: Path, rel_path: str) -> bool:
     """Whether one path should be indexed (a batch: :func:`wanted_paths`, one git call)."""
     return rel_path in wanted_paths(root, [rel_path])
+
+
+SECRET_FILE = "a secret file"
+
+
+@lru_cache(maxsize=16)
+def _secret_specs(
+    globs: tuple[str, ...],
+) -> tuple[pathspec.GitIgnoreSpec, tuple[tuple[str, pathspec.GitIgnoreSpec], ...]]:
+    every = pathspec.GitIgnoreSpec.from_lines(globs)
+    each = tuple(
+        (glob, pathspec.GitIgnoreSpec.from_lines([glob]))
+        for glob in globs
+        if glob.strip() and not glob.startswith(("!", "#"))
+    )
+    return every, each
+
+
+def secret_file(rel_path: str, globs: Sequence[str]) -> str | None:
+    """Why a file is kept out of the index as one holding secrets (`secret_files`, applied on
+    top of the ignore rules), naming the pattern that matched; None for other files."""
+    if not globs:
+        return None
+    every, each = _secret_specs(tuple(globs))
+    if not every.match_file(rel_path):
+        return None
+    glob = next((g for g, spec in each if spec.match_file(rel_path)), "?")
+    return f"{SECRET_FILE} (secret_files: {glob})"
 
 
 def _dir_wanted(root: Path, rel_dir: str) -> bool:

@@ -115,11 +115,14 @@ def expected_index(root: Path, project_id: str, max_chars: int) -> dict[str, lis
     content hash)] of every chunk, computed by the pure stages alone."""
     import stat as stat_module
 
-    from memoryd.scan import read_source, walk
+    from memoryd.config import DEFAULT_SECRET_FILES
+    from memoryd.scan import read_source, secret_file, walk
     from workers.indexing import plan_file
 
     index: dict[str, list[tuple]] = {}
     for rel in walk(root):
+        if secret_file(rel, DEFAULT_SECRET_FILES):
+            continue
         try:
             if not (root / rel).resolve().is_relative_to(root.resolve()):
                 continue  # a symlink out of the tree is not followed

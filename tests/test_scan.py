@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.scan import editor_temp, read_source, walk, wanted, wanted_paths
+from memoryd.config import DEFAULT_SECRET_FILES
+from memoryd.scan import editor_temp, read_source, secret_file, walk, wanted, wanted_paths
 from tests.conftest import git
 from workers.indexing import plan_file
 
@@ -194,3 +195,36 @@ def test_a_git_tree_follows_gits_own_rules(tmp_path: Path) -> None:
     assert list(walk(root, under="keep")) == ["keep/.gitignore", "keep/wanted.gen.py"]
     candidates = [*expected, "keep/other.gen.py", "local_only.py", "personal.py", "gone.gen.py"]
     assert wanted_paths(root, candidates) == set(expected)
+
+
+@pytest.mark.parametrize(
+    ("path", "pattern"),
+    [
+        (".env", ".env"),
+        ("services/api/.env.production", ".env.*"),
+        ("deploy/prod.env", "*.env"),
+        ("certs/tls.key", "*.key"),
+        ("keys/id_ed25519", "id_ed25519"),
+        ("home/.aws/credentials", "**/.aws/credentials"),
+        ("infra/gcp-service-account-ci.json", "*service-account*.json"),
+        ("terraform/prod.tfstate", "*.tfstate"),
+        ("android/release.keystore", "*.keystore"),
+        ("config/credentials.json", "credentials.json"),
+    ],
+)
+def test_secret_files_name_the_pattern_that_matched(path: str, pattern: str) -> None:
+    assert secret_file(path, DEFAULT_SECRET_FILES) == f"a secret file (secret_files: {pattern})"
+
+
+@pytest.mark.parametrize(
+    "path", ["config.py", "keys/id_ed25519.pub", "src/env/settings.py", "environment.ts", "a.json"]
+)
+def test_other_files_are_not_secret_files(path: str) -> None:
+    assert secret_file(path, DEFAULT_SECRET_FILES) is None
+
+
+def test_secret_files_can_except_and_be_emptied() -> None:
+    globs = [*DEFAULT_SECRET_FILES, "!.env.example"]
+    assert secret_file(".env.example", globs) is None
+    assert secret_file(".env.local", globs) == "a secret file (secret_files: .env.*)"
+    assert secret_file(".env", []) is None

@@ -38,10 +38,11 @@ from memoryd.ids import (
     symbol_entity_id,
     symbol_key,
 )
-from memoryd.scan import read_source, wanted_paths
+from memoryd.scan import SECRET_FILE, read_source, secret_file, wanted_paths
 from memoryd.store import QueryFailed
 from workers.chunking import chunk_text, language_for_path
 from workers.context import JobContext
+from workers.redact import SecretMemory, redact
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,12 @@ def plan_file(
 ) -> FilePlan:
     """Chunk a file and give each chunk a deterministic id: project + path + content hash
     (+ occurrence number, so two identical chunks in one file stay two rows). Chunks of a named
-    definition also point at its symbol entity."""
+    definition also point at its symbol entity.
+
+    The file's secrets are redacted before it is cut, so no chunk, vector or search index ever
+    holds one; redaction keeps every line where it was, so line numbers are the file's own. A
+    value found once is redacted wherever else it appears in the file."""
+    text = redact(text, SecretMemory(rel_path))
     language = language_for_path(rel_path)
     seen: dict[str, int] = {}
     rows = []
@@ -196,14 +202,21 @@ class _Look:
     replaced: bool = False
 
 
-def _trusted(previous: dict[str, Any] | None, info: os.stat_result, max_bytes: int) -> bool:
+def _trusted(
+    previous: dict[str, Any] | None, info: os.stat_result, max_bytes: int, secret: str | None
+) -> bool:
     """The stored state still describes the file: same size and mtime, and the outcome could
-    not differ (a file that was unreadable or too large is looked at again)."""
+    not differ (a file that was unreadable or too large is looked at again, and so is one whose
+    `secret_files` verdict changed: `secret` is the current one)."""
     if not previous or previous["status"] == "deleted":
         return False
     if previous["size"] != info.st_size or previous["mtime_ns"] != info.st_mtime_ns:
         return False
     reason = previous.get("reason") or ""
+    if previous["status"] == "skipped" and reason.startswith(SECRET_FILE):
+        return reason == secret
+    if secret is not None:
+        return False
     if previous["status"] == "skipped" and reason.startswith("unreadable"):
         return False  # permissions are fixed without touching mtime
     return not (reason.startswith("too large") and info.st_size <= max_bytes)
@@ -217,6 +230,7 @@ def _look(
     max_bytes: int,
     max_chars: int,
     wanted: bool,
+    secret_globs: list[str],
 ) -> _Look:
     """Everything this job does with one file on disk (runs in a thread). `wanted`: the
     ignore rules keep it (decided for the whole job at once)."""
@@ -233,8 +247,11 @@ def _look(
         return _Look(rel, "skipped", reason=_unreadable(exc))
     if stat.S_ISDIR(info.st_mode):  # the file was replaced by a directory: the file is gone
         return _Look(rel, "vanished", reason="a directory now")
-    if _trusted(previous, info, max_bytes):
+    secret = secret_file(rel, secret_globs)
+    if _trusted(previous, info, max_bytes, secret):
         return _Look(rel, "unchanged", info)
+    if secret is not None:  # never opened
+        return _Look(rel, "skipped", info, reason=secret)
     started = time.time_ns()
     try:
         _check(info, max_bytes)
@@ -481,6 +498,7 @@ async def _index_round(
             settings.max_file_bytes,
             settings.chunk_max_chars,
             rel in keep,
+            settings.secret_files,
         )
         looks.append(look)
         _log_look(look, previous)

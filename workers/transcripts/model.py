@@ -48,7 +48,7 @@ from typing import Any
 from memoryd import vocabulary
 from memoryd.ids import stable_id
 from workers.entities import URL, Entity, Project, ProjectsLike, as_projects, canonical_tool
-from workers.redact import redact
+from workers.redact import SecretMemory, redact
 from workers.transcripts.lines import Skipped
 
 # Caps on stored text. Embedding models read ~256 tokens; the rest is for display and BM25.
@@ -253,6 +253,11 @@ class ParserState:
     ``pending``: per transcript call id, a call whose result has not been seen.
     ``links``: namespaced lookups (``shell:<id>``/``proc:<n>`` → call id, ``chain:<uuid>`` →
     sidechain root, ``spawn:<hash>`` → Task call id). ``context``: per-agent scalars.
+    ``secrets``: fingerprints of the secret values redacted so far in this transcript, so a
+    value found once is redacted wherever it appears again, in later batches too. The state is
+    stored in the cursor row, in the database: it holds fingerprints only, never a value (see
+    :class:`~workers.redact.SecretMemory`). One transcript file is one session, or a session
+    with its inline subagents: remembering per file covers the session.
     """
 
     agent: str
@@ -261,6 +266,7 @@ class ParserState:
     pending: dict[str, dict[str, Any]] = field(default_factory=dict)
     links: dict[str, str] = field(default_factory=dict)
     context: dict[str, Any] = field(default_factory=dict)
+    secrets: dict[str, str] = field(default_factory=dict)
     version: int = STATE_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -280,6 +286,7 @@ class ParserState:
             pending={k: _deep(v) for k, v in self.pending.items()},
             links=dict(self.links),
             context=_deep(self.context),
+            secrets=dict(self.secrets),
             version=self.version,
         )
 
@@ -327,16 +334,16 @@ def clean_text(text: str) -> str:
     return text.replace("\x00", "").replace("\r\n", "\n")
 
 
-def safe_text(text: str, cap: int) -> str:
-    """Redact and cap text for storage.
+def safe_text(text: str, cap: int, memory: SecretMemory | None = None) -> str:
+    """Redact and cap text for storage (``memory``: values found before in the transcript).
 
     Only about twice the cap is redacted (a MB of tool output costs no more than 8 KB); a
     secret cut by that first trim can only sit beyond ``cap`` and is dropped by the second.
     """
     text = clean_text(text)
     if len(text) > cap:
-        return redact(text[: cap * 2])[:cap].rstrip() + " …[truncated]"
-    return redact(text)
+        return redact(text[: cap * 2], memory)[:cap].rstrip() + " …[truncated]"
+    return redact(text, memory)
 
 
 def norm_time(value: Any) -> str | None:
@@ -379,16 +386,17 @@ def _action(call: dict[str, Any], target: Target, outcome: str, exit_code: int |
     )
 
 
-def safe_target(t: Target) -> Target:
+def safe_target(t: Target, memory: SecretMemory | None = None) -> Target:
     """A target with its entity and detail redacted (details hold command lines)."""
-    return Target(t.verb, safe_entity(t.entity), safe_text(t.detail, CAP_DETAIL))
+    entity = safe_entity(t.entity, memory)
+    return Target(t.verb, entity, safe_text(t.detail, CAP_DETAIL, memory))
 
 
-def safe_entity(e: Entity) -> Entity:
+def safe_entity(e: Entity, memory: SecretMemory | None = None) -> Entity:
     """Redact the parts of an entity that keep free text (raw alias; URL key; error name)."""
-    raw = safe_text(e.raw, CAP_DETAIL)
-    key = redact(e.key) if e.kind == URL else e.key
-    name = safe_text(e.name, 200)
+    raw = safe_text(e.raw, CAP_DETAIL, memory)
+    key = redact(e.key, memory) if e.kind == URL else e.key
+    name = safe_text(e.name, 200, memory)
     if (raw, key, name) == (e.raw, e.key, e.name):
         return e
     return replace(e, raw=raw, key=key, name=name)
@@ -408,6 +416,13 @@ class Emitter:
         self.events: list[Event] = []
         self.skipped: list[Skipped] = []
         self._touched: list[str] = []
+        # Shares the state's dict: what is found is saved with the state.
+        self.secrets = SecretMemory(source.path, state.secrets)
+        state.secrets = self.secrets.fingerprints
+
+    def safe(self, text: str, cap: int) -> str:
+        """Redacted and capped, with what this transcript revealed before."""
+        return safe_text(text, cap, self.secrets)
 
     # -- sessions ---------------------------------------------------------------------------
 
@@ -464,7 +479,7 @@ class Emitter:
         media: tuple[Media, ...] = (),
     ) -> Memory | None:
         """Emit a memory; empty content (with no media) is not worth one."""
-        text = safe_text(content, cap).strip()
+        text = self.safe(content, cap).strip()
         if not text and not media:
             return None
         mem = Memory(
@@ -489,7 +504,7 @@ class Emitter:
 
     def goal(self, session_id: str, intent: str, memory: Memory | None) -> None:
         """Record the session's goal, once per session."""
-        text = safe_text(intent, CAP_GOAL).strip()
+        text = self.safe(intent, CAP_GOAL).strip()
         if not text or memory is None or self.has_goal(session_id):
             return
         self.state.sessions[session_id]["has_goal"] = True
@@ -497,7 +512,7 @@ class Emitter:
         self.events.append(Goal(goal_id, session_id, text, memory.id, memory.event_time))
 
     def summary(self, leaf_uuid: str, text: str, offset: int) -> None:
-        clean = safe_text(text, CAP_GOAL).strip()
+        clean = self.safe(text, CAP_GOAL).strip()
         if leaf_uuid and clean:
             self.events.append(Summary(stable_id("summary", leaf_uuid), leaf_uuid, clean, offset))
 
@@ -517,12 +532,16 @@ class Emitter:
         """Register a tool call; its edges are emitted when :meth:`resolve` learns the outcome.
         ``extra``: parser-specific JSON data kept with the pending call."""
         self.state.pending[call_id] = {
-            "extra": extra or {},
+            # A parser's extras may hold free text (a Task's description): the state is stored.
+            "extra": {
+                k: self.safe(v, CAP_DETAIL) if isinstance(v, str) else v
+                for k, v in (extra or {}).items()
+            },
             "session_id": session_id,
             "memory_id": memory_id,
             "tool": tool,
             "event_time": event_time,
-            "targets": [_target_json(safe_target(t)) for t in targets],
+            "targets": [_target_json(safe_target(t, self.secrets)) for t in targets],
         }
 
     def resolve(
@@ -545,7 +564,7 @@ class Emitter:
         if call is None:
             return False
         targets = [t for t in _targets_from_json(call["targets"]) if t.verb != replace_verb]
-        targets += [safe_target(t) for t in extra]
+        targets += [safe_target(t, self.secrets) for t in extra]
         if denial:
             self._denied(call, targets, denial, message)
             return True
@@ -558,7 +577,9 @@ class Emitter:
     def _denied(
         self, call: dict[str, Any], targets: list[Target], reason: str, message: str
     ) -> None:
-        entities = [t.entity for t in targets] or [safe_entity(canonical_tool(call["tool"]))]
+        entities = [t.entity for t in targets] or [
+            safe_entity(canonical_tool(call["tool"]), self.secrets)
+        ]
         seen: set[tuple[str, str]] = set()
         for e in entities:
             if (e.kind, e.key) in seen:
@@ -573,7 +594,7 @@ class Emitter:
                     tool=call["tool"],
                     event_time=call.get("event_time"),
                     reason=reason,
-                    message=safe_text(message, CAP_DETAIL),
+                    message=self.safe(message, CAP_DETAIL),
                 )
             )
 
@@ -586,7 +607,7 @@ class Emitter:
     ) -> None:
         if error is None:
             return
-        error = safe_entity(error)
+        error = safe_entity(error, self.secrets)
         self.events.append(
             Triggered(
                 id=stable_id("TRIGGERED", call["memory_id"], error.key),
@@ -596,7 +617,7 @@ class Emitter:
                 tool=call["tool"],
                 event_time=call.get("event_time"),
                 exit_code=exit_code,
-                message=safe_text(message, CAP_DETAIL),
+                message=self.safe(message, CAP_DETAIL),
             )
         )
 
@@ -615,7 +636,7 @@ class Emitter:
         call = {"session_id": session_id, "memory_id": memory_id, "tool": tool}
         call["event_time"] = event_time
         for t in targets:
-            self.events.append(_action(call, safe_target(t), outcome, exit_code))
+            self.events.append(_action(call, safe_target(t, self.secrets), outcome, exit_code))
 
     def spawned(
         self,
@@ -637,14 +658,15 @@ class Emitter:
                 agent_id=agent_id,
                 event_time=event_time,
                 agent_type=agent_type,
-                description=safe_text(description, CAP_DETAIL) if description else None,
+                description=self.safe(description, CAP_DETAIL) if description else None,
             )
         )
 
     # -- reporting --------------------------------------------------------------------------
 
     def skip(self, offset: int, reason: str, excerpt: str = "") -> None:
-        self.skipped.append(Skipped(offset, reason, safe_text(excerpt, 80)))
+        # A reason may quote the record (its type, an exception's text): it is logged.
+        self.skipped.append(Skipped(offset, self.safe(reason, 300), self.safe(excerpt, 80)))
 
     def result(self) -> ParseResult:
         sessions = tuple(self._session_info(sid) for sid in self._touched)
