@@ -20,10 +20,10 @@ from typing import Any
 import zstandard
 
 from memoryd import queue, vocabulary
-from memoryd.ids import entity_id, stable_id
+from memoryd.ids import entity_id
 from memoryd.store import Ref
 from workers.context import JobContext
-from workers.entities import Entity, ProjectsLike, files_in_command
+from workers.entities import Entity
 from workers.transcripts import (
     Action,
     Denied,
@@ -106,6 +106,7 @@ def _verb_edge(event: Action | Triggered | Denied) -> tuple[str, Entity, dict[st
     """The edge table, target entity and edge-specific fields of a tool call's outcome."""
     if isinstance(event, Action):
         fields = {"outcome": event.outcome, "exit_code": event.exit_code, "detail": event.detail}
+        fields["via"] = event.via  # tool, or shell: read off a command line
         return vocabulary.edge(event.verb).table, event.entity, fields
     if isinstance(event, Triggered):
         return (
@@ -131,15 +132,12 @@ class Rows:
         return len(self.tables.get(table, []))
 
 
-def rows_for(
-    result: ParseResult, path: str, last: dict[str, str], projects: ProjectsLike = ()
-) -> Rows:
+def rows_for(result: ParseResult, path: str, last: dict[str, str]) -> Rows:
     """Turn parsed events into graph rows. `last` maps session id -> its latest memory id (for
     NEXT edges across batches) and is updated in place."""
     rows = Rows()
     now = datetime.now(UTC)
     entities: dict[str, dict[str, Any]] = {}
-    cwd = {info.session_id: info.cwd for info in result.sessions}
 
     def entity(e: Entity, seen: datetime | None) -> Ref:
         row = _entity_row(e, seen or now)
@@ -231,20 +229,6 @@ def rows_for(
                 event_time=at,
                 **fields,
             )
-            if isinstance(event, Action) and event.verb == vocabulary.EXECUTES.name:
-                # The files a command names: `history` shows commands run against a file.
-                for named in files_in_command(event.detail, cwd.get(event.session_id), projects):
-                    edge(
-                        vocabulary.MENTIONS.table,
-                        stable_id("mentions", event.memory_id, named.key),
-                        Ref("memory", event.memory_id),
-                        entity(named, at),
-                        session=Ref("session", event.session_id),
-                        tool=event.tool,
-                        event_time=at,
-                        outcome=event.outcome,
-                        detail=event.detail,
-                    )
         elif isinstance(event, Spawned):
             edge(
                 vocabulary.SPAWNED.table,
@@ -385,7 +369,7 @@ async def _ingest(ctx: JobContext, path: str) -> IngestReport:
             if not lines:
                 break
             result = await asyncio.to_thread(parser.parse, lines, state, source)
-            rows = await asyncio.to_thread(rows_for, result, path, last, projects)
+            rows = await asyncio.to_thread(rows_for, result, path, last)
             await _embed(embedder, rows)
             state = result.state
             for skip in result.skipped:

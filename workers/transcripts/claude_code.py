@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from workers.entities import (
-    canonical_commands,
     canonical_error,
     canonical_file,
     canonical_tool,
@@ -52,6 +51,7 @@ from workers.transcripts.model import (
     Source,
     Target,
     norm_time,
+    shell_targets,
     stable_id,
 )
 
@@ -378,8 +378,7 @@ def targets_for(name: str, inp: dict[str, Any], cwd: str | None, em: Emitter) ->
         detail = f"{tool} {inp.get('pattern') or ''}".strip()
         return [Target(READS, entity, detail)] if entity else []
     if tool == "bash":
-        command = _str(inp.get("command"))
-        return [Target(EXECUTES, e, command[:1000]) for e in canonical_commands(command)]
+        return shell_targets(_str(inp.get("command")), cwd, em.source)
     if tool == "webfetch":
         url = canonical_url(_str(inp.get("url")))
         return [Target(READS, url, _str(inp.get("prompt"))[:200])] if url else []

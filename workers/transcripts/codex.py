@@ -19,9 +19,10 @@ What becomes what:
   also in a later ``write_stdin`` poll of the same process), or the older JSON-in-string
   ``metadata.exit_code``. A pipeline's exit code is its last command's: that is all anyone
   can tell.
-- ``exec_command_end.parsed_cmd``: ``read`` → READS the file; ``search``/``list_files`` →
-  READS the directory. Codex shortens those paths to a base name, so the full path is taken
-  from the command's own arguments; when it cannot be recovered no edge is made.
+- the files a shell command reads, writes or names (``sed -n 1,80p f``, ``rg x src``,
+  ``> f``) → READS / MODIFIES / MENTIONS marked ``via="shell"``, resolved against the call's
+  ``workdir`` (workers.entities.files_in_command). ``exec_command_end.parsed_cmd`` is not used
+  for this: it covers reads and searches only, with paths shortened to a base name.
 - ``apply_patch`` (custom tool, function, or old ``shell ["apply_patch", …]``) → MODIFIES per
   file in the patch; ``patch_apply_end.changes`` replaces those with its authoritative paths.
 - other tools (``update_plan``, MCP ``server__tool``, ``web_search_call``) → EXECUTES the tool.
@@ -38,7 +39,6 @@ from typing import Any
 
 from workers.entities import (
     Entity,
-    canonical_commands,
     canonical_error,
     canonical_file,
     canonical_tool,
@@ -51,7 +51,6 @@ from workers.transcripts.model import (
     EXECUTES,
     MODIFIES,
     OK,
-    READS,
     USER_REJECTED,
     Emitter,
     ParseResult,
@@ -59,6 +58,7 @@ from workers.transcripts.model import (
     Source,
     Target,
     norm_time,
+    shell_targets,
 )
 
 AGENT = "codex"
@@ -404,10 +404,10 @@ def _shell_call(em: Emitter, name: str, call_id: str, args: dict[str, Any], ctx:
         _patch_call(em, call_id, argv[1], ctx, workdir)
         return
     line = shlex.join(argv) if argv else _s(command)
-    entities = canonical_commands(argv if argv else line)
-    targets = [Target(EXECUTES, e, line[:1000]) for e in entities]
+    targets = shell_targets(argv if argv else line, workdir, em.source)
     content = f"{name}: {_display_command(argv, line)}"
-    last = entities[-1].key if entities else ""
+    programs = [t.entity.key for t in targets if t.verb == EXECUTES]
+    last = programs[-1] if programs else ""
     _register(em, call_id, name, content, targets, ctx, {"last": last})
 
 
@@ -580,62 +580,14 @@ def _event(em: Emitter, p: dict[str, Any], ctx: _Ctx) -> None:
 
 
 def _exec_end(em: Emitter, p: dict[str, Any], ctx: _Ctx) -> None:
-    """READS from ``parsed_cmd`` (emitted here, whatever resolved the call first) and the
-    call's outcome if nothing settled it yet."""
+    """The call's outcome, if nothing settled it yet. (Its ``parsed_cmd`` is not used: the
+    command line itself says what was read, written and named.)"""
     call_id = _s(p.get("call_id"))
-    if not call_id:
-        return
     code = p.get("exit_code") if isinstance(p.get("exit_code"), int) else None
-    cwd = _s(p.get("cwd")) or ctx.cwd
-    reads = [Target(READS, e, d) for d, e in _parsed_reads(p.get("parsed_cmd"), cwd, em)]
-    call = em.state.pending.get(call_id)
-    programs = canonical_commands(p["command"]) if isinstance(p.get("command"), list) else []
-    outcome = _outcome(code, programs[-1].key if programs else None)
-    if reads:
-        em.edges(
-            session_id=ctx.session_id,
-            memory_id=em.memory_id(ctx.session_id, "call", call_id),
-            tool=call["tool"] if call else "exec_command",
-            event_time=call.get("event_time") if call else ctx.time,
-            targets=reads,
-            outcome=outcome,
-            exit_code=code,
-        )
-    if code is not None:
+    if call_id and code is not None:
         text = _s(p.get("stderr")) or _s(p.get("aggregated_output")) or _s(p.get("stdout"))
         _finish(em, call_id, code, text)
         # The proc: link stays until a poll reports the exit: that poll's output belongs here.
-
-
-def _parsed_reads(parsed: Any, cwd: str | None, em: Emitter) -> list[tuple[str, Entity]]:
-    out: list[tuple[str, Entity]] = []
-    seen: set[str] = set()
-    for entry in parsed if isinstance(parsed, list) else ():
-        if not isinstance(entry, dict) or entry.get("type") not in ("read", "search", "list_files"):
-            continue
-        path = _full_path(entry)
-        entity = canonical_file(path, cwd, em.projects) if path else None
-        if entity and entity.key not in seen:
-            seen.add(entity.key)
-            detail = entry["type"] + (f" {entry['query']}" if entry.get("query") else "")
-            out.append((detail[:200], entity))
-    return out
-
-
-def _full_path(entry: dict[str, Any]) -> str | None:
-    """``parsed_cmd`` paths of searches and listings are shortened to a base name; take the
-    argument of the command that ends with it."""
-    path = _s(entry.get("path"))
-    if not path or entry["type"] == "read" or path == ".":
-        return path or None
-    try:
-        words = shlex.split(_s(entry.get("cmd")))
-    except ValueError:
-        words = _s(entry.get("cmd")).split()
-    for w in words[1:]:
-        if not w.startswith("-") and (w == path or w.rstrip("/").endswith("/" + path)):
-            return w
-    return None
 
 
 def _patch_end(em: Emitter, p: dict[str, Any], ctx: _Ctx) -> None:
