@@ -213,7 +213,10 @@ def test_files_a_command_names() -> None:
 
     cwd = "/home/me/repo"
     keys = {
-        command: [e.key for e in files_in_command(command, cwd, [("repo-1", "/home/me/repo")])]
+        command: [
+            (u.access, u.entity.key)
+            for u in files_in_command(command, cwd, [("repo-1", "/home/me/repo")])
+        ]
         for command in (
             "git diff -- src/app.py | grep -n foo",
             "ruff check /home/me/repo/src/app.py tests/test_app.py",
@@ -224,13 +227,13 @@ def test_files_a_command_names() -> None:
         )
     }
     assert keys == {
-        "git diff -- src/app.py | grep -n foo": ["repo-1:src/app.py"],
+        "git diff -- src/app.py | grep -n foo": [("name", "repo-1:src/app.py")],
         "ruff check /home/me/repo/src/app.py tests/test_app.py": [
-            "repo-1:src/app.py",
-            "repo-1:tests/test_app.py",
+            ("name", "repo-1:src/app.py"),
+            ("name", "repo-1:tests/test_app.py"),
         ],
-        'find . -name "app.py"': [],
-        "pytest -k test_x tests/": ["repo-1:tests"],
+        'find . -name "app.py"': [("read", "repo-1:.")],  # `-name` takes a pattern
+        "pytest -k test_x tests/": [("name", "repo-1:tests")],
         "echo 1.5 && curl https://example.com/a.json": [],
         "python -m pkg.main": [],
     }

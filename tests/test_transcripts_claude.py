@@ -65,11 +65,14 @@ def kinds(result: ParseResult) -> dict[str, int]:
     return dict(Counter(m.kind for m in of(result, Memory)))
 
 
-def edges(result: ParseResult, verb: str, outcome: str | None = None) -> Counter[str]:
+def edges(
+    result: ParseResult, verb: str, outcome: str | None = None, via: str = ""
+) -> Counter[str]:
+    """Verb edges by target; ``via="shell"`` for those read off shell command lines."""
     return Counter(
         a.entity.key
         for a in of(result, Action)
-        if a.verb == verb and (outcome is None or a.outcome == outcome)
+        if a.verb == verb and (outcome is None or a.outcome == outcome) and a.via == via
     )
 
 
@@ -168,7 +171,9 @@ def test_37f83ec9_pipeline_that_hid_a_failure_is_not_called_an_error() -> None:
     # is_error false ("No matches found"). We keep what we can tell: not a reported failure,
     # and no exit code claimed.
     r = parse_file(F_37F8)
-    pipe = [a for a in of(r, Action) if a.detail.startswith("git diff HEAD~1")]
+    pipe = [
+        a for a in of(r, Action) if a.detail.startswith("git diff HEAD~1") and a.verb == "EXECUTES"
+    ]
     assert {(a.entity.key, a.outcome, a.exit_code) for a in pipe} == {
         ("git", "ok", None),
         ("grep", "ok", None),

@@ -45,11 +45,14 @@ def of(result: ParseResult, cls: type) -> list[Any]:
     return [e for e in result.events if isinstance(e, cls)]
 
 
-def edges(result: ParseResult, verb: str, outcome: str | None = None) -> Counter[str]:
+def edges(
+    result: ParseResult, verb: str, outcome: str | None = None, via: str = ""
+) -> Counter[str]:
+    """Verb edges by target; ``via="shell"`` for those read off shell command lines."""
     return Counter(
         a.entity.key
         for a in of(result, Action)
-        if a.verb == verb and (outcome is None or a.outcome == outcome)
+        if a.verb == verb and (outcome is None or a.outcome == outcome) and a.via == via
     )
 
 
@@ -124,17 +127,21 @@ def test_modifies_from_patch_apply_end(rollout: ParseResult) -> None:
     assert all(a.detail == "update" for a in of(rollout, Action) if a.verb == "MODIFIES")
 
 
-def test_reads_from_parsed_cmd(rollout: ParseResult) -> None:
-    reads = edges(rollout, "READS")
-    assert sum(reads.values()) == 35  # parsed_cmd entries with a path (19 of them reads)
+def test_reads_from_shell_commands(rollout: ParseResult) -> None:
+    # Every path operand of sed/nl/cat/strings/rg/find/`rg --files` in the 43 commands, read
+    # by hand; tests/test_fixture_readings.py holds the full list and the parsed_cmd check.
+    reads = edges(rollout, "READS", via="shell")
+    assert sum(reads.values()) == 66 and len(reads) == 31
     assert reads["codemie:src/agents/plugins/codemie-code.plugin.ts"] == 6
-    # search paths are shortened to base names by Codex; the full path comes from the command
     assert reads["codemie:src/agents/plugins/opencode"] == 3
-    assert reads["codemie:node_modules/@codemieai/codemie-opencode-darwin-arm64"] == 1
-    assert reads["codemie:src/agents"] == 1  # parsed path "agents"
-    assert edges(rollout, "READS", "error") == {"codemie:node_modules/opencode-ai": 1}
+    assert reads["codemie:."] == 2  # `rg -n … .` and a bare `rg --files -g …`
+    assert edges(rollout, "READS", "error", via="shell") == {
+        "codemie:node_modules/opencode-ai": 1,
+        "codemie:node_modules/opencode": 1,
+    }
     outside = [k for k in reads if not k.startswith("codemie:")]
     assert len(outside) == 3 and all(k.endswith("/SKILL.md") for k in outside)
+    assert edges(rollout, "READS") == {}  # Codex has no file-reading tool of its own
 
 
 def test_triggered(rollout: ParseResult) -> None:
@@ -421,8 +428,11 @@ def test_rejected_command_is_denied_not_executed() -> None:
         output("c1", "exec command rejected by user"),
     )
     r = parse_bytes(data, "/x/rollout-b.jsonl", ())
-    (denied,) = of(r, Denied)
-    assert (denied.reason, denied.entity.key) == ("user_rejected", "rm")
+    # the command and the directory it would have removed
+    assert {(d.reason, d.entity.key) for d in of(r, Denied)} == {
+        ("user_rejected", "rm"),
+        ("user_rejected", "/w/app/build"),
+    }
     assert of(r, Action) == [] and of(r, Triggered) == []
 
 
