@@ -946,8 +946,28 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _TAGS = re.compile(r"</?tool_use_error>")
 _EXIT_LINE = re.compile(r"^\s*Exit code (-?\d+)\s*$", re.M)
 _EXCEPTION = re.compile(
-    r"^(?:E\s+)?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Fault|Failure|"
+    r"^(?:E\s+|Uncaught\s+)?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Fault|Failure|"
     r"NotFound|Denied|Timeout))(?::\s*(.*))?$"
+)
+# A compiler's coded diagnostic anywhere in a line: `src/a.ts(3,1): error TS2307: …`,
+# `error[E0425]: …`. The code is the failure's identity.
+_CODED = re.compile(r"\berror\s*\[?([A-Z]{1,5}\d{2,5})\]?:\s*(.*)$", re.I)
+# Lines that warn rather than fail (npm's config warnings, deprecations): never the failure.
+_WARNING = re.compile(
+    r"^(?:npm\s+warn\b|warn(?:ing)?\b|\(node:\d+\)\s.*Warning\b|\S*:\d+:\s*\w*Warning:|"
+    r"\w*Warning:)",
+    re.I,
+)
+_HTTP_REASONS = (
+    "Bad Request|Unauthorized|Payment Required|Forbidden|Not Found|Method Not Allowed|"
+    "Not Acceptable|Request Timeout|Conflict|Gone|Too Many Requests|Internal Server Error|"
+    "Not Implemented|Bad Gateway|Service Unavailable|Gateway Timeout|Unprocessable Entity|"
+    "Unprocessable Content"
+)
+# An HTTP status in words: kept through masking, it tells a 403 from a 404.
+_HTTP_STATUS = re.compile(
+    r"(?i:\b(?:HTTP(?:/[\d.]+)?|status(?:\s+code)?|response\s+code|returned\s+error)"
+    rf"[\s:=]*)[1-5]\d\d\b|\b[1-5]\d\d\s+(?:{_HTTP_REASONS})\b"
 )
 _PREFIXED = re.compile(
     r"^(fatal|error|ERROR|Error|FAILED|FAIL|panic|npm ERR!|Traceback|TypeError|SyntaxError)"
@@ -960,17 +980,19 @@ _PYTEST_SUMMARY = re.compile(
 )
 
 _MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\b[A-Za-z][\w+.-]*://[^\s'\"<>)\]]+"), "<url>"),
     (
         re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I),
         "<uuid>",
     ),
     (re.compile(r"(?:[A-Za-z]:\\|~?/|\.{1,2}/)?(?:[\w.@+-]+[/\\])+[\w.@+-]*"), "<path>"),
-    (re.compile(r"(?:[A-Za-z]:\\|~)?/[\w.@+/-]*"), "<path>"),
+    (re.compile(r"(?:[A-Za-z]:\\|~)?/[\w.@+-][\w.@+/-]*"), "<path>"),  # not a lone `/`
     (re.compile(r"\b[A-Za-z]+_[A-Za-z0-9]{10,}\b"), "<id>"),
     (re.compile(r"\b0x[0-9a-fA-F]+\b"), "<hex>"),
     (re.compile(r"\b(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{7,}\b"), "<hex>"),
     (re.compile(r"\b(?=[A-Za-z0-9]*\d)(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{16,}\b"), "<id>"),
-    (re.compile(r"\d+(?:\.\d+)*"), "<n>"),
+    # counts, times, line numbers; not the digits of a code (TS2307, E501)
+    (re.compile(r"(?<!\w)\d+(?:\.\d+)*"), "<n>"),
 )
 
 
@@ -1006,6 +1028,11 @@ def error_signature(text: str, exit_code: int | None = None) -> ErrorSignature:
 
 
 def _classify(lines: list[str], exit_code: int | None) -> tuple[str, str]:
+    lines = [ln for ln in lines if not _WARNING.match(ln)] or lines
+    for ln in lines:
+        m = _CODED.search(ln)
+        if m:
+            return m.group(1), m.group(2)
     for ln in reversed(lines):
         m = _EXCEPTION.match(ln)
         if m:
@@ -1019,6 +1046,9 @@ def _classify(lines: list[str], exit_code: int | None) -> tuple[str, str]:
         if m:
             return "pytest", m.group(1)
     for ln in lines:
+        if _HTTP_STATUS.search(ln):
+            return "http", ln
+    for ln in lines:
         if _NOT_FOUND.search(ln):
             return "not found", ln
     fallback = "exit" if exit_code not in (None, 0) else "error"
@@ -1026,11 +1056,20 @@ def _classify(lines: list[str], exit_code: int | None) -> tuple[str, str]:
 
 
 def mask(message: str) -> str:
-    """Replace the parts of an error message that vary between occurrences."""
-    out = message[:500]
+    """Replace the parts of an error message that vary between occurrences (HTTP statuses
+    stay: they are what the failure was)."""
+    text, parts, pos = message[:500], [], 0
+    for m in _HTTP_STATUS.finditer(text):
+        parts += [_mask_part(text[pos : m.start()]), m.group()]
+        pos = m.end()
+    parts.append(_mask_part(text[pos:]))
+    return re.sub(r"\s+", " ", "".join(parts)).strip()
+
+
+def _mask_part(text: str) -> str:
     for pattern, token in _MASKS:
-        out = pattern.sub(token, out)
-    return re.sub(r"\s+", " ", out).strip()
+        text = pattern.sub(token, text)
+    return text
 
 
 def canonical_error(text: str, exit_code: int | None = None) -> Entity:

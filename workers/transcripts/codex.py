@@ -51,6 +51,7 @@ from workers.transcripts.model import (
     EXECUTES,
     MODIFIES,
     OK,
+    PERMISSION_DENIED,
     USER_REJECTED,
     Emitter,
     ParseResult,
@@ -94,6 +95,11 @@ _REJECTED = re.compile(
     r"approval (?:was )?denied",
     re.I,
 )
+# The sandbox refused to run something (`zsh:1: operation not permitted: ps`): a failure even
+# when the last program of the pipeline is a search whose exit 1 would mean "no match".
+_SANDBOXED = re.compile(r"^\S*sh\b.*\boperation not permitted\b", re.I | re.M)
+# Codex Desktop's browser refused an action: a policy denial, not a failure.
+_BROWSER_POLICY = re.compile(r"rejected this action due to browser security policy", re.I)
 _PATCH_FILE = re.compile(r"^\*\*\* (Add|Update|Delete) File: (.+?)\s*$|^\*\*\* Move to: (.+?)\s*$")
 
 
@@ -492,7 +498,8 @@ def _output(em: Emitter, call_id: str, output: Any, ctx: _Ctx) -> None:
     owner = owner or call_id
     call = em.state.pending.get(owner)
     last = call["extra"].get("last") if call else None
-    failed = _outcome(out.exit_code, last) == ERROR
+    policy = _BROWSER_POLICY.search(out.text[:1000]) is not None
+    failed = not policy and _outcome(out.exit_code, last, out.text) == ERROR
     em.memory(
         ctx.session_id,
         "error" if failed else "tool_result",
@@ -507,7 +514,9 @@ def _output(em: Emitter, call_id: str, output: Any, ctx: _Ctx) -> None:
     )
     if out.process and not process:
         em.state.links[f"proc:{out.process}"] = owner  # still running: later polls report
-    if out.exit_code is not None:
+    if policy:
+        em.resolve(owner, OK, denial=PERMISSION_DENIED, message=out.text)
+    elif out.exit_code is not None:
         _finish(em, owner, out.exit_code, out.text)
         em.state.links.pop(f"proc:{process or out.process}", None)
     elif _REJECTED.search(out.text[:300]):
@@ -516,17 +525,20 @@ def _output(em: Emitter, call_id: str, output: Any, ctx: _Ctx) -> None:
         em.resolve(owner, OK)  # a non-shell tool answered: that is its outcome
 
 
-def _outcome(exit_code: int | None, last_program: str | None) -> str:
+def _outcome(exit_code: int | None, last_program: str | None, text: str) -> str:
     """ok/error from an exit code. grep & co. exit 1 for "no match", which is not a failure
-    (a chain's status is its last command's, so only the last program counts)."""
-    if exit_code in (None, 0) or (exit_code == 1 and last_program in _SEARCH_PROGRAMS):
+    (a chain's status is its last command's, so only the last program counts), unless the
+    output shows the sandbox stopped a command."""
+    if exit_code in (None, 0):
+        return OK
+    if exit_code == 1 and last_program in _SEARCH_PROGRAMS and not _SANDBOXED.search(text):
         return OK
     return ERROR
 
 
 def _finish(em: Emitter, call_id: str, exit_code: int, text: str) -> None:
     call = em.state.pending.get(call_id)
-    if _outcome(exit_code, call["extra"].get("last") if call else None) == OK:
+    if _outcome(exit_code, call["extra"].get("last") if call else None, text) == OK:
         em.resolve(call_id, OK, exit_code=exit_code)
     else:
         em.resolve(
