@@ -9,8 +9,9 @@ each record type:
 - ``assistant``: one content block per record: text (→ assistant_message), tool_use (→
   tool_call memory + pending edges), thinking (dropped: not for embedding).
 - ``summary``: a title for a session leaf, usually in another file (→ :class:`Summary`).
-- bookkeeping types (``system``, ``progress``, ``queue-operation``, …) are ignored; unknown
-  types are reported as skipped.
+- bookkeeping types (``system``, ``progress``, ``queue-operation``, ``api-request*``, …) are
+  ignored; an unknown type is reported once per file, with its count in the first batch that
+  has it (``state.context["unknown_types"]`` keeps the totals).
 
 Subagents, all three on-disk layouts: records carrying ``agentId`` (flat ``agent-<hex>.jsonl``
 and ``<session>/subagents/agent-<id>.jsonl``) belong to session ``<sessionId>:agent-<agentId>``,
@@ -57,7 +58,9 @@ from workers.transcripts.model import (
 
 AGENT = "claude-code"
 
-# Record types that carry nothing for the graph (bookkeeping, hooks, UI state).
+# Record types that carry nothing for the graph (bookkeeping, hooks, UI state). The api-request
+# family (2.1.3xx) repeats what was sent to the model: `api-request-blob` holds the system
+# prompt and user messages full of reminders, which must never become prompts or goals.
 _IGNORED_TYPES = frozenset(
     {
         "system",
@@ -71,6 +74,12 @@ _IGNORED_TYPES = frozenset(
         "ai-title",
         "agent-name",
         "tag",
+        "api-request",
+        "api-request-blob",
+        "api-request-shape",
+        "atis-latch",
+        "cost-state",
+        "tools-used",
     }
 )
 
@@ -193,41 +202,56 @@ def parse(
     """Parse complete lines (from a stored offset) into events; never raises on bad input."""
     src = source if isinstance(source, Source) else Source(source)
     em = Emitter(state.copy() if state else new_state(), src)
+    unknown: dict[str, tuple[int, int]] = {}  # type -> (first offset, lines) in this batch
     for line in lines:
         decoded = decode_line(line)
         for s in decoded.skipped:
             em.skip(s.offset, s.reason, s.excerpt)
         for index, rec in enumerate(decoded.records):
             try:
-                _record(em, rec, line.offset, index)
+                rtype = _record(em, rec, line.offset, index)
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 # A record shape we did not foresee must not stop the file.
                 em.skip(line.offset, f"unreadable {rec.get('type')!r} record: {exc!r}")
+                continue
+            if rtype is not None:
+                first, n = unknown.get(rtype, (line.offset, 0))
+                unknown[rtype] = (first, n + 1)
+    _report_unknown(em, unknown)
     return em.result()
 
 
-def _record(em: Emitter, rec: dict[str, Any], offset: int, index: int) -> None:
+def _report_unknown(em: Emitter, unknown: dict[str, tuple[int, int]]) -> None:
+    """One skip per unknown record type and file (a new Claude Code writes a type on every
+    turn: a warning per line would flood the log); the state keeps the counts."""
+    counts = em.state.context.setdefault("unknown_types", {})
+    for rtype, (first, n) in unknown.items():
+        if rtype not in counts:
+            em.skip(first, f"unknown record type {rtype!r}: {n} lines in this batch, skipped")
+        counts[rtype] = counts.get(rtype, 0) + n
+
+
+def _record(em: Emitter, rec: dict[str, Any], offset: int, index: int) -> str | None:
+    """Handle one record; return its type when that type is unknown."""
     rtype = rec.get("type")
     if rtype == "summary":
         em.summary(str(rec.get("leafUuid") or ""), str(rec.get("summary") or ""), offset)
-        return
+        return None
     if rtype in _IGNORED_TYPES:
-        return
+        return None
     if rtype not in ("user", "assistant"):
-        em.skip(offset, f"unknown record type {rtype!r}", json.dumps(rec)[:80])
-        return
+        return str(rtype)
     ctx = _context(em, rec, offset, index)
+    message = rec.get("message")
     if ctx is None:
         em.skip(offset, f"{rtype} record without sessionId")
-        return
-    message = rec.get("message")
-    if not isinstance(message, dict):
+    elif not isinstance(message, dict):
         em.skip(offset, f"{rtype} record without message")
-        return
-    if rtype == "assistant":
+    elif rtype == "assistant":
         _assistant(em, rec, message, ctx)
     else:
         _user(em, rec, message, ctx)
+    return None
 
 
 def _context(em: Emitter, rec: dict[str, Any], offset: int, index: int) -> _Ctx | None:
