@@ -493,6 +493,8 @@ _GIT_SUBCOMMANDS: dict[str, tuple[str, bool]] = {
 _FILE_SUFFIX = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,7}$")
 # Patterns, variables, URLs, assignments, quotes and text: nothing a file is called.
 _NOT_A_PATH = re.compile(r"[*?\[\]{}$`=|<>;()'\"\s\\]|://|^-|^@")
+# git revisions and ranges: main..HEAD, a...b, HEAD~1, HEAD^, @{u}
+_REVISION = re.compile(r"[^/.]\.\.(?!/)|\.\.\.|[\w)]~\d|\^|@\{")
 _NODE_ID = re.compile(r"::.*$")  # pytest node ids: tests/test_x.py::TestA::test_b
 _LINE_SUFFIX = re.compile(r":\d+(?::\d+)?$")  # src/a.py:12:3
 _HOME_IN_PATH = re.compile(r"^(/(?:Users|home)/[^/]+|/root)(?:/|$)")
@@ -549,7 +551,7 @@ def files_in_command(
 def _as_path(word: str, home: str | None) -> str | None:
     """The path a word names, or None (``-``, ``/dev/null``, ``~`` with no home known)."""
     word = _LINE_SUFFIX.sub("", _NODE_ID.sub("", word))
-    if not word or word == "-" or ":" in word or _NOT_A_PATH.search(word):
+    if not word or word == "-" or ":" in word or _NOT_A_PATH.search(word) or _REVISION.search(word):
         return None
     if word == "~" or word.startswith("~/"):
         return home + word[1:] if home else None
