@@ -35,13 +35,19 @@ PROJECTS = [("app", "/home/u/app"), ("lib", "/home/u/app/vendor/lib")]
         ("/home/u/application/x.py", None, "/home/u/application/x.py"),  # prefix ≠ inside
         ("/tmp/x.py", "/home/u/app", "/tmp/x.py"),
         ("notes.md", None, "notes.md"),
-        ("~/.claude/CLAUDE.md", "/home/u/app", "~/.claude/CLAUDE.md"),
     ],
 )
 def test_file_keys(path: str, cwd: str | None, key: str) -> None:
     entity = canonical_file(path, cwd, PROJECTS)
     assert entity is not None
     assert entity.key == key and entity.raw == path and entity.kind == "file"
+
+
+def test_a_tilde_is_expanded_with_the_home_or_names_no_file() -> None:
+    e = canonical_file("~/.claude/CLAUDE.md", "/home/u/app", PROJECTS, home="/home/u")
+    assert e is not None and (e.key, e.raw) == ("/home/u/.claude/CLAUDE.md", "~/.claude/CLAUDE.md")
+    assert canonical_file("~/.claude/CLAUDE.md", "/home/u/app", PROJECTS) is None
+    assert canonical_file("~bob/x.txt", "/home/u/app", PROJECTS, home="/home/u") is None
 
 
 def test_file_entity_keeps_project_and_name() -> None:

@@ -92,16 +92,21 @@ def canonical_file(
     projects: ProjectsLike | None = None,
     *,
     resolve_symlinks: bool = False,
+    home: str | None = None,
 ) -> Entity | None:
     """The file entity for ``path`` as seen from ``cwd``.
 
     Inside a watched project the key is ``"<project_id>:<path relative to the root>"`` (the same
     key the code indexer uses), otherwise the absolute normalised path. ``resolve_symlinks``
     follows symlinks for paths that exist on this machine (off by default: it is I/O).
+    ``~/…`` is expanded with ``home``; with no home known it names no file (None).
     """
     if not path or not path.strip():
         return None
     raw = path
+    path = expand_home(path, home)
+    if path is None:
+        return None
     abs_path = normalize_path(path, cwd)
     if resolve_symlinks and abs_path.startswith("/") and os.path.exists(abs_path):
         abs_path = os.path.realpath(abs_path)
@@ -111,6 +116,16 @@ def canonical_file(
         if rel is not None:
             return Entity(FILE, file_key(project.id, rel), raw, name, project.id)
     return Entity(FILE, abs_path, raw, name)
+
+
+def expand_home(path: str, home: str | None) -> str | None:
+    """``~`` and ``~/…`` with ``home``; None for those with no home known and for ``~user``
+    (another user's home is not known either); other paths as they are."""
+    if not path.startswith("~"):
+        return path
+    if home and (path == "~" or path.startswith("~/")):
+        return home + path[1:]
+    return None
 
 
 def _relative_to(path: str, root: str) -> str | None:
@@ -553,11 +568,9 @@ def _as_path(word: str, home: str | None) -> str | None:
     word = _LINE_SUFFIX.sub("", _NODE_ID.sub("", word))
     if not word or word == "-" or ":" in word or _NOT_A_PATH.search(word) or _REVISION.search(word):
         return None
-    if word == "~" or word.startswith("~/"):
-        return home + word[1:] if home else None
-    if word.startswith("~") or word.startswith(("/dev/", "/proc/")) or word == "/dev":
+    if word.startswith(("/dev/", "/proc/")) or word == "/dev":
         return None
-    return word
+    return expand_home(word, home)
 
 
 def _is_absolute(path: str) -> bool:

@@ -30,7 +30,6 @@ from typing import Any
 
 from workers.entities import (
     canonical_error,
-    canonical_file,
     canonical_tool,
     canonical_url,
 )
@@ -395,10 +394,10 @@ def targets_for(name: str, inp: dict[str, Any], cwd: str | None, em: Emitter) ->
     tool = canonical_tool(name).key
     if tool in _FILE_TOOLS:
         verb, field = _FILE_TOOLS[tool]
-        entity = canonical_file(_str(inp.get(field) or inp.get("file_path")), cwd, em.projects)
+        entity = em.file(_str(inp.get(field) or inp.get("file_path")), cwd)
         return [Target(verb, entity, _change_detail(tool, inp))] if entity else []
     if tool in _SEARCH_TOOLS:
-        entity = canonical_file(_str(inp.get("path")) or cwd, cwd, em.projects)
+        entity = em.file(_str(inp.get("path")) or cwd, cwd)
         detail = f"{tool} {inp.get('pattern') or ''}".strip()
         return [Target(READS, entity, detail)] if entity else []
     if tool == "bash":

@@ -40,7 +40,6 @@ from typing import Any
 from workers.entities import (
     Entity,
     canonical_error,
-    canonical_file,
     canonical_tool,
 )
 from workers.transcripts.lines import Line, decode_line
@@ -436,7 +435,7 @@ def _patch_files(patch: str, cwd: str | None, em: Emitter) -> list[tuple[str, En
         if not m:
             continue
         op, path = (m.group(1).lower(), m.group(2)) if m.group(1) else ("move", m.group(3))
-        entity = canonical_file(path, cwd, em.projects)
+        entity = em.file(path, cwd)
         if entity:
             out.append((op, entity))
     return out
@@ -610,7 +609,7 @@ def _patch_end(em: Emitter, p: dict[str, Any], ctx: _Ctx) -> None:
     for path, change in changes.items():
         op = _s(change.get("type")) if isinstance(change, dict) else "update"
         for raw in (path, change.get("move_path") if isinstance(change, dict) else None):
-            entity = canonical_file(_s(raw), ctx.cwd, em.projects) if raw else None
+            entity = em.file(_s(raw), ctx.cwd) if raw else None
             if entity:
                 targets.append(Target(MODIFIES, entity, op))
     ok = p.get("success") is not False

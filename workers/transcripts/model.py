@@ -60,6 +60,7 @@ from workers.entities import (
     ProjectsLike,
     as_projects,
     canonical_commands,
+    canonical_file,
     canonical_tool,
     files_in_command,
     guess_home,
@@ -502,6 +503,11 @@ class Emitter:
             if cwd == p.root or cwd.startswith(p.root.rstrip("/") + "/"):
                 return p.id
         return None
+
+    def file(self, path: str | None, cwd: str | None) -> Entity | None:
+        """The file entity a tool's path argument names, ``~`` expanded with the writer's home."""
+        home = self.source.home or guess_home(cwd)
+        return canonical_file(path, cwd, self.projects, home=home)
 
     def has_goal(self, session_id: str) -> bool:
         return bool(self.state.sessions.get(session_id, {}).get("has_goal"))
