@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import signal
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -398,7 +399,9 @@ def history(
         print(f"  goal: {_one_line(s['goal'])}")
         print("  did:  " + ", ".join(f"{k} ×{v}" for k, v in verbs.items()))
         for e in s["errors"]:
-            print(f"  error: {_one_line(e['error'])}")
+            times = f" (×{e['count']})" if e["count"] > 1 else ""
+            message = re.sub(r"(?i)^error:\s*", "", e["message"] or e["error"])
+            print(f"  error{times}: {_one_line(message)}")
     if doc["chunks"]:
         print("\ncurrent chunks:")
         for c in doc["chunks"]:

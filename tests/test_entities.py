@@ -185,7 +185,11 @@ def test_same_failure_twice_same_key_despite_numbers_paths_and_ids() -> None:
         "request 11111111-2222-4333-8444-555555555555 id cafebabe9876"
     )
     assert a.key == b.key and a.kind == "error"
-    assert a.raw.startswith("Exit code 1")
+    # raw: the line the failure was read from, as it appeared
+    assert a.raw == (
+        "Error: connect ECONNREFUSED 127.0.0.1:5432 at /srv/a/db.py:10 "
+        "request 3f2a9c1e-1b2c-4d5e-8f90-aabbccddeeff id deadbeef1234"
+    )
 
 
 def test_different_failures_differ() -> None:

@@ -97,7 +97,13 @@ def test_history_of_a_file(ingested: tuple[Path, dict]) -> None:
     last_edit = max(a["event_time"] for a in session["actions"] if a["verb"] == "MODIFIES")
     for action in session["actions"]:
         assert action["changed_since"] == (action["event_time"] < last_edit)
-    assert len(session["errors"]) == 19
+    # 19 failures, 14 distinct: each shown once, as it first appeared, with its count
+    errors = session["errors"]
+    assert (len(errors), sum(e["count"] for e in errors)) == (14, 19)
+    found = [e for e in errors if e["message"].startswith("Found 2 matches of the string")]
+    assert [e["count"] for e in found] == [3]
+    text = cli("history", RENDERER, "--data-dir", str(data)).stdout
+    assert "error: error:" not in text and "  error (×3): Found 2 matches of the string" in text
     assert doc["chunks"] == []  # not a watched project on this machine
 
 
@@ -119,6 +125,10 @@ def test_session_replay_and_subagent_link(ingested: tuple[Path, dict]) -> None:
         }
     ]
     assert len(doc["errors"]) == 5
+    triggered = [x["target"] for e in doc["events"] for x in e["edges"] if x["verb"] == "TRIGGERED"]
+    assert (
+        len(triggered) == 5 and "ValueError: Unable to determine which files to ship" in triggered
+    )
     child = json.loads(
         cli("session", f"{CB2}:agent-ea02459f", "--data-dir", str(data), "--json").stdout
     )

@@ -1013,11 +1013,13 @@ _MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
 
 @dataclass(frozen=True, slots=True)
 class ErrorSignature:
-    """What kind of failure a text describes: ``type`` and the masked ``message``."""
+    """What kind of failure a text describes: ``type`` and the masked ``message`` (its
+    identity); ``line``: the line they were read from, as it appeared (for display)."""
 
     type: str
     message: str
     exit_code: int | None = None
+    line: str = ""
 
     @property
     def key(self) -> str:
@@ -1036,38 +1038,39 @@ def error_signature(text: str, exit_code: int | None = None) -> ErrorSignature:
         exit_code = int(m.group(1)) if exit_code is None else exit_code
         clean = (clean[: m.start()] + clean[m.end() :]).strip()
     lines = [ln.strip() for ln in clean.splitlines() if ln.strip()]
-    etype, message = _classify(lines, exit_code)
+    etype, message, line = _classify(lines, exit_code)
     if etype == "error" and _TAGS.search(text or ""):
         etype = "tool_use_error"  # Claude Code's own validation of a tool call
-    return ErrorSignature(etype, mask(message)[:200], exit_code)
+    return ErrorSignature(etype, mask(message)[:200], exit_code, line[:500])
 
 
-def _classify(lines: list[str], exit_code: int | None) -> tuple[str, str]:
+def _classify(lines: list[str], exit_code: int | None) -> tuple[str, str, str]:
+    """(type, message, the line both come from)."""
     lines = [ln for ln in lines if not _WARNING.match(ln)] or lines
     for ln in lines:
         m = _CODED.search(ln)
         if m:
-            return m.group(1), m.group(2)
+            return m.group(1), m.group(2), ln
     for ln in reversed(lines):
         m = _EXCEPTION.match(ln)
         if m:
-            return m.group(1).rsplit(".", 1)[-1], m.group(2) or ""
+            return m.group(1).rsplit(".", 1)[-1], m.group(2) or "", ln
     for ln in lines:
         m = _PREFIXED.match(ln)
         if m and m.group(1) != "Traceback":
-            return m.group(1).lower().rstrip("!"), m.group(2)
+            return m.group(1).lower().rstrip("!"), m.group(2), ln
     for ln in reversed(lines):
         m = _PYTEST_SUMMARY.match(ln)
         if m:
-            return "pytest", m.group(1)
+            return "pytest", m.group(1), ln
     for ln in lines:
         if _HTTP_STATUS.search(ln):
-            return "http", ln
+            return "http", ln, ln
     for ln in lines:
         if _NOT_FOUND.search(ln):
-            return "not found", ln
+            return "not found", ln, ln
     fallback = "exit" if exit_code not in (None, 0) else "error"
-    return fallback, lines[0] if lines else ""
+    return fallback, lines[0] if lines else "", lines[0] if lines else ""
 
 
 def mask(message: str) -> str:
@@ -1088,7 +1091,8 @@ def _mask_part(text: str) -> str:
 
 
 def canonical_error(text: str, exit_code: int | None = None) -> Entity:
-    """The error entity for a failure (key = blake3 of type + masked message)."""
+    """The error entity for a failure (key = blake3 of type + masked message). ``raw`` is the
+    line the signature was read from, as it appeared (an alias: one per distinct wording)."""
     sig = error_signature(text, exit_code)
     name = f"{sig.type}: {sig.message}" if sig.message else sig.type
-    return Entity(ERROR, sig.key, (text or "")[:500], name[:200])
+    return Entity(ERROR, sig.key, sig.line or sig.type, name[:200])

@@ -668,7 +668,9 @@ class Emitter:
                 tool=call["tool"],
                 event_time=call.get("event_time"),
                 exit_code=exit_code,
-                message=self.safe(message, CAP_DETAIL),
+                # the failure as it appeared (the line its signature was read from), not the
+                # whole output: the memory holds that
+                message=error.raw or self.safe(message, CAP_DETAIL),
             )
         )
 
