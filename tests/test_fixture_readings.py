@@ -22,7 +22,11 @@ from workers.transcripts.model import Action, Denied, ParseResult, Source, Trigg
 
 FIXTURES = Path(__file__).parent / "fixtures" / "transcripts"
 TRANSCRIPTS = sorted(
-    [*FIXTURES.glob("claude-code/*/*.jsonl"), *FIXTURES.glob("codex/*.jsonl")],
+    [
+        *FIXTURES.glob("claude-code/*/*.jsonl"),
+        *FIXTURES.glob("codex/*.jsonl"),
+        *FIXTURES.glob("gemini/session-*.json"),
+    ],
     key=lambda p: p.name,
 )
 
@@ -132,12 +136,47 @@ def codex_reading(path: Path) -> Counter[str]:
     return +table
 
 
+GEMINI_VERBS = {
+    "read_file": "READS",
+    "read_many_files": "READS",
+    "list_directory": "READS",
+    "glob": "READS",
+    "search_file_content": "READS",
+    "write_file": "MODIFIES",
+    "replace": "MODIFIES",
+}
+
+
+def gemini_reading(path: Path) -> Counter[str]:
+    table: Counter[str] = Counter()
+    for message in json.loads(path.read_text())["messages"]:
+        for call in message.get("toolCalls") or ():
+            status = call["status"]
+            verb = GEMINI_VERBS.get(call["name"], "EXECUTES")
+            if status == "cancelled":
+                table["DENIED user_rejected"] += 1
+            elif status in ("success", "error"):
+                table[f"{verb} {'ok' if status == 'success' else 'error'}"] += 1
+                table["TRIGGERED"] += status == "error"
+    return +table
+
+
+def reading(path: Path) -> Counter[str]:
+    if "claude-code" in path.parts:
+        return claude_reading(path)
+    return codex_reading(path) if "codex" in path.parts else gemini_reading(path)
+
+
 # Where the two readings differ, and why (fixture name -> rows memoryd has minus rows the
 # independent reading has; negative = memoryd has fewer).
 EXPLAINED: dict[str, dict[str, int]] = {
     # The four BashOutput calls poll the background `uv tool install` Bash call: memoryd
     # settles that call with their status and gives them no edge of their own.
     "cb2e607c-c758-415a-8b45-c49e4631906a.jsonl": {"EXECUTES ok": -4},
+    # The chat holds no directory and its first five reads name relative paths: they name no
+    # file until a write_file result states an absolute path that hashes to the projectHash
+    # (tests/test_transcripts_gemini.py: with the project watched, all resolve).
+    "session-2026-01-16T11-01-file-ops-37b7abef.json": {"READS ok": -5},
     # Every other fixture agrees call for call. (Task calls make SPAWNED, counted by neither;
     # the denied `Read ~/.claude/CLAUDE.md` is DENIED on the Read tool, as no home is known.)
 }
@@ -146,7 +185,7 @@ EXPLAINED: dict[str, dict[str, int]] = {
 @pytest.mark.parametrize("path", TRANSCRIPTS, ids=lambda p: p.name[:12])
 def test_verbs_and_outcomes_match_an_independent_reading(path: Path) -> None:
     mine = memoryd_table(parse(path))
-    theirs = claude_reading(path) if "claude-code" in path.parts else codex_reading(path)
+    theirs = reading(path)
     diff = Counter(mine)
     diff.subtract(theirs)
     assert {k: v for k, v in diff.items() if v} == EXPLAINED.get(path.name, {})
@@ -190,5 +229,5 @@ def test_file_entities_are_the_hand_reviewed_ones(path: Path) -> None:
 def test_the_reviewed_list_covers_every_fixture_that_names_files() -> None:
     listed = set(expected_files())
     assert listed <= {str(p.relative_to(FIXTURES)) for p in TRANSCRIPTS}
-    assert len(listed) == 6  # 4e27c414 (a lone summary) names no file
-    assert sum(len(v) for v in expected_files().values()) == 63
+    assert len(listed) == 8  # 4e27c414 (a lone summary) names no file
+    assert sum(len(v) for v in expected_files().values()) == 63 + 7  # Claude, Codex + Gemini

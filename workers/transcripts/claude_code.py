@@ -188,7 +188,8 @@ def new_state() -> ParserState:
 def detect(head: bytes) -> bool:
     """Do these first bytes look like a Claude Code transcript?"""
     markers = (b'"sessionId"', b'"parentUuid"', b'"leafUuid"')
-    return any(m in head for m in markers) and b'"payload"' not in head[:300]
+    foreign = b'"payload"' in head[:300] or b'"projectHash"' in head  # Codex, Gemini
+    return any(m in head for m in markers) and not foreign
 
 
 def detect_path(path: str) -> bool:
