@@ -89,6 +89,7 @@ _REGISTRY: dict[str, str] = {
     "codex": "workers.transcripts.codex",
     "gemini": "workers.transcripts.gemini",  # before Claude Code: both write "sessionId"
     "claude-code": "workers.transcripts.claude_code",
+    "aider": "workers.transcripts.aider",
 }
 
 
