@@ -109,6 +109,7 @@ def test_the_home_comes_from_the_transcript_path_or_a_home_like_cwd() -> None:
     [
         ("git -C sub add f.py", [("name", "repo:sub/f.py")]),
         ("git -C /tmp/other diff -- a.py", [("name", "/tmp/other/a.py")]),
+        ("git -C ~/notes add todo.md", [("name", "/home/ann/notes/todo.md")]),
         ("cd sub && mkdir -p src/x", [("write", "repo:sub/src/x")]),
         (
             "cd sub; touch a.txt; cd ..; touch b.txt",

@@ -656,7 +656,7 @@ def _simple_uses(
             uses.extend(_shell_uses(_lex(script), cwd, home))
             return cwd
     if prog == "git":
-        _git_uses(args, cwd, uses)
+        _git_uses(args, cwd, home, uses)
     elif prog == "find":
         uses.extend((READ, a, cwd) for a in _find_roots(args))
     elif prog == "dd":
@@ -711,12 +711,13 @@ def _operand_uses(
             uses.append((kind, word, cwd))
 
 
-def _git_uses(args: list[str], cwd: str | None, uses: list[_Use]) -> None:
+def _git_uses(args: list[str], cwd: str | None, home: str | None, uses: list[_Use]) -> None:
     """`git [-C dir] sub …`: paths of the subcommands that take them; refs are not files."""
     i = 0
     while i < len(args) and args[i].startswith("-"):
         if args[i] == "-C" and i + 1 < len(args):
-            cwd = normalize_path(args[i + 1], cwd)
+            where = _as_path(args[i + 1], home)
+            cwd = normalize_path(where, cwd) if where else None
         i += 1 + _GIT_GLOBAL.get(args[i], 0)
     if i >= len(args):
         return
