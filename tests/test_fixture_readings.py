@@ -45,7 +45,7 @@ def memoryd_table(result: ParseResult) -> Counter[str]:
     shell command line implies: those are checked against expected-files.tsv)."""
     seen: set[tuple[str, str]] = set()
     for e in result.events:
-        if isinstance(e, Action) and not e.via:
+        if isinstance(e, Action) and e.via == "tool":
             seen.add((e.memory_id, f"{e.verb} {e.outcome}"))
         elif isinstance(e, Denied):
             seen.add((e.memory_id, f"DENIED {e.reason}"))
@@ -215,7 +215,11 @@ def memoryd_files(result: ParseResult) -> dict[str, str]:
     verbs: dict[str, set[str]] = {}
     for e in result.events:
         if isinstance(e, Action | Denied) and e.entity.kind == "file":
-            verb = e.verb + ("/shell" if e.via else "") if isinstance(e, Action) else "DENIED"
+            verb = (
+                e.verb + ("/shell" if e.via == "shell" else "")
+                if isinstance(e, Action)
+                else "DENIED"
+            )
             verbs.setdefault(e.entity.key, set()).add(verb)
     return {key: " ".join(sorted(v)) for key, v in verbs.items()}
 

@@ -216,9 +216,9 @@ def test_a_bash_call_reads_modifies_and_mentions_via_shell() -> None:
         (a.verb, a.entity.key, a.via, a.outcome) for a in r.events if isinstance(a, Action)
     )
     assert edges == [
-        ("EXECUTES", "cat", "", "ok"),
-        ("EXECUTES", "pytest", "", "ok"),
-        ("EXECUTES", "rm", "", "ok"),
+        ("EXECUTES", "cat", "tool", "ok"),
+        ("EXECUTES", "pytest", "tool", "ok"),
+        ("EXECUTES", "rm", "tool", "ok"),
         ("MENTIONS", "repo:tests", "shell", "ok"),
         ("MODIFIES", "repo:build", "shell", "ok"),
         ("READS", "repo:setup.cfg", "shell", "ok"),
@@ -229,7 +229,7 @@ def test_a_bash_call_reads_modifies_and_mentions_via_shell() -> None:
         (_entity_key("file", "repo:build"), "shell")
     ]
     assert len(tables["edge_reads"]) == 1 and len(tables["edge_mentions"]) == 1
-    assert all("via" not in e for e in tables["edge_executes"])
+    assert {e["via"] for e in tables["edge_executes"]} == {"tool"}
 
 
 def _entity_key(kind: str, key: str) -> str:

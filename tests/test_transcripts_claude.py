@@ -66,7 +66,7 @@ def kinds(result: ParseResult) -> dict[str, int]:
 
 
 def edges(
-    result: ParseResult, verb: str, outcome: str | None = None, via: str = ""
+    result: ParseResult, verb: str, outcome: str | None = None, via: str = "tool"
 ) -> Counter[str]:
     """Verb edges by target; ``via="shell"`` for those read off shell command lines."""
     return Counter(

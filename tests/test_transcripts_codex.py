@@ -46,7 +46,7 @@ def of(result: ParseResult, cls: type) -> list[Any]:
 
 
 def edges(
-    result: ParseResult, verb: str, outcome: str | None = None, via: str = ""
+    result: ParseResult, verb: str, outcome: str | None = None, via: str = "tool"
 ) -> Counter[str]:
     """Verb edges by target; ``via="shell"`` for those read off shell command lines."""
     return Counter(

@@ -211,7 +211,7 @@ def test_a_failed_and_a_cancelled_call() -> None:
     calls[1]["status"] = "cancelled"
     r = parse_bytes(b"\n".join(json.dumps(x).encode() for x in (meta, message)) + b"\n")
     assert sorted((a.verb, a.entity.key, a.outcome, a.via) for a in of(r, Action)) == [
-        ("EXECUTES", "cat", "error", ""),
+        ("EXECUTES", "cat", "error", "tool"),
         ("MODIFIES", "/tmp/h.txt", "error", "shell"),
         ("READS", "/etc/hostname", "error", "shell"),
     ]

@@ -106,7 +106,7 @@ def _verb_edge(event: Action | Triggered | Denied) -> tuple[str, Entity, dict[st
     """The edge table, target entity and edge-specific fields of a tool call's outcome."""
     if isinstance(event, Action):
         fields = {"outcome": event.outcome, "exit_code": event.exit_code, "detail": event.detail}
-        fields["via"] = event.via  # tool, or shell: read off a command line
+        fields["via"] = event.via  # vocabulary.VIA_TOOL, or VIA_SHELL: read off a command line
         return vocabulary.edge(event.verb).table, event.entity, fields
     if isinstance(event, Triggered):
         return (

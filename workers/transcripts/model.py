@@ -15,8 +15,9 @@ A parser is fed complete lines from a stored byte offset and returns a :class:`P
       tool-call memory to an :class:`~workers.entities.Entity` (file, command, url, tool).
       Emitted once the call's outcome is known (``"ok"``/``"error"``), so it never needs
       retracting. ``outcome`` is what the agent reported: a pipeline's exit status is its last
-      command's. Edges a shell command line implies (``cat f`` READS f, ``> f`` MODIFIES f,
-      ``pytest f`` MENTIONS f) carry ``via="shell"``.
+      command's. ``via`` says where the access was seen: ``"tool"`` (the agent's own tool:
+      Read, Edit, apply_patch, Bash for EXECUTES) or ``"shell"`` for the edges a shell command
+      line implies (``cat f`` READS f, ``> f`` MODIFIES f, ``pytest f`` MENTIONS f).
     - :class:`Triggered`: a failed call → an error entity (signature key).
     - :class:`Denied`: a call the user rejected or a permission rule blocked → its target. Not a
       failure and not a verb edge: a denied call gets no READS/MODIFIES/EXECUTES.
@@ -204,7 +205,8 @@ class Action:
     outcome: str  # ok | error (| pending, only in ParseResult.pending)
     exit_code: int | None = None
     detail: str = ""  # the command line, or what the change was
-    via: str = ""  # SHELL when a shell command line, not a file tool, showed the access
+    # where the access was seen: the agent's own tool, or (SHELL) a shell command line
+    via: str = vocabulary.VIA_TOOL
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,7 +271,7 @@ class Target:
     verb: str
     entity: Entity
     detail: str = ""
-    via: str = ""
+    via: str = vocabulary.VIA_TOOL
 
 
 def shell_targets(command: str | Sequence[str], cwd: str | None, source: Source) -> list[Target]:
@@ -410,7 +412,12 @@ def _target_json(t: Target) -> dict[str, Any]:
 
 def _targets_from_json(items: list[dict[str, Any]]) -> list[Target]:
     return [
-        Target(t["verb"], Entity(**t["entity"]), t.get("detail", ""), t.get("via", ""))
+        Target(
+            t["verb"],
+            Entity(**t["entity"]),
+            t.get("detail", ""),
+            t.get("via") or vocabulary.VIA_TOOL,
+        )
         for t in items
     ]
 
