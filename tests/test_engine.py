@@ -8,7 +8,7 @@ from memoryd import jobs, queue
 from memoryd.runtime import Runtime
 from memoryd.store import connection as engine
 from tests.conftest import settings_for
-from tests.test_ingest import S37
+from tests.fixtures import S37
 
 
 async def test_reopening_under_load_loses_nothing(data_dir: Path) -> None:

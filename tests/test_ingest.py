@@ -21,13 +21,9 @@ import zstandard
 from memoryd import jobs, projects, queue
 from memoryd.runtime import Runtime
 from tests.conftest import MEMORYD, git_init
+from tests.fixtures import CLAUDE, CODEX, S37, SMALL
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "transcripts"
-CLAUDE = FIXTURES / "claude-code"
-LOG_SAMPLE = CLAUDE / "-Users-dain-workspace-claude-code-log-sample"
-S37 = LOG_SAMPLE / "37f83ec9-f2ea-42a9-925e-0d5c105cb6e8.jsonl"
 CB2 = "cb2e607c-c758-415a-8b45-c49e4631906a"
-SMALL = CLAUDE / "-src-experiments-claude_p" / "2b4ed4c0-b905-41de-9238-273db3ec737a.jsonl"
 RENDERER = "/Users/dain/workspace/claude-code-log/claude_code_log/renderer.py"
 
 
@@ -43,7 +39,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 def ingested() -> Iterator[tuple[Path, dict]]:
     """All Claude Code and Codex fixtures, ingested once with `memoryd ingest`."""
     data = Path(tempfile.mkdtemp(prefix="md-", dir="/tmp"))
-    done = cli("ingest", str(CLAUDE), str(FIXTURES / "codex"), "--data-dir", str(data), "--json")
+    done = cli("ingest", str(CLAUDE), str(CODEX), "--data-dir", str(data), "--json")
     yield data, json.loads(done.stdout)
     shutil.rmtree(data, ignore_errors=True)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from memoryd import jobs, queue
 from memoryd.runtime import Runtime
-from tests.test_ingest import SMALL
+from tests.fixtures import SMALL
 
 
 async def _memories(rt: Runtime) -> dict[str, dict]:

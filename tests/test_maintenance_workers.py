@@ -268,7 +268,7 @@ async def test_a_reembed_killed_half_way_leaves_a_consistent_database_and_the_ne
     from memoryd.config import DEFAULT_MODEL
     from memoryd.embedding import CLS_MODEL, Embedder
     from memoryd.store import VECTOR_TABLES
-    from tests.test_ingest import SMALL
+    from tests.fixtures import SMALL
     from workers.ingest import EMBED_CHARS
 
     # Built with the default model.

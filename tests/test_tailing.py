@@ -18,17 +18,9 @@ from memoryd import queue
 from memoryd.runtime import Runtime
 from memoryd.store import Store
 from tests.conftest import MEMORYD
+from tests.fixtures import BIG_LINE
 
-FIXTURE = (
-    Path(__file__).resolve().parents[2]
-    / "shared"
-    / "fixtures"
-    / "transcripts"
-    / "claude-code"
-    / "-Users-dain-workspace-claude-code-log-sample"
-    / "0d3a8e6f-290f-4105-a327-a2496e5e2a83.jsonl"
-)
-SESSION = FIXTURE.stem
+SESSION = BIG_LINE.stem
 # Fields that record when memoryd did something, not what the transcript says.
 VOLATILE = {"ingestion_time", "updated_at", "valid_from", "embedding", "applied_at", "id"}
 COMPARED = (
@@ -91,7 +83,7 @@ async def test_tailing_with_kills_equals_one_shot(
     transcripts.mkdir()
     target = transcripts / f"{SESSION}.jsonl"
     target.write_bytes(b"")
-    payload = FIXTURE.read_bytes()
+    payload = BIG_LINE.read_bytes()
     rng = random.Random(20261121)
     # Random cut points, many of them inside lines (and inside the 1 MB line).
     cuts = [*sorted(rng.sample(range(1, len(payload)), 24)), len(payload)]
