@@ -18,6 +18,7 @@ import pytest_asyncio
 
 import workers.indexing
 from memoryd import jobs, projects, queue
+from memoryd.embedding import Embedder
 from memoryd.projects import Project
 from memoryd.runtime import Runtime
 from memoryd.watch.repos import RepoWatcher
@@ -344,7 +345,7 @@ async def wait_status(job: Any, status: str, timeout: float = 30) -> None:
 
 
 async def test_restart_reconciles_without_reading_unchanged_files(
-    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, embedder: Embedder
 ) -> None:
     from tests.conftest import settings_for
 
@@ -357,7 +358,7 @@ async def test_restart_reconciles_without_reading_unchanged_files(
     project = projects.resolve(root)
 
     async def run_once() -> tuple[Runtime, RepoWatcher]:
-        rt = Runtime(settings_for(data_dir))
+        rt = Runtime(settings_for(data_dir), embedder)
         await rt.start_queue(exclusive=True)
         await rt.serve()
         assert rt.redis is not None
