@@ -30,10 +30,18 @@ def site_package(name: str) -> Path:
     return Path(module.__file__).parent
 
 
-@pytest.fixture
-def data_dir() -> Iterator[Path]:
-    # Short path under /tmp: the Redis unix socket path must stay under 108 bytes.
+@pytest.fixture(scope="session")
+def short_tmp() -> Iterator[Path]:
+    """The session's folder for data dirs, removed at its end (with anything a killed process
+    left behind). Short, under /tmp: the Redis unix socket path must stay under 108 bytes."""
     path = Path(tempfile.mkdtemp(prefix="md-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def data_dir(short_tmp: Path) -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(dir=short_tmp))
     yield path
     shutil.rmtree(path, ignore_errors=True)
 

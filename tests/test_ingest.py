@@ -36,9 +36,9 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def ingested() -> Iterator[tuple[Path, dict]]:
+def ingested(short_tmp: Path) -> Iterator[tuple[Path, dict]]:
     """All Claude Code and Codex fixtures, ingested once with `memoryd ingest`."""
-    data = Path(tempfile.mkdtemp(prefix="md-", dir="/tmp"))
+    data = Path(tempfile.mkdtemp(dir=short_tmp))
     done = cli("ingest", str(CLAUDE), str(CODEX), "--data-dir", str(data), "--json")
     yield data, json.loads(done.stdout)
     shutil.rmtree(data, ignore_errors=True)
