@@ -17,6 +17,8 @@ from memoryd import queue
 from memoryd.embedded import socket_alive
 from tests.conftest import MEMORYD, wait_for_workers
 
+pytestmark = pytest.mark.e2e
+
 
 def memoryd(
     *args: str, env: dict[str, str] | None = None, timeout: float = 300

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from memoryd import jobs, queue
 from memoryd.embedding import Embedder
 from memoryd.runtime import Runtime
@@ -12,6 +14,7 @@ from tests.conftest import settings_for
 from tests.fixtures import S37
 
 
+@pytest.mark.e2e
 async def test_reopening_under_load_loses_nothing(data_dir: Path, embedder: Embedder) -> None:
     rt = Runtime(settings_for(data_dir, transcripts=[]), embedder)
     try:

@@ -44,6 +44,7 @@ def ingested(short_tmp: Path) -> Iterator[tuple[Path, dict]]:
     shutil.rmtree(data, ignore_errors=True)
 
 
+@pytest.mark.e2e
 def test_ingest_report_has_the_exact_counts(ingested: tuple[Path, dict]) -> None:
     _, totals = ingested
     by_name = {Path(r["path"]).name: r for r in totals["reports"]}
@@ -68,6 +69,7 @@ def test_ingest_report_has_the_exact_counts(ingested: tuple[Path, dict]) -> None
     assert totals["memories"] == 696
 
 
+@pytest.mark.e2e
 def test_history_of_a_file(ingested: tuple[Path, dict]) -> None:
     data, _ = ingested
     doc = json.loads(cli("history", RENDERER, "--data-dir", str(data), "--json").stdout)
@@ -96,6 +98,7 @@ def test_history_of_a_file(ingested: tuple[Path, dict]) -> None:
     assert doc["chunks"] == []  # not a watched project on this machine
 
 
+@pytest.mark.e2e
 def test_session_replay_and_subagent_link(ingested: tuple[Path, dict]) -> None:
     data, _ = ingested
     doc = json.loads(cli("session", "cb2e607c", "--data-dir", str(data), "--json").stdout)
@@ -121,6 +124,7 @@ def test_session_replay_and_subagent_link(ingested: tuple[Path, dict]) -> None:
     assert sum(1 for e in child["events"] for x in e["edges"] if x["verb"] == "READS") == 13
 
 
+@pytest.mark.e2e
 def test_search_memories_and_goals(ingested: tuple[Path, dict]) -> None:
     data, _ = ingested
     goals = json.loads(
@@ -153,6 +157,7 @@ def test_search_memories_and_goals(ingested: tuple[Path, dict]) -> None:
     assert "No PR found" in top["text"]
 
 
+@pytest.mark.e2e
 def test_reingest_and_replaced_file_change_nothing(
     ingested: tuple[Path, dict], tmp_path: Path
 ) -> None:
@@ -169,6 +174,7 @@ def test_reingest_and_replaced_file_change_nothing(
     assert after == before
 
 
+@pytest.mark.e2e
 async def test_agent_edits_join_the_indexed_code(stack: Runtime, tmp_path: Path) -> None:
     """The product's point: a session's edits and the file's current chunks, one hop apart."""
     repo = tmp_path / "claude-code-log"

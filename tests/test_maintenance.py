@@ -7,6 +7,8 @@ import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from memoryd import jobs, queue
 from memoryd.embedding import Embedder
 from memoryd.runtime import Runtime
@@ -91,6 +93,7 @@ async def test_decay_pin_access_and_prune(stack: Runtime, tmp_path: Path) -> Non
     assert info["maintenance"]["prune"]["result"]["deleted"]["memory"] == len(expected_gone)
 
 
+@pytest.mark.e2e
 async def test_switching_model_reembeds_everything(
     data_dir: Path, arq_tree: Path, tmp_path: Path, embedder: Embedder
 ) -> None:
@@ -190,6 +193,7 @@ async def test_decay_counts_a_time_in_the_future_as_age_zero(
     assert pruned["deleted"]["memory"] == 0 and pruned["deleted"]["code_chunk"] == 0
 
 
+@pytest.mark.e2e
 async def test_prune_dry_run_counts_all_that_would_go_not_one_batch(
     data_dir: Path, arq_tree: Path, tmp_path: Path, embedder: Embedder
 ) -> None:
@@ -271,6 +275,7 @@ async def _models(rt: Runtime) -> dict[str, dict[str | None, int]]:
     }
 
 
+@pytest.mark.e2e
 async def test_a_model_of_another_dimension_rebuilds_the_indexes_and_reembeds(
     data_dir: Path, arq_tree: Path, tmp_path: Path, embedder: Embedder
 ) -> None:

@@ -78,6 +78,7 @@ def test_schedule_config_keeps_defaults_and_refuses_nonsense(
         load_settings()
 
 
+@pytest.mark.e2e
 async def test_two_worker_processes_run_each_scheduled_slot_once(tmp_path: Path) -> None:
     """Both workers schedule decay every 2 seconds on one Redis. Each writes to its own
     embedded database (no SurrealDB server can be had here), so each run is recorded where it
@@ -262,6 +263,7 @@ async def _next_start_finishes(
         await rt.close()
 
 
+@pytest.mark.e2e
 async def test_a_reembed_killed_half_way_leaves_a_consistent_database_and_the_next_run_finishes(
     data_dir: Path, arq_tree: Path, tmp_path: Path, embedder: Embedder
 ) -> None:
@@ -330,6 +332,7 @@ async def test_a_reembed_killed_half_way_leaves_a_consistent_database_and_the_ne
         assert np.allclose(final[key][1], vector, atol=1e-5), key
 
 
+@pytest.mark.e2e
 async def test_a_prune_killed_half_way_leaves_no_dangling_edge_and_the_next_run_finishes(
     data_dir: Path, arq_tree: Path, tmp_path: Path, embedder: Embedder
 ) -> None:

@@ -22,6 +22,8 @@ from memoryd.store import Store
 from tests.conftest import MEMORYD
 from tests.fixtures import BIG_LINE
 
+pytestmark = pytest.mark.e2e
+
 SESSION = BIG_LINE.stem
 # Fields that record when memoryd did something, not what the transcript says.
 VOLATILE = {"ingestion_time", "updated_at", "valid_from", "embedding", "applied_at", "id"}

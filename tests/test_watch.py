@@ -230,6 +230,7 @@ async def test_edits_creates_deletes_renames_end_in_the_exact_state(
     assert set(index) == {*IGNORES, "README.md", "app/generated_schema.py"}
 
 
+@pytest.mark.e2e
 async def test_branch_switch_of_many_files_is_a_few_jobs_and_exact(
     stack: Runtime, tmp_path: Path
 ) -> None:
@@ -425,6 +426,7 @@ async def test_lost_events_lead_to_a_full_sync(
     assert (await _search(stack, "words joined by tildes", 1))[0]["path"] == "lib/strings.py"
 
 
+@pytest.mark.e2e
 def test_the_daemon_follows_a_branch_switch(data_dir: Path, tmp_path: Path) -> None:
     """`memoryd run` as a user starts it, `memoryd search` as a user runs it; after the branch
     switch the index is compared with the disk exactly, with the daemon stopped."""
