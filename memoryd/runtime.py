@@ -35,12 +35,15 @@ log = logging.getLogger(__name__)
 
 
 class Runtime:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, embedder: Embedder | None = None) -> None:
+        """`embedder`: a model already loaded (the tests share one); `serve` loads it otherwise."""
+        if embedder is not None and embedder.model != settings.model:
+            raise ValueError(f"embedder runs {embedder.model}, settings say {settings.model}")
         self.settings = settings
         self.redis_service: EmbeddedRedis | None = None
         self.redis: ArqRedis | None = None
         self.store: Store | None = None
-        self.embedder: Embedder | None = None
+        self.embedder = embedder
         self.workers: list[Worker] = []
         self._tasks: list[asyncio.Task[Any]] = []
         self._daemon_lock: HeldLock | None = None
@@ -91,9 +94,10 @@ class Runtime:
             s.surreal_password,
             reopen_bytes=s.db_reopen_mb << 20,
         )
-        self.embedder = await asyncio.to_thread(
-            Embedder, s.model, s.data_dir / "models", s.embed_batch_size
-        )
+        if self.embedder is None:
+            self.embedder = await asyncio.to_thread(
+                Embedder, s.model, s.data_dir / "models", s.embed_batch_size
+            )
         metrics.instrument_embedder(self.embedder)  # embed throughput; counting costs ~nothing
         applied = await migrate(self.store, self.embedder.dim, s.data_dir / "backups")
         if applied:

@@ -21,13 +21,9 @@ import zstandard
 from memoryd import jobs, projects, queue
 from memoryd.runtime import Runtime
 from tests.conftest import MEMORYD, git_init
+from tests.fixtures import CLAUDE, CODEX, S37, SMALL
 
-FIXTURES = Path(__file__).parent / "fixtures" / "transcripts"
-CLAUDE = FIXTURES / "claude-code"
-LOG_SAMPLE = CLAUDE / "-Users-dain-workspace-claude-code-log-sample"
-S37 = LOG_SAMPLE / "37f83ec9-f2ea-42a9-925e-0d5c105cb6e8.jsonl"
 CB2 = "cb2e607c-c758-415a-8b45-c49e4631906a"
-SMALL = CLAUDE / "-src-experiments-claude_p" / "2b4ed4c0-b905-41de-9238-273db3ec737a.jsonl"
 RENDERER = "/Users/dain/workspace/claude-code-log/claude_code_log/renderer.py"
 
 
@@ -40,14 +36,15 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def ingested() -> Iterator[tuple[Path, dict]]:
+def ingested(short_tmp: Path) -> Iterator[tuple[Path, dict]]:
     """All Claude Code and Codex fixtures, ingested once with `memoryd ingest`."""
-    data = Path(tempfile.mkdtemp(prefix="md-", dir="/tmp"))
-    done = cli("ingest", str(CLAUDE), str(FIXTURES / "codex"), "--data-dir", str(data), "--json")
+    data = Path(tempfile.mkdtemp(dir=short_tmp))
+    done = cli("ingest", str(CLAUDE), str(CODEX), "--data-dir", str(data), "--json")
     yield data, json.loads(done.stdout)
     shutil.rmtree(data, ignore_errors=True)
 
 
+@pytest.mark.e2e
 def test_ingest_report_has_the_exact_counts(ingested: tuple[Path, dict]) -> None:
     _, totals = ingested
     by_name = {Path(r["path"]).name: r for r in totals["reports"]}
@@ -72,6 +69,7 @@ def test_ingest_report_has_the_exact_counts(ingested: tuple[Path, dict]) -> None
     assert totals["memories"] == 696
 
 
+@pytest.mark.e2e
 def test_history_of_a_file(ingested: tuple[Path, dict]) -> None:
     data, _ = ingested
     doc = json.loads(cli("history", RENDERER, "--data-dir", str(data), "--json").stdout)
@@ -107,6 +105,7 @@ def test_history_of_a_file(ingested: tuple[Path, dict]) -> None:
     assert doc["chunks"] == []  # not a watched project on this machine
 
 
+@pytest.mark.e2e
 def test_session_replay_and_subagent_link(ingested: tuple[Path, dict]) -> None:
     data, _ = ingested
     doc = json.loads(cli("session", "cb2e607c", "--data-dir", str(data), "--json").stdout)
@@ -137,6 +136,7 @@ def test_session_replay_and_subagent_link(ingested: tuple[Path, dict]) -> None:
     assert sum(1 for e in child["events"] for x in e["edges"] if x["verb"] == "READS") == 14
 
 
+@pytest.mark.e2e
 def test_search_memories_and_goals(ingested: tuple[Path, dict]) -> None:
     data, _ = ingested
     goals = json.loads(
@@ -169,6 +169,7 @@ def test_search_memories_and_goals(ingested: tuple[Path, dict]) -> None:
     assert "No PR found" in top["text"]
 
 
+@pytest.mark.e2e
 def test_reingest_and_replaced_file_change_nothing(
     ingested: tuple[Path, dict], tmp_path: Path
 ) -> None:
@@ -185,6 +186,7 @@ def test_reingest_and_replaced_file_change_nothing(
     assert after == before
 
 
+@pytest.mark.e2e
 async def test_agent_edits_join_the_indexed_code(stack: Runtime, tmp_path: Path) -> None:
     """The product's point: a session's edits and the file's current chunks, one hop apart."""
     repo = tmp_path / "claude-code-log"

@@ -44,6 +44,7 @@ async def _rename_chunk_types(store: Store) -> None:
     await store.query("UPDATE code_chunk SET chunk_type = 'renamed' WHERE chunk_type = 'block'")
 
 
+@pytest.mark.e2e
 async def test_a_data_step_runs_once_after_a_backup(stack: Runtime, arq_tree: Path) -> None:
     store = await _indexed(stack, arq_tree)
     counts = await store.table_counts()
@@ -83,6 +84,7 @@ async def test_a_data_step_runs_once_after_a_backup(stack: Runtime, arq_tree: Pa
     assert len(list(backups.iterdir())) == 1
 
 
+@pytest.mark.e2e
 async def test_a_step_that_loses_rows_is_stopped_and_not_recorded(
     stack: Runtime, arq_tree: Path
 ) -> None:

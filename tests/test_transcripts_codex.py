@@ -11,11 +11,11 @@ import dataclasses
 import json
 import random
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.fixtures import CODEX_ROLLOUT
 from workers.transcripts import ParserState, detect_agent, parser_for
 from workers.transcripts import codex as cx
 from workers.transcripts.lines import split_lines
@@ -30,13 +30,14 @@ from workers.transcripts.model import (
     Triggered,
 )
 
-FIXTURE = next(Path("/work/shared/fixtures/transcripts/codex").glob("rollout-*.jsonl"))
 SESSION = "019e1625-789d-76c0-80ab-3724b5ddb799"
 REPO = "/Users/Sample_User/repos/codemie-ai/codemie-code"
 PROJECTS = [("codemie", REPO)]
 
 
-def parse_bytes(data: bytes, path: str = str(FIXTURE), projects: Any = PROJECTS) -> ParseResult:
+def parse_bytes(
+    data: bytes, path: str = str(CODEX_ROLLOUT), projects: Any = PROJECTS
+) -> ParseResult:
     lines, _ = split_lines(data, 0)
     return cx.parse(lines, None, Source.of(path, projects))
 
@@ -58,14 +59,14 @@ def edges(
 
 @pytest.fixture(scope="module")
 def rollout() -> ParseResult:
-    return parse_bytes(FIXTURE.read_bytes())
+    return parse_bytes(CODEX_ROLLOUT.read_bytes())
 
 
 # --- the real rollout --------------------------------------------------------------------------
 
 
 def test_detected_as_codex() -> None:
-    assert detect_agent(FIXTURE.read_bytes()[:4096], str(FIXTURE)) == "codex"
+    assert detect_agent(CODEX_ROLLOUT.read_bytes()[:4096], str(CODEX_ROLLOUT)) == "codex"
     assert parser_for("codex") is cx
     assert detect_agent(b"", "/h/.codex/sessions/2026/01/01/rollout-x.jsonl") == "codex"
     assert detect_agent(b"", "/h/.claude/projects/-w/abc.jsonl") == "claude-code"
@@ -171,7 +172,7 @@ def parse_in_batches(data: bytes, rng: random.Random) -> list[Event]:
             size *= 2
             continue
         restored = ParserState.from_json(json.loads(json.dumps(state))) if state else None
-        result = cx.parse(lines, restored, Source.of(str(FIXTURE), PROJECTS))
+        result = cx.parse(lines, restored, Source.of(str(CODEX_ROLLOUT), PROJECTS))
         events.extend(result.events)
         state = result.state.to_json()
         offset, size = next_offset, rng.randint(1, 60_000)
@@ -180,14 +181,14 @@ def parse_in_batches(data: bytes, rng: random.Random) -> list[Event]:
 
 @pytest.mark.parametrize("seed", range(4))
 def test_random_byte_batches_give_the_same_events(rollout: ParseResult, seed: int) -> None:
-    assert parse_in_batches(FIXTURE.read_bytes(), random.Random(seed)) == list(rollout.events)
+    assert parse_in_batches(CODEX_ROLLOUT.read_bytes(), random.Random(seed)) == list(rollout.events)
 
 
 # --- damaged lines and secrets -----------------------------------------------------------------
 
 
 def _records() -> list[dict[str, Any]]:
-    return [json.loads(line) for line in FIXTURE.read_bytes().splitlines()]
+    return [json.loads(line) for line in CODEX_ROLLOUT.read_bytes().splitlines()]
 
 
 def test_bad_lines_are_skipped_with_reasons(rollout: ParseResult) -> None:
