@@ -100,10 +100,12 @@ def default_data_dir() -> Path:
 
 
 def default_transcripts() -> list[Path]:
-    """Where Claude Code and Codex CLI write their transcripts (honouring their env vars)."""
+    """Where Claude Code, Codex CLI and Gemini CLI write their transcripts (honouring their env
+    vars). aider writes its log into the repository it works in: watched repositories only."""
     claude = Path(os.environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude") / "projects"
     codex = Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex") / "sessions"
-    return [claude, codex]
+    gemini = Path(os.environ.get("GEMINI_CLI_HOME") or Path.home()) / ".gemini" / "tmp"
+    return [claude, codex, gemini]
 
 
 def config_file() -> Path:

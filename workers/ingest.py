@@ -22,6 +22,7 @@ import zstandard
 from memoryd import queue, vocabulary
 from memoryd.ids import entity_id
 from memoryd.store import Ref
+from memoryd.watch.transcripts import rewritten_whole
 from workers.context import JobContext
 from workers.entities import Entity
 from workers.transcripts import (
@@ -334,7 +335,14 @@ async def _ingest(ctx: JobContext, path: str) -> IngestReport:
         return report
     compressed = path.endswith(".zst")
     offset, saved = 0, None
-    if cursor is not None:
+    if cursor is not None and rewritten_whole(path):
+        # Rewritten in place on every update: read again from the start whenever its size
+        # moved, with the kept parser state, which knows what was already emitted.
+        if cursor["size"] == info.st_size:
+            report.note = "up to date"
+            return report
+        saved = cursor.get("state")
+    elif cursor is not None:
         # An archive's offset counts decompressed bytes: it is the same file if unchanged.
         size = info.st_size
         continues = cursor["size"] == size if compressed else cursor["offset"] <= size
