@@ -99,7 +99,7 @@ class Runtime:
                 Embedder, s.model, s.data_dir / "models", s.embed_batch_size
             )
         metrics.instrument_embedder(self.embedder)  # embed throughput; counting costs ~nothing
-        applied = await migrate(self.store, self.embedder.dim, s.data_dir / "backups")
+        applied = await migrate(self.store, s, self.embedder.dim, s.data_dir / "backups")
         if applied:
             log.info("schema applied: %s", ", ".join(applied))
         # Imported here: memoryd depends on workers only where it starts one.

@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from memoryd.migrate import migrate
+from memoryd.config import Settings
+from memoryd.migrate import DATA_STEPS, migrate
 from memoryd.runtime import Runtime
 from memoryd.store import SCHEMA_DIR, Store
 
@@ -15,11 +16,12 @@ ROOT = Path(__file__).resolve().parent.parent
 async def test_applying_the_schema_twice_changes_nothing(data_dir: Path) -> None:
     store = await Store.open(f"surrealkv://{data_dir / 'db'}", "memoryd", "memory")
     try:
-        first = await migrate(store, 384, None)
-        assert first == sorted(p.name for p in SCHEMA_DIR.glob("*.surql"))
+        first = await migrate(store, Settings(), 384, None)
+        files = [p.name for p in SCHEMA_DIR.glob("*.surql")]
+        assert first == sorted([*files, *(step.step for step in DATA_STEPS)])
         info = (await store.query("INFO FOR DB"))[0]
         versions = (await store.dump())["schema_version"]
-        assert await migrate(store, 384, None) == []
+        assert await migrate(store, Settings(), 384, None) == []
         assert (await store.query("INFO FOR DB"))[0] == info
         assert (await store.dump())["schema_version"] == versions
     finally:
