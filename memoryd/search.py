@@ -10,6 +10,7 @@ from typing import Any
 from memoryd.embedding import Embedder
 from memoryd.errors import InvalidRequest, NotFound
 from memoryd.results import SearchResult
+from memoryd.searchindex import keywords
 from memoryd.store import Store, key_of
 
 
@@ -33,21 +34,6 @@ KINDS = {
 }
 # Characters of a memory or goal shown in a result.
 SNIPPET_CHARS = 160
-# English function words: in an OR query each one matches most rows, and the full-text scan
-# costs time per matching row (7x on a question like "how do we retry the connection").
-_STOPWORDS = frozenset(
-    "a about an and are as at be been but by can could did do does for from had has have how "
-    "i if in into is it its me my no not of on or our so than that the their them then there "
-    "these they this those to us was we were what when where which while who why will with "
-    "would you your".split()
-)
-
-
-def keywords(query: str) -> str:
-    """The query for BM25: its words minus function words (all of them if nothing is left)."""
-    words = query.split()
-    kept = [w for w in words if w.lower().strip("?!.,;:'\"") not in _STOPWORDS]
-    return " ".join(kept or words)
 
 
 async def resolve_project(store: Store, given: str) -> str:
