@@ -24,10 +24,10 @@ from typing import Any
 import blake3
 import numpy as np
 
-from .kinds import PRIORS, SEARCH_KINDS, file_name, role
-from .lexical import Filters, Lexical, Row, row_key
+from .kinds import SEARCH_KINDS
+from .lexical import Filters, Lexical, Ranked, Row, row_key
 from .text import code_text, memory_text, named_files, query_terms
-from .vectors import Vectors
+from .vectors import DTYPE, Vectors
 
 FORMAT = 1
 STAMP = "stamp.json"
@@ -35,8 +35,11 @@ LEXICAL_DIR = "lexical"
 RRF_K = 60
 # A row of a file the query names gets this on top of its fused score: it ranks first.
 NAMED_FILE_BONUS = 1.0
-# Filters that keep at most this many rows are answered by an exact scan of their vectors.
-EXACT_MAX = 4096
+# Filters that keep at most this many rows are answered by an exact scan of their vectors
+# (fetching a vector from usearch costs about what one more ANN candidate does).
+EXACT_MAX = 256
+# ANN candidates per result wanted, over the share of rows that pass the filters.
+OVERSAMPLE = 1.5
 # Candidates per ranking in a hybrid search, per result asked for (at least MIN_CANDIDATES).
 CANDIDATES_PER_RESULT = 4
 MIN_CANDIDATES = 40
@@ -137,7 +140,7 @@ def _private(path: Path) -> None:
 
 
 class SearchIndex:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, dtype: str = DTYPE) -> None:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(directory, 0o700)
         self.directory = directory
@@ -150,7 +153,7 @@ class SearchIndex:
         self._generation: int | None = stamp.get("generation")
         self._model: str | None = stamp.get("model")
         self._lexical = Lexical(directory / LEXICAL_DIR)
-        self._vectors = Vectors(directory)
+        self._vectors = Vectors(directory, dtype)
         self._pending: dict[str, Row] = {}
         if self.fresh:
             self._lexical.clear()
@@ -299,15 +302,16 @@ class SearchIndex:
     def bm25(self, query: str, filters: Filters, k: int) -> list[Hit]:
         where = self._lexical.filter_query(filters)
         found = self._lexical.bm25(query_terms(query), named_files(query), where, k)
-        return self._hits(found)
+        return self._hits([(label, score) for label, score, _ in found])
 
     def knn(self, vector: Sequence[float], model: str, filters: Filters, k: int) -> list[Hit]:
-        """The nearest rows; none when the index holds vectors of another model."""
+        """The nearest rows by cosine similarity; none when the index holds vectors of another
+        model."""
         if model != self._model:
             return []
         where = self._lexical.filter_query(filters)
         found = self._near(np.asarray(vector, np.float32), where, k)
-        return self._hits([(label, 1.0 - distance) for label, distance in found])
+        return self._hits([(label, 1.0 - distance) for label, distance, _ in found])
 
     def hybrid(
         self,
@@ -327,56 +331,54 @@ class SearchIndex:
         if vector is not None and model == self._model:
             rankings.append(self._near(np.asarray(vector, np.float32), where, candidates))
         fused: dict[int, float] = {}
+        priors: dict[int, float] = {}
         for ranking in rankings:
-            for rank, (label, _) in enumerate(ranking, 1):
+            for rank, (label, _, prior) in enumerate(ranking, 1):
                 fused[label] = fused.get(label, 0.0) + 1.0 / (RRF_K + rank)
-        rows = self._lexical.rows_by_label(list(fused))
-        scored = []
-        for label, score in fused.items():
-            row = rows.get(label)
-            if row is None:
-                continue
-            score *= PRIORS[role(row.kind, row.path, row.language)]
-            if row.path is not None and file_name(row.path) in files:
-                score += NAMED_FILE_BONUS
-            scored.append((score, row))
-        scored.sort(key=lambda pair: (-pair[0], pair[1].key))
-        return [_hit(row, round(score, 6)) for score, row in scored[:limit]]
+                priors[label] = prior
+        named = self._lexical.named(files, list(fused))
+        scored = sorted(
+            (
+                (score * priors[label] + (NAMED_FILE_BONUS if label in named else 0.0), label)
+                for label, score in fused.items()
+            ),
+            key=lambda pair: (-pair[0], pair[1]),
+        )
+        return self._hits([(label, score) for score, label in scored[:limit]])
 
-    def _near(self, vector: np.ndarray, where: Any, k: int) -> list[tuple[int, float]]:
-        """(label, cosine distance) of the `k` nearest rows that pass `where`: the ANN's
-        nearest, oversampled by how few rows pass, or an exact scan when few pass."""
+    def _near(self, vector: np.ndarray, where: Any, k: int) -> list[Ranked]:
+        """(label, cosine distance, prior) of the `k` nearest rows that pass `where`: the
+        ANN's nearest, oversampled by how few rows pass, or an exact scan of the passing rows
+        when that is cheaper (about as many rows as the ANN would have to fetch)."""
         total = len(self._vectors)
         if total == 0 or self._vectors.dim != len(vector):
             return []
         passing = self._lexical.count_matching(where)
-        if passing == 0:
-            return []
-        if passing <= EXACT_MAX:
-            return self._exact(vector, where, passing, k)
-        share = passing / max(self._lexical.count(), 1)
-        want = min(total, int(k / share * 1.5) + k)
+        want = min(total, int(k * OVERSAMPLE * max(self._lexical.count(), 1) / max(passing, 1)))
         while True:
+            if passing <= max(EXACT_MAX, want):
+                return self._exact(vector, where, passing, k)
             labels, distances = self._vectors.search(vector, want)
             kept = self._lexical.keep(where, labels.tolist())
             found = [
-                (int(label), float(d))
-                for label, d in zip(labels, distances, strict=True)
-                if int(label) in kept
+                (label, float(d), kept[label])
+                for label, d in zip(labels.tolist(), distances, strict=True)
+                if label in kept
             ]
             if len(found) >= k or want >= total:
                 return found[:k]
-            if want * 4 > EXACT_MAX * 8:
-                # Most nearest rows fail the filter: scanning those that pass is cheaper.
-                return self._exact(vector, where, passing, k)
             want = min(total, want * 4)
 
-    def _exact(
-        self, vector: np.ndarray, where: Any, passing: int, k: int
-    ) -> list[tuple[int, float]]:
-        labels = np.asarray(self._lexical.labels(where, passing), np.uint64)
+    def _exact(self, vector: np.ndarray, where: Any, passing: int, k: int) -> list[Ranked]:
+        if passing == 0:
+            return []
+        priors = self._lexical.passing(where, passing)
+        labels = np.fromiter(priors, np.uint64, len(priors))
         found, distances = self._vectors.exact(vector, labels, k)
-        return [(int(label), float(d)) for label, d in zip(found, distances, strict=True)]
+        return [
+            (label, float(d), priors[label])
+            for label, d in zip(found.tolist(), distances, strict=True)
+        ]
 
     def _hits(self, ranked: list[tuple[int, float]]) -> list[Hit]:
         rows = self._lexical.rows_by_label([label for label, _ in ranked])

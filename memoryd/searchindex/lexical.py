@@ -8,6 +8,7 @@ document again when its validity changes (tantivy has no in-place update).
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,8 @@ import tantivy
 from .kinds import PRIORS, file_name, role
 from .text import split_identifiers
 
+# A ranked row: (label, score, prior).
+Ranked = tuple[int, float, float]
 # valid_until of a row that is valid now (an open interval).
 OPEN = 2**63 - 1
 _TOKENIZER = "memoryd_code"
@@ -255,51 +258,61 @@ class Lexical:
         else:
             parts.append(tantivy.Query.range_query(s, "valid_until", integer, at, None, False))
             parts.append(tantivy.Query.range_query(s, "valid_from", integer, None, at))
-        return tantivy.Query.boolean_query([(tantivy.Occur.Must, q) for q in parts])
+        return self._all(*parts)
 
     def bm25(
         self, terms: Sequence[str], files: Sequence[str], where: tantivy.Query, k: int
-    ) -> list[tuple[int, float]]:
-        """(label, score) of the best `k` rows by BM25 and prior; rows of a named file first."""
+    ) -> list[Ranked]:
+        """The best `k` rows by BM25 times prior; rows of a named file first."""
         should = []
         if terms:
             should.append(
                 self._index.parse_query(" ".join(terms), list(BOOSTS), field_boosts=BOOSTS)
             )
         if files:
-            named = tantivy.Query.term_set_query(self.schema, "file_name", list(files))
-            should.append(tantivy.Query.boost_query(named, NAMED_FILE_BOOST))
+            should.append(tantivy.Query.boost_query(self._named(files), NAMED_FILE_BOOST))
         if not should:
             return []
         any_of = tantivy.Query.boolean_query([(tantivy.Occur.Should, q) for q in should])
-        query = tantivy.Query.boolean_query(
-            [(tantivy.Occur.Must, where), (tantivy.Occur.Must, any_of)]
-        )
-        return self._scored(query, k, weight=True)
+        return self._scored(self._all(where, any_of), k, weight=True)
 
-    def labels(self, where: tantivy.Query, k: int) -> list[int]:
-        return [label for label, _ in self._scored(where, k, weight=False)]
+    def passing(self, where: tantivy.Query, k: int) -> dict[int, float]:
+        """Up to `k` rows that pass `where`: label -> prior."""
+        return {label: prior for label, _, prior in self._scored(where, k, weight=False)}
 
     def count_matching(self, where: tantivy.Query) -> int:
         return self._index.searcher().search(where, 1, count=True).count or 0
 
-    def keep(self, where: tantivy.Query, labels: Sequence[int]) -> set[int]:
-        """The labels among `labels` whose rows pass `where`."""
+    def keep(self, where: tantivy.Query, labels: Sequence[int]) -> dict[int, float]:
+        """The rows among `labels` that pass `where`: label -> prior."""
         if not labels:
-            return set()
-        query = tantivy.Query.boolean_query(
-            [
-                (tantivy.Occur.Must, where),
-                (tantivy.Occur.Must, tantivy.Query.term_set_query(self.schema, "label", labels)),
-            ]
-        )
-        return {label for label, _ in self._scored(query, len(labels), weight=False)}
+            return {}
+        among = tantivy.Query.term_set_query(self.schema, "label", list(labels))
+        return self.passing(self._all(where, among), len(labels))
 
-    def _scored(self, query: tantivy.Query, k: int, *, weight: bool) -> list[tuple[int, float]]:
+    def named(self, files: Sequence[str], labels: Sequence[int]) -> set[int]:
+        """The rows among `labels` of the files named `files` (base names, lowercase)."""
+        if not files or not labels:
+            return set()
+        among = tantivy.Query.term_set_query(self.schema, "label", list(labels))
+        return set(self.passing(self._all(self._named(files), among), len(labels)))
+
+    def _named(self, files: Sequence[str]) -> tantivy.Query:
+        return tantivy.Query.term_set_query(self.schema, "file_name", list(files))
+
+    @staticmethod
+    def _all(*queries: tantivy.Query) -> tantivy.Query:
+        return tantivy.Query.boolean_query([(tantivy.Occur.Must, q) for q in queries])
+
+    def _scored(self, query: tantivy.Query, k: int, *, weight: bool) -> list[Ranked]:
         searcher = self._index.searcher()
         result = searcher.search(
             query, max(k, 1), count=False, weight_by_field="weight" if weight else None
         )
         addresses = [address for _, address in result.hits]
         labels = searcher.fast_field_values("label", addresses)
-        return [(label, score) for label, (score, _) in zip(labels, result.hits, strict=True)]
+        weights = searcher.fast_field_values("weight", addresses)
+        return [
+            (label, score, math.log2(2 + w) * _MIN_PRIOR)
+            for label, w, (score, _) in zip(labels, weights, result.hits, strict=True)
+        ]
