@@ -1,18 +1,16 @@
 """Search indexes derived from SurrealDB's records: tantivy for BM25, usearch for vectors."""
 
 from .index import Doc, Hit, SearchIndex, label_of, micros
-from .kinds import PRIORS, SEARCH_KINDS, SearchKind, chunk_kind
+from .kinds import PRIORS, chunk_kind
 from .lexical import Filters
 from .text import keywords, named_files, query_terms
 
 __all__ = [
     "PRIORS",
-    "SEARCH_KINDS",
     "Doc",
     "Filters",
     "Hit",
     "SearchIndex",
-    "SearchKind",
     "chunk_kind",
     "keywords",
     "label_of",

@@ -24,7 +24,8 @@ from typing import Any
 import blake3
 import numpy as np
 
-from .kinds import SEARCH_KINDS
+from memoryd.vocabulary import SEARCH_KINDS_BY_NAME
+
 from .lexical import Filters, Lexical, Ranked, Row, row_key
 from .text import code_text, memory_text, named_files, query_terms
 from .vectors import DTYPE, Vectors
@@ -77,7 +78,7 @@ class Doc:
     fields: dict[str, Any] = field(default_factory=dict)
 
     def row(self) -> Row:
-        if self.kind not in SEARCH_KINDS:
+        if self.kind not in SEARCH_KINDS_BY_NAME:
             raise ValueError(f"unknown search kind {self.kind!r}")
         text = memory_text(self.content) if self.kind == "memory" else code_text(self.content)
         return Row(

@@ -1,4 +1,4 @@
-"""The search kinds, declared once: which table a kind lives in and which files are `docs`.
+"""Which rows are which search kind (the kinds are declared in memoryd.vocabulary).
 
 A code chunk is `docs` when its file is prose (Markdown, reStructuredText, plain text, a
 changelog or readme), else `code`. Within a kind each row has a role whose prior scales its
@@ -8,26 +8,6 @@ rank, so tests, config and prose do not outrank the source for a code query but 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True, slots=True)
-class SearchKind:
-    name: str
-    table: str
-    # Rows of this kind have a validity interval (valid_from, valid_until); goals have none.
-    temporal: bool
-
-
-SEARCH_KINDS: dict[str, SearchKind] = {
-    k.name: k
-    for k in (
-        SearchKind("code", "code_chunk", True),
-        SearchKind("docs", "code_chunk", True),
-        SearchKind("memory", "memory", True),
-        SearchKind("goal", "goal", False),
-    )
-}
 
 DOC_EXTENSIONS = frozenset(
     "md markdown mdown mkd mdx rst txt text adoc asciidoc org rdoc textile pod".split()
