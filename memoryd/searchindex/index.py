@@ -26,7 +26,7 @@ import numpy as np
 
 from memoryd.vocabulary import SEARCH_KINDS_BY_NAME
 
-from .lexical import Filters, Lexical, Ranked, Row, row_key
+from .lexical import Filters, Lexical, Ranked, Row, Where, row_key
 from .text import code_text, memory_text, named_files, query_terms
 from .vectors import DTYPE, Vectors
 
@@ -347,18 +347,18 @@ class SearchIndex:
         )
         return self._hits([(label, score) for score, label in scored[:limit]])
 
-    def _near(self, vector: np.ndarray, where: Any, k: int) -> list[Ranked]:
+    def _near(self, vector: np.ndarray, where: Where, k: int) -> list[Ranked]:
         """(label, cosine distance, prior) of the `k` nearest rows that pass `where`: the
-        ANN's nearest, oversampled by how few rows pass, or an exact scan of the passing rows
-        when that is cheaper (about as many rows as the ANN would have to fetch)."""
+        ANN's nearest, oversampled by the share of rows expected to pass, or an exact scan of
+        the passing rows when they are fewer than the ANN would have to fetch."""
         total = len(self._vectors)
         if total == 0 or self._vectors.dim != len(vector):
             return []
-        passing = self._lexical.count_matching(where)
-        want = min(total, int(k * OVERSAMPLE * max(self._lexical.count(), 1) / max(passing, 1)))
+        expected = where.share * self._lexical.count()
+        want = min(total, int(k * OVERSAMPLE / max(where.share, 1e-9)))
         while True:
-            if passing <= max(EXACT_MAX, want):
-                return self._exact(vector, where, passing, k)
+            if expected <= max(EXACT_MAX, want):
+                return self._exact(vector, where, k)
             labels, distances = self._vectors.search(vector, want)
             kept = self._lexical.keep(where, labels.tolist())
             found = [
@@ -368,12 +368,14 @@ class SearchIndex:
             ]
             if len(found) >= k or want >= total:
                 return found[:k]
-            want = min(total, want * 4)
+            # Fewer pass than estimated (shares multiplied as if independent): go by the
+            # share that passed among these.
+            share = len(kept) / max(len(labels), 1)
+            expected = share * total
+            want = min(total, max(want * 2, int(k * OVERSAMPLE / max(share, 1 / total))))
 
-    def _exact(self, vector: np.ndarray, where: Any, passing: int, k: int) -> list[Ranked]:
-        if passing == 0:
-            return []
-        priors = self._lexical.passing(where, passing)
+    def _exact(self, vector: np.ndarray, where: Where, k: int) -> list[Ranked]:
+        priors = self._lexical.passing(where, self._lexical.count(where))
         labels = np.fromiter(priors, np.uint64, len(priors))
         found, distances = self._vectors.exact(vector, labels, k)
         return [

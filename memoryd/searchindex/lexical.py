@@ -135,6 +135,15 @@ def _row(stored: dict[str, list[Any]]) -> Row:
 
 
 @dataclass(frozen=True, slots=True)
+class Where:
+    """Filters as the index runs them, with an estimate of the share of rows that pass (the
+    product of each term's share: exact for one term, a guess for several)."""
+
+    query: tantivy.Query
+    share: float
+
+
+@dataclass(frozen=True, slots=True)
 class Filters:
     """Which rows a search sees. `kinds`: search kinds; `path`: a glob over the path within
     its project (`*` stays within a directory, `**` crosses them; a glob without `/` matches
@@ -231,9 +240,6 @@ class Lexical:
         found = (_row(searcher.doc(address).to_dict()) for _, address in hits)
         return {row.label: row for row in found}
 
-    def count(self) -> int:
-        return self._index.searcher().num_docs
-
     def all_rows(self) -> list[Row]:
         searcher = self._index.searcher()
         n = searcher.num_docs
@@ -242,23 +248,36 @@ class Lexical:
         hits = searcher.search(tantivy.Query.all_query(), n, count=False).hits
         return [_row(searcher.doc(address).to_dict()) for _, address in hits]
 
-    def filter_query(self, filters: Filters) -> tantivy.Query:
-        s = self.schema
-        parts = [tantivy.Query.term_set_query(s, "kind", list(filters.kinds))]
+    def filter_query(self, filters: Filters) -> Where:
+        """The filters as a query, built from term queries where it can be: a term's postings
+        are read lazily, skipping to the documents the selective side of an intersection
+        asks for, where a term set or a range costs a pass over every matching document."""
+        s, searcher = self.schema, self._index.searcher()
+        total = max(searcher.num_docs, 1)
+
+        def df(name: str, value: Any) -> float:
+            return min(1.0, searcher.doc_freq(name, value) / total)
+
+        kinds = [tantivy.Query.term_query(s, "kind", kind) for kind in filters.kinds]
+        parts = [kinds[0] if len(kinds) == 1 else self._any(*kinds)]
+        share = min(1.0, sum(df("kind", kind) for kind in filters.kinds))
         for name in ("project", "language"):
             value = getattr(filters, name)
             if value is not None:
                 parts.append(tantivy.Query.term_query(s, name, value))
+                share *= df(name, value)
         if filters.path is not None:
             parts.append(tantivy.Query.regex_query(s, "path", glob_regex(filters.path)))
         at = filters.as_of
-        integer = tantivy.FieldType.Integer
         if at is None:
-            parts.append(tantivy.Query.range_query(s, "valid_until", integer, OPEN, None))
+            parts.append(tantivy.Query.term_query(s, "valid_until", OPEN))
+            share *= df("valid_until", OPEN)
         else:
+            integer = tantivy.FieldType.Integer
             parts.append(tantivy.Query.range_query(s, "valid_until", integer, at, None, False))
             parts.append(tantivy.Query.range_query(s, "valid_from", integer, None, at))
-        return self._all(*parts)
+        # Filters select, they do not score: a kind's term would otherwise add its own BM25.
+        return Where(tantivy.Query.const_score_query(self._all(*parts), 0.0), share)
 
     def bm25(
         self, terms: Sequence[str], files: Sequence[str], where: tantivy.Query, k: int
@@ -273,29 +292,35 @@ class Lexical:
             should.append(tantivy.Query.boost_query(self._named(files), NAMED_FILE_BOOST))
         if not should:
             return []
-        any_of = tantivy.Query.boolean_query([(tantivy.Occur.Should, q) for q in should])
-        return self._scored(self._all(where, any_of), k, weight=True)
+        return self._scored(self._all(where.query, self._any(*should)), k, weight=True)
 
-    def passing(self, where: tantivy.Query, k: int) -> dict[int, float]:
+    def passing(self, where: Where, k: int) -> dict[int, float]:
         """Up to `k` rows that pass `where`: label -> prior."""
-        return {label: prior for label, _, prior in self._scored(where, k, weight=False)}
+        return self._passing(where.query, k)
 
-    def count_matching(self, where: tantivy.Query) -> int:
-        return self._index.searcher().search(where, 1, count=True).count or 0
+    def _passing(self, query: tantivy.Query, k: int) -> dict[int, float]:
+        return {label: prior for label, _, prior in self._scored(query, k, weight=False)}
 
-    def keep(self, where: tantivy.Query, labels: Sequence[int]) -> dict[int, float]:
+    def count(self, where: Where | None = None) -> int:
+        """Rows (that pass `where`)."""
+        searcher = self._index.searcher()
+        if where is None:
+            return searcher.num_docs
+        return searcher.search(where.query, 1, count=True).count or 0
+
+    def keep(self, where: Where, labels: Sequence[int]) -> dict[int, float]:
         """The rows among `labels` that pass `where`: label -> prior."""
         if not labels:
             return {}
         among = tantivy.Query.term_set_query(self.schema, "label", list(labels))
-        return self.passing(self._all(where, among), len(labels))
+        return self._passing(self._all(where.query, among), len(labels))
 
     def named(self, files: Sequence[str], labels: Sequence[int]) -> set[int]:
         """The rows among `labels` of the files named `files` (base names, lowercase)."""
         if not files or not labels:
             return set()
         among = tantivy.Query.term_set_query(self.schema, "label", list(labels))
-        return set(self.passing(self._all(self._named(files), among), len(labels)))
+        return set(self._passing(self._all(self._named(files), among), len(labels)))
 
     def _named(self, files: Sequence[str]) -> tantivy.Query:
         return tantivy.Query.term_set_query(self.schema, "file_name", list(files))
@@ -303,6 +328,10 @@ class Lexical:
     @staticmethod
     def _all(*queries: tantivy.Query) -> tantivy.Query:
         return tantivy.Query.boolean_query([(tantivy.Occur.Must, q) for q in queries])
+
+    @staticmethod
+    def _any(*queries: tantivy.Query) -> tantivy.Query:
+        return tantivy.Query.boolean_query([(tantivy.Occur.Should, q) for q in queries])
 
     def _scored(self, query: tantivy.Query, k: int, *, weight: bool) -> list[Ranked]:
         searcher = self._index.searcher()
