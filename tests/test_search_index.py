@@ -311,7 +311,16 @@ def test_a_new_model_replaces_every_vector(index: SearchIndex, corpus: Corpus) -
 
 
 def test_odd_queries_do_not_fail(index: SearchIndex) -> None:
-    for query in ('"unbalanced', "a:b AND (c", "the of and", "", "***", "NOT OR AND"):
+    for query in (
+        '"unbalanced',
+        "a:b AND (c",
+        "the of and",
+        "",
+        "***",
+        "NOT OR AND",
+        "serialize_result(job_id)",
+        "x-y.py",
+    ):
         assert isinstance(index.bm25(query, Filters(), 5), list)
         assert isinstance(index.hybrid(query, None, None, Filters(), 5), list)
     assert index.bm25("", Filters(), 5) == []

@@ -27,7 +27,9 @@ _ERROR_LINE = re.compile(
 )
 _CAMEL = re.compile(r"\b[A-Za-z][a-z0-9]*[A-Z][A-Za-z0-9]*\b")
 _HUMPS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
-_WORD = re.compile(r"\w+")
+# A word as the index's tokenizer cuts it (letters and digits; `_` separates): each query word
+# is one term, never a phrase (the index keeps no positions).
+_WORD = re.compile(r"[^\W_]+")
 # A file named in a query: a name with an extension, optionally with directories before it.
 _FILE = re.compile(r"(?<![\w.-])(?:[\w.-]+/)*([\w-][\w.-]*\.[A-Za-z][A-Za-z0-9]{0,9})\b")
 
