@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -110,23 +110,42 @@ class IndexSync:
     async def rebuild(self) -> dict[str, int]:
         """Empty the indexes and fill them from the database; returns rows per table."""
         async with self._lock:
-            started = time.perf_counter()
-            generation = await self.store.search_generation()
-            await asyncio.to_thread(self.index.clear)
-            counts = {}
-            for table in SEARCHED_TABLES:
-                counts[table] = 0
-                after = ""
-                while True:
-                    rows = await self.store.search_rows(table, after, REBUILD_BATCH)
-                    if not rows:
-                        break
-                    await self._upsert(table, rows)
-                    counts[table] += len(rows)
-                    after = rows[-1]["key"]
+            return await self._rebuild()
+
+    async def _rebuild(self) -> dict[str, int]:
+        started = time.perf_counter()
+        generation = await self.store.search_generation()
+        await asyncio.to_thread(self.index.clear)
+        counts = {}
+        for table in SEARCHED_TABLES:
+            counts[table] = 0
+            after = ""
+            while True:
+                rows = await self.store.search_rows(table, after, REBUILD_BATCH)
+                if not rows:
+                    break
+                await self._upsert(table, rows)
+                counts[table] += len(rows)
+                after = rows[-1]["key"]
+        await asyncio.to_thread(self.index.commit, generation)
+        log.info("search indexes rebuilt in %.1fs: %s", time.perf_counter() - started, counts)
+        return counts
+
+    async def _follow(self, generation: int | None, update: Callable[[], Awaitable[None]]) -> None:
+        """Bring the indexes to the database's `generation` with `update`. A failure half-way
+        leaves them holding part of a write: they are rebuilt now, or, when the job is
+        cancelled, stamped stale so the next start rebuilds them."""
+        if generation is None:
+            return
+        try:
+            await update()
             await asyncio.to_thread(self.index.commit, generation)
-            log.info("search indexes rebuilt in %.1fs: %s", time.perf_counter() - started, counts)
-            return counts
+        except Exception:
+            log.exception("search index update failed; rebuilding from the database")
+            await self._rebuild()
+        except BaseException:
+            self.index.invalidate()
+            raise
 
     async def _upsert(self, table: str, rows: list[dict[str, Any]]) -> None:
         docs = [doc_of(table, row, self.model) for row in rows]
@@ -153,12 +172,14 @@ class IndexSync:
             done = await self.store.write_file_index(
                 project_id, chunks, file_states, files, retire_paths, symbols
             )
-            await self._reread("code_chunk", [c["id"] for c in chunks])
-            if done.retired:
-                await asyncio.to_thread(
-                    self.index.retire, "code_chunk", done.retired, micros(done.at)
-                )
-            await asyncio.to_thread(self.index.commit, done.generation)
+
+            async def update() -> None:
+                await self._reread("code_chunk", [c["id"] for c in chunks])
+                if done.retired:
+                    at = micros(done.at)
+                    await asyncio.to_thread(self.index.retire, "code_chunk", done.retired, at)
+
+            await self._follow(done.generation, update)
             return done
 
     async def write_transcript_batch(
@@ -166,23 +187,28 @@ class IndexSync:
     ) -> None:
         async with self._lock:
             generation = await self.store.write_transcript_batch(batch, cursor)
-            if generation is None:
-                return
-            for table, name in (("memory", "memories"), ("goal", "goals")):
-                # Parsed rows name themselves with a Ref (memoryd.store.Ref).
-                await self._reread(table, [row["id"].key for row in batch.get(name, [])])
-            await asyncio.to_thread(self.index.commit, generation)
+
+            async def update() -> None:
+                for table, name in (("memory", "memories"), ("goal", "goals")):
+                    # Parsed rows name themselves with a Ref (memoryd.store.Ref).
+                    await self._reread(table, [row["id"].key for row in batch.get(name, [])])
+
+            await self._follow(generation, update)
 
     async def delete_rows(self, table: str, keys: list[str]) -> None:
         async with self._lock:
             generation = await self.store.delete_rows(table, keys)
-            if generation is None:
-                return
-            await asyncio.to_thread(self.index.delete, table, keys)
-            await asyncio.to_thread(self.index.commit, generation)
+
+            async def update() -> None:
+                await asyncio.to_thread(self.index.delete, table, keys)
+
+            await self._follow(generation, update)
 
     async def set_vectors(self, table: str, vectors: dict[str, list[float]], model: str) -> None:
         async with self._lock:
             generation = await self.store.set_vectors(table, vectors, model)
-            await asyncio.to_thread(self.index.set_vectors, table, vectors, model)
-            await asyncio.to_thread(self.index.commit, generation)
+
+            async def update() -> None:
+                await asyncio.to_thread(self.index.set_vectors, table, vectors, model)
+
+            await self._follow(generation, update)

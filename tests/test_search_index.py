@@ -286,6 +286,22 @@ def test_a_crash_keeps_what_was_committed_and_drops_the_rest(
     again.close()
 
 
+def test_a_write_that_reached_the_index_in_part_stamps_no_generation(
+    tmp_path: Path, index: SearchIndex
+) -> None:
+    """Until a rebuild (clear), no commit claims a generation, and a restart sees none."""
+    index.invalidate()
+    index.commit(2)
+    assert index.generation is None
+    index.close()
+    reopened = SearchIndex(tmp_path / "search")
+    assert (reopened.fresh, reopened.generation) == (False, None)
+    reopened.clear()
+    reopened.commit(3)
+    assert reopened.generation == 3
+    reopened.close()
+
+
 def test_a_new_model_replaces_every_vector(index: SearchIndex, corpus: Corpus) -> None:
     """Vectors of another model (another dimension here) are never compared with the old."""
     some = corpus.docs[:20]

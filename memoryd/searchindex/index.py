@@ -153,6 +153,9 @@ class SearchIndex:
         stamp = stamp or {}
         self._generation: int | None = stamp.get("generation")
         self._model: str | None = stamp.get("model")
+        self._journal: int = stamp.get("journal", 0)
+        # Set when a write reached the indexes in part: no generation is stamped until a clear.
+        self._stale = False
         self._lexical = Lexical(directory / LEXICAL_DIR)
         self._vectors = Vectors(directory, dtype)
         self._pending: dict[str, Row] = {}
@@ -161,7 +164,7 @@ class SearchIndex:
             self._vectors.reset(None)
             self._commit_locked()
         else:
-            self._vectors.open(stamp.get("journal", 0))
+            self._vectors.open(self._journal)
 
     # -- the stamp --------------------------------------------------------------------------
 
@@ -255,13 +258,22 @@ class SearchIndex:
             self._vectors.reset(None)
             self._model = None
             self._generation = None
+            self._stale = False
 
     def commit(self, generation: int | None = None) -> None:
         """Make the writes durable and visible, then stamp them with `generation`."""
         with self._write:
-            if generation is not None:
+            if generation is not None and not self._stale:
                 self._generation = generation
             self._commit_locked()
+
+    def invalidate(self) -> None:
+        """Stamp the indexes as reflecting no generation (a write reached them in part), so
+        the next start rebuilds them; commits stamp none until `clear`."""
+        with self._write:
+            self._stale = True
+            self._generation = None
+            self._write_stamp(self._journal)
 
     def _commit_locked(self) -> None:
         journal = self._vectors.flush()
@@ -270,6 +282,7 @@ class SearchIndex:
         if self._vectors.due(journal):
             self._vectors.checkpoint()
             journal = 0
+        self._journal = journal
         self._write_stamp(journal)
 
     def _write_stamp(self, journal: int) -> None:
@@ -295,6 +308,7 @@ class SearchIndex:
             self._vectors.flush()
             self._lexical.commit()
             self._vectors.checkpoint()
+            self._journal = 0
             self._write_stamp(0)
             self._lexical.close()
 
