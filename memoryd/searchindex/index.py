@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -28,7 +29,7 @@ from memoryd.vocabulary import SEARCH_KINDS_BY_NAME
 
 from .lexical import Filters, Lexical, Ranked, Row, Where, row_key
 from .text import code_text, memory_text, named_files, query_terms
-from .vectors import DTYPE, Vectors
+from .vectors import CHECKPOINT, DTYPE, JOURNAL, Vectors
 
 FORMAT = 1
 STAMP = "stamp.json"
@@ -156,12 +157,15 @@ class SearchIndex:
         self._journal: int = stamp.get("journal", 0)
         # Set when a write reached the indexes in part: no generation is stamped until a clear.
         self._stale = False
+        if self.fresh:
+            # Whatever is there (a crash before the first stamp, an older format) goes.
+            shutil.rmtree(directory / LEXICAL_DIR, ignore_errors=True)
+            for name in (CHECKPOINT, JOURNAL):
+                (directory / name).unlink(missing_ok=True)
         self._lexical = Lexical(directory / LEXICAL_DIR)
         self._vectors = Vectors(directory, dtype)
         self._pending: dict[str, Row] = {}
         if self.fresh:
-            self._lexical.clear()
-            self._vectors.reset(None)
             self._commit_locked()
         else:
             self._vectors.open(self._journal)

@@ -277,7 +277,12 @@ class Lexical:
             parts.append(tantivy.Query.range_query(s, "valid_until", integer, at, None, False))
             parts.append(tantivy.Query.range_query(s, "valid_from", integer, None, at))
         # Filters select, they do not score: a kind's term would otherwise add its own BM25.
-        return Where(tantivy.Query.const_score_query(self._all(*parts), 0.0), share)
+        query = tantivy.Query.const_score_query(self._all(*parts), 0.0)
+        if filters.path is not None:
+            # No term frequency tells how many paths a glob matches: count them (the k-NN
+            # would otherwise learn it in rounds, each running the glob again).
+            share = (searcher.search(query, 1, count=True).count or 0) / total
+        return Where(query, share)
 
     def bm25(
         self, terms: Sequence[str], files: Sequence[str], where: tantivy.Query, k: int
