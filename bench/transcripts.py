@@ -525,13 +525,14 @@ async def rss_child(path: Path, data: Path) -> dict[str, Any]:
         counts: dict[str, int] = {}
         write = rt.store.write_transcript_batch
 
-        async def recording(batch: dict[str, Any], cursor: dict[str, Any]) -> None:
-            await write(batch, cursor)
+        async def recording(batch: dict[str, Any], cursor: dict[str, Any]) -> int | None:
+            generation = await write(batch, cursor)
             if cursor["path"] == str(path):
                 for table, rows in batch.items():
                     counts[table] = counts.get(table, 0) + len(rows)
                 progress.append((time.monotonic(), cursor["offset"]))
                 print(json.dumps({"offset": cursor["offset"]}), flush=True)
+            return generation
 
         rt.store.write_transcript_batch = recording  # type: ignore[method-assign]
         restarts: list[str] = []

@@ -46,12 +46,23 @@ class Client:
         limit: int = 10,
         project: str | None = None,
         as_of: datetime | None = None,
+        path: str | None = None,
+        language: str | None = None,
     ) -> list[SearchResult]:
-        """Hybrid search over what is valid now (or was valid `as_of`)."""
+        """Hybrid search over what is valid now (or was valid `as_of`). `path`: a glob over
+        paths within their project (`src/**/*.py`; without a `/`, the file name anywhere);
+        `language`: the chunker's language name (python, typescript, markdown...)."""
         if not query.strip():
             raise InvalidRequest("an empty query finds nothing")
         rows = await self._call(
-            jobs.SEARCH, query, limit, project, kind, as_of.isoformat() if as_of else None
+            jobs.SEARCH,
+            query,
+            limit,
+            project,
+            kind,
+            as_of.isoformat() if as_of else None,
+            path,
+            language,
         )
         return [SearchResult(**row) for row in rows]
 
@@ -79,6 +90,13 @@ class Client:
         """Run decay, prune or reembed now (waiting for a scheduled run in progress)."""
         kwargs = {"dry_run": True} if dry_run and spec is jobs.PRUNE else {}
         job = await queue.enqueue(self.redis, spec, **kwargs)
+        assert job is not None  # no job id given: never refused
+        result: dict[str, Any] = await queue.wait_for(job, self.settings.job_timeout_seconds)
+        return result
+
+    async def reindex(self) -> dict[str, Any]:
+        """Rebuild the search indexes from the database; rows indexed per table."""
+        job = await queue.enqueue(self.redis, jobs.REINDEX)
         assert job is not None  # no job id given: never refused
         result: dict[str, Any] = await queue.wait_for(job, self.settings.job_timeout_seconds)
         return result

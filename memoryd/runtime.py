@@ -27,6 +27,7 @@ from memoryd.embedded import (
 )
 from memoryd.embedding import Embedder
 from memoryd.errors import MemorydError
+from memoryd.indexsync import IndexSync
 from memoryd.liveness import HeldLock
 from memoryd.migrate import migrate
 from memoryd.store import Store
@@ -44,6 +45,7 @@ class Runtime:
         self.redis: ArqRedis | None = None
         self.store: Store | None = None
         self.embedder = embedder
+        self.search: IndexSync | None = None
         self.workers: list[Worker] = []
         self._tasks: list[asyncio.Task[Any]] = []
         self._daemon_lock: HeldLock | None = None
@@ -102,11 +104,17 @@ class Runtime:
         applied = await migrate(self.store, s, self.embedder.dim, s.data_dir / "backups")
         if applied:
             log.info("schema applied: %s", ", ".join(applied))
+        self.search = await IndexSync.open(self.store, s.data_dir, self.embedder.model)
         # Imported here: memoryd depends on workers only where it starts one.
         from workers.context import JobContext
         from workers.registry import build_workers
 
-        ctx: JobContext = {"store": self.store, "embedder": self.embedder, "settings": s}
+        ctx: JobContext = {
+            "store": self.store,
+            "embedder": self.embedder,
+            "search": self.search,
+            "settings": s,
+        }
         self.workers = build_workers(
             ctx, queue.redis_settings(self.settings.queue_url), s, scheduled
         )
@@ -177,6 +185,9 @@ class Runtime:
         if self._worker_lock is not None:
             self._worker_lock.release(remove=True)
             self._worker_lock = None
+        if self.search is not None:
+            await self.search.close()
+            self.search = None
         if self.store is not None:
             await self.store.close()
             self.store = None

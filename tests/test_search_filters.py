@@ -8,7 +8,7 @@ import pytest
 
 from memoryd import jobs, projects, queue
 from memoryd.runtime import Runtime
-from memoryd.search import keywords
+from memoryd.searchindex import keywords
 from tests.conftest import git_init
 
 # No word of the query is in the code: only the k-NN can find it.

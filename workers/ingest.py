@@ -362,7 +362,7 @@ async def _ingest(ctx: JobContext, path: str) -> IngestReport:
         if agent is None:
             report.note = "not a transcript format memoryd knows; skipped"
             log.warning("ingest %s: %s", path, report.note)
-            await store.write_transcript_batch(
+            await ctx["search"].write_transcript_batch(
                 {}, _cursor(path, info, None, info.st_size, None, 0, report.note)
             )
             return report
@@ -386,7 +386,7 @@ async def _ingest(ctx: JobContext, path: str) -> IngestReport:
                 )
             skipped_before += len(result.skipped)
             saved_state = {"parser": state.to_json(), "last": last}
-            await store.write_transcript_batch(
+            await ctx["search"].write_transcript_batch(
                 rows.tables,
                 _cursor(path, info, agent, next_offset, saved_state, skipped_before, None),
             )

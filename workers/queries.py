@@ -22,15 +22,20 @@ async def search(
     project: str | None,
     kind: str,
     as_of: str | None = None,
+    path: str | None = None,
+    language: str | None = None,
 ) -> list[dict[str, Any]]:
     results = await search_module.search(
         ctx["store"],
         ctx["embedder"],
+        ctx["search"].index,
         query,
         limit=limit,
         project=project,
         kind=kind,
         as_of=datetime.fromisoformat(as_of) if as_of else None,
+        path=path,
+        language=language,
     )
     return [r.as_dict() for r in results]
 

@@ -11,7 +11,7 @@ from memoryd.store.code import CodeQueries
 from memoryd.store.maintenance import MaintenanceQueries
 from memoryd.store.rewrite import RewriteQueries
 from memoryd.store.schema import SCHEMA_DIR, VECTOR_TABLES, SchemaQueries
-from memoryd.store.search import SearchHit, SearchQueries
+from memoryd.store.search import SearchQueries
 from memoryd.store.status import StatusQueries
 from memoryd.store.transcripts import TranscriptQueries
 from memoryd.store.views import ViewQueries
@@ -36,7 +36,6 @@ __all__ = [
     "VECTOR_TABLES",
     "QueryFailed",
     "Ref",
-    "SearchHit",
     "Store",
     "key_of",
     "now",
