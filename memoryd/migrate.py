@@ -81,9 +81,24 @@ async def _scrub_secrets(store: Store, settings: Settings) -> None:
         await store.reopen()
 
 
+# SurrealDB's own search indexes, which an earlier memoryd defined and searched with. They
+# grew linearly with the rows (seconds per query at 100k) and the full-text one alone was most
+# of the table data; search runs on the derived indexes now (memoryd/searchindex).
+_SURREAL_SEARCH_INDEXES = {
+    "code_chunk": ("code_chunk_vec", "code_chunk_text"),
+    "memory": ("memory_vec", "memory_text"),
+    "goal": ("goal_vec", "goal_text"),
+}
+
+
+async def _drop_search_indexes(store: Store, _: Settings) -> None:
+    await store.drop_indexes(_SURREAL_SEARCH_INDEXES)
+
+
 # The data steps, in number order; numbers are shared with the schema files.
 DATA_STEPS: tuple[DataStep, ...] = (
     DataStep(4, "scrub_secrets", _scrub_secrets, changes=("code_chunk", "defined_in")),
+    DataStep(5, "drop_search_indexes", _drop_search_indexes, changes=()),
 )
 
 
@@ -99,7 +114,6 @@ def _number(step: str) -> int | None:
 async def migrate(
     store: Store,
     settings: Settings,
-    dim: int,
     backup_dir: Path | None,
     data_steps: tuple[DataStep, ...] = DATA_STEPS,
     schema_dir: Path = SCHEMA_DIR,
@@ -116,15 +130,13 @@ async def migrate(
             f"this memoryd knows up to {newest:03d}): upgrade memoryd, or use another data dir"
         )
     existing = bool(applied)
-    if existing:
-        await store.fit_vector_indexes(dim)
     steps: list[tuple[int, Path | DataStep]] = [(int(p.stem[:3]), p) for p in files]
     steps += [(step.number, step) for step in data_steps]
     recorded: list[str] = []
     backed_up = False
     for _, step in sorted(steps, key=lambda s: s[0]):
         if isinstance(step, Path):
-            text = step.read_text().replace("{{dim}}", str(dim))
+            text = step.read_text()
             checksum = hashlib.sha256(text.encode()).hexdigest()
             await store.apply_schema_text(text)
             if applied.get(step.stem) != checksum:

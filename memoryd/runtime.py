@@ -101,7 +101,7 @@ class Runtime:
                 Embedder, s.model, s.data_dir / "models", s.embed_batch_size
             )
         metrics.instrument_embedder(self.embedder)  # embed throughput; counting costs ~nothing
-        applied = await migrate(self.store, s, self.embedder.dim, s.data_dir / "backups")
+        applied = await migrate(self.store, s, s.data_dir / "backups")
         if applied:
             log.info("schema applied: %s", ", ".join(applied))
         self.search = await IndexSync.open(self.store, s.data_dir, self.embedder.model)

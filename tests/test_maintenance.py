@@ -276,7 +276,7 @@ async def _models(rt: Runtime) -> dict[str, dict[str | None, int]]:
 
 
 @pytest.mark.e2e
-async def test_a_model_of_another_dimension_rebuilds_the_indexes_and_reembeds(
+async def test_a_model_of_another_dimension_is_reembedded_into_the_vector_index(
     data_dir: Path, arq_tree: Path, tmp_path: Path, embedder: Embedder
 ) -> None:
     from memoryd import projects
@@ -293,9 +293,8 @@ async def test_a_model_of_another_dimension_rebuilds_the_indexes_and_reembeds(
         for job, _ in await projects.sync(first.redis, projects.resolve(arq_tree), 32):
             await queue.wait_for(job, 300)
         await _ingest(first, tmp_path / "session.jsonl")
-        assert await first.store.vector_dimensions() == dict.fromkeys(
-            ("code_chunk", "memory", "goal"), 384
-        )
+        assert first.search is not None
+        assert (first.search.index.model, first.search.index.dim) == (DEFAULT_MODEL, 384)
         before = await _models(first)
         assert (await _search_code(first, query))[0]["name"] == "RedisSettings.from_dsn"
     finally:
@@ -308,11 +307,8 @@ async def test_a_model_of_another_dimension_rebuilds_the_indexes_and_reembeds(
         await second.start_queue(exclusive=True)
         await second.serve(scheduled=False)
         assert second.redis is not None and second.store is not None
-        # At start: every index is rebuilt for 256 dimensions, the old vectors are gone and
-        # every row that had one waits for the new model.
-        assert await second.store.vector_dimensions() == dict.fromkeys(
-            ("code_chunk", "memory", "goal"), TRUNCATED_DIM
-        )
+        # At start every row that had a vector waits for the new model; the k-NN compares no
+        # vector of the old one with the new model's.
         assert await second.store.count_stale_vectors(TRUNCATED_MODEL) == embedded
         # Meanwhile BM25 still finds the code.
         hits = await _search_code(second, "from_dsn")
@@ -334,6 +330,11 @@ async def test_a_model_of_another_dimension_rebuilds_the_indexes_and_reembeds(
         assert {len(r["embedding"]) for t in embedded for r in dump[t] if r.get("embedding")} == {
             TRUNCATED_DIM
         }
+        assert second.search is not None
+        assert (second.search.index.model, second.search.index.dim) == (
+            TRUNCATED_MODEL,
+            TRUNCATED_DIM,
+        )
         assert (await _search_code(second, query))[0]["name"] == "RedisSettings.from_dsn"
     finally:
         await second.close()

@@ -58,7 +58,7 @@ async def test_a_data_step_runs_once_after_a_backup(stack: Runtime, arq_tree: Pa
     step = DataStep(900, "rename_blocks", _rename_chunk_types, changes=())
     backups = stack.settings.data_dir / "backups"
 
-    assert await migrate(store, Settings(), 384, backups, (step,)) == ["900_rename_blocks"]
+    assert await migrate(store, Settings(), backups, (step,)) == ["900_rename_blocks"]
 
     [backup] = list(backups.iterdir())
     assert backup.name.startswith("before-900_rename_blocks-") and backup.suffix == ".zst"
@@ -85,7 +85,7 @@ async def test_a_data_step_runs_once_after_a_backup(stack: Runtime, arq_tree: Pa
     assert record["counts"] == {}
 
     # Once recorded, never again, and no second backup.
-    assert await migrate(store, Settings(), 384, backups, (step,)) == []
+    assert await migrate(store, Settings(), backups, (step,)) == []
     assert len(list(backups.iterdir())) == 1
 
 
@@ -100,7 +100,7 @@ async def test_a_step_that_loses_rows_is_stopped_and_not_recorded(
 
     step = DataStep(901, "careless", drop_entities, changes=("code_chunk",))
     with pytest.raises(MemorydError, match="changed the row counts of defined_in, entity,"):
-        await migrate(store, Settings(), 384, stack.settings.data_dir / "backups", (step,))
+        await migrate(store, Settings(), stack.settings.data_dir / "backups", (step,))
     assert "901_careless" not in await store.applied_steps()
     assert len(list((stack.settings.data_dir / "backups").iterdir())) == 1
 
@@ -109,7 +109,7 @@ async def test_a_database_from_a_newer_memoryd_is_refused(stack: Runtime) -> Non
     assert stack.store is not None
     await stack.store.record_step("950_from_the_future", "950_from_the_future", "x")
     with pytest.raises(MemorydError, match=r"newer memoryd .* 950_from_the_future"):
-        await migrate(stack.store, stack.settings, 384, None)
+        await migrate(stack.store, stack.settings, None)
 
 
 def _token(prefix: str, length: int) -> str:
@@ -146,7 +146,7 @@ async def test_secrets_stored_raw_by_an_earlier_memoryd_are_scrubbed(
     before = await store.table_counts()
 
     backups = stack.settings.data_dir / "backups"
-    assert await migrate(store, stack.settings, 384, backups) == ["004_scrub_secrets"]
+    assert await migrate(store, stack.settings, backups) == ["004_scrub_secrets"]
 
     everything = repr(await store.dump())
     assert pat not in everything and slack not in everything
