@@ -193,6 +193,12 @@ async def test_a_crash_between_the_record_write_and_the_index_write_heals_at_sta
         plan = plan_file(
             project_id, "flux.py", text, blake3.blake3(text.encode()).hexdigest(), 1500
         )
+        # As the indexer writes them: with their vectors (without, a k-NN neighbour ties
+        # with the chunk in the fusion).
+        assert rt.embedder is not None
+        vectors = rt.embedder.embed([c["content"] for c in plan.chunks])
+        for chunk, vector in zip(plan.chunks, vectors, strict=True):
+            chunk.update(embedding=list(vector), embedding_model=rt.embedder.model)
         file = {
             "entity_id": file_entity_id(project_id, "flux.py"),
             "key": file_key(project_id, "flux.py"),
