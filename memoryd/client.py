@@ -11,15 +11,28 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import AsyncIterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from arq import ArqRedis
 
 from memoryd import jobs, queue
+from memoryd.agent import DEFAULT_BUDGET, Scope, resolve_scope
 from memoryd.config import Settings, config_file
 from memoryd.errors import DaemonUnavailable, InvalidRequest
-from memoryd.results import FileHistory, PinResult, SearchResult, SessionReplay
+from memoryd.results import (
+    FileHistory,
+    Forgotten,
+    PinResult,
+    ProjectInfo,
+    RecentActivity,
+    Record,
+    Remembered,
+    SearchResult,
+    SessionReplay,
+    Timeline,
+)
 
 NOT_RUNNING = (
     "memoryd is not running: start it with `memoryd service install` (a user service) "
@@ -81,6 +94,66 @@ class Client:
         job = await queue.enqueue(self.redis, spec, **kwargs)
         assert job is not None  # no job id given: never refused
         result: dict[str, Any] = await queue.wait_for(job, self.settings.job_timeout_seconds)
+        return result
+
+    async def projects(self) -> list[ProjectInfo]:
+        """The watched projects."""
+        result: list[ProjectInfo] = await self._call(jobs.PROJECTS)
+        return result
+
+    async def scope(self, cwd: Path | None = None, project: str | None = None) -> Scope:
+        """The project a call is about: `project` (id, name, root or "all"), else the watched
+        project containing `cwd` (default: this process's working directory)."""
+        return resolve_scope(await self.projects(), cwd or Path.cwd(), project)
+
+    async def session_projects(self, session_ids: list[str]) -> dict[str, str | None]:
+        if not session_ids:
+            return {}
+        result: dict[str, str | None] = await self._call(jobs.SESSION_PROJECTS, session_ids)
+        return result
+
+    async def get(self, ids: list[str], max_chars: int = DEFAULT_BUDGET) -> list[Record]:
+        """Full records (code chunks with path and lines, memories with session and seq) by
+        the ids search returned, in order; together at most about `max_chars` of text."""
+        result: list[Record] = await self._call(jobs.GET, list(ids), max_chars)
+        return result
+
+    async def timeline(
+        self, anchor: str, before: int = 5, after: int = 5, max_chars: int = DEFAULT_BUDGET
+    ) -> Timeline:
+        """The events of a session around a memory (or a goal's prompt)."""
+        result: Timeline = await self._call(jobs.TIMELINE, anchor, before, after, max_chars)
+        return result
+
+    async def recent_activity(
+        self, project: str | None, since: datetime | None = None
+    ) -> RecentActivity:
+        """Sessions and goals active since `since` (default: 7 days ago) in a project (an id;
+        None: every project), the files they modified, failures not followed by a success."""
+        start = since or datetime.now(UTC) - timedelta(days=7)
+        result: RecentActivity = await self._call(jobs.RECENT_ACTIVITY, project, start.isoformat())
+        return result
+
+    async def remember(
+        self,
+        text: str,
+        kind: str = "note",
+        files: list[str] | None = None,
+        *,
+        cwd: Path | None = None,
+        project: str | None = None,
+    ) -> Remembered:
+        """Record an agent's decision, note or todo in the project's notes (pinned), linked to
+        the files it names. Relative paths are taken against `cwd` (default: this process's)."""
+        where = cwd or Path.cwd()
+        result: Remembered = await self._call(
+            jobs.REMEMBER, text, kind, list(files or []), str(where.resolve()), project
+        )
+        return result
+
+    async def forget(self, ids: list[str]) -> Forgotten:
+        """Delete memories (or goals) with their edges, from the database and every index."""
+        result: Forgotten = await self._call(jobs.FORGET, list(ids))
         return result
 
     async def daemon_running(self) -> bool:

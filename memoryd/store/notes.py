@@ -1,0 +1,43 @@
+"""Agent-written memories (`remember`): a memory in a notes session, MENTIONS edges to the
+files it names, one transaction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memoryd.store.base import StoreBase, to_record, to_records
+from memoryd.store.entities import UPSERT_ENTITIES
+
+
+class NoteQueries(StoreBase):
+    async def write_note(
+        self,
+        session: dict[str, Any],
+        memory: dict[str, Any],
+        entities: list[dict[str, Any]],
+        mentions: list[dict[str, Any]],
+    ) -> int:
+        """Upsert the notes session and the memory (the next seq of that session; the same
+        note remembered again keeps its seq and is written afresh), its entities and MENTIONS
+        edges. Returns the memory's seq."""
+        await self.query(
+            f"""
+            BEGIN;
+            UPSERT $notes.id MERGE $notes.data;
+            LET $seq = (SELECT VALUE seq FROM $memory.id)[0] ?? (((SELECT VALUE seq FROM memory
+                WHERE session = $notes.id ORDER BY seq DESC LIMIT 1)[0] ?? -1) + 1);
+            UPSERT $memory.id CONTENT $memory;
+            UPDATE $memory.id SET seq = $seq;
+            {UPSERT_ENTITIES}
+            INSERT RELATION INTO mentions $mentions ON DUPLICATE KEY UPDATE out = $input.out;
+            COMMIT;
+            """,
+            {
+                "notes": to_record(session),
+                "memory": to_record(memory),
+                "entities": to_records(entities),
+                "mentions": to_records(mentions),
+            },
+        )
+        seq = await self.query("SELECT VALUE seq FROM $id", {"id": to_record(memory["id"])})
+        return int(seq[0][0])
