@@ -1,0 +1,450 @@
+"""Real agent clients for tests: installed from npm once, driven by a scripted model server.
+
+Shared by every test that needs a real Claude Code, Codex or Gemini CLI (MCP, hooks, live
+transcripts). The clients install into `.clients/` at the top of the repo (git ignores it)
+and are reused while their versions match the pins below. `ScriptedAnthropic` is a small
+Messages-API server on 127.0.0.1 that answers Claude Code's requests from a script of canned
+turns and records every request body; `ClaudeHome` runs the real `claude` in an isolated
+HOME / CLAUDE_CONFIG_DIR against it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CLIENTS_DIR = REPO / ".clients"
+
+# Versions whose behaviour docs/clients.md records; bump them together with that file.
+CLAUDE_CODE = ("@anthropic-ai/claude-code", "2.1.330")
+CODEX = ("@openai/codex", "0.169.0")
+GEMINI_CLI = ("@google/gemini-cli", "0.61.0")
+PINNED = (CLAUDE_CODE, CODEX, GEMINI_CLI)
+
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Clients:
+    claude: Path
+    codex: Path
+    gemini: Path
+
+
+def _installed_version(package: str) -> str | None:
+    manifest = CLIENTS_DIR / "node_modules" / package / "package.json"
+    try:
+        return json.loads(manifest.read_text())["version"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def install_clients() -> Clients:
+    """The three CLIs at their pinned versions, installed with npm on first use.
+
+    Skips the calling test when node or npm is missing: the one reason a client test may skip.
+    """
+    missing = [tool for tool in ("node", "npm") if shutil.which(tool) is None]
+    if missing:
+        pytest.skip(f"{' and '.join(missing)} not on PATH: the real agent clients install with npm")
+    CLIENTS_DIR.mkdir(exist_ok=True)
+    # Two pytest processes may start at once: one installs, the other waits for it.
+    with open(CLIENTS_DIR / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        wanted = [f"{name}@{version}" for name, version in PINNED]
+        if any(_installed_version(name) != version for name, version in PINNED):
+            subprocess.run(
+                [
+                    "npm",
+                    "install",
+                    "--prefix",
+                    str(CLIENTS_DIR),
+                    "--no-audit",
+                    "--no-fund",
+                    "--no-save",
+                    *wanted,
+                ],
+                check=True,
+                capture_output=True,
+                timeout=600,
+            )
+    bin_dir = CLIENTS_DIR / "node_modules" / ".bin"
+    return Clients(claude=bin_dir / "claude", codex=bin_dir / "codex", gemini=bin_dir / "gemini")
+
+
+# --- the scripted Messages-API server -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One canned assistant message: text, or a call of the named tool with the given input.
+
+    `when` picks the requests this turn may answer; by default any main-loop request (one that
+    lists tools and may answer with more than one token). Turns answer in order: a request gets
+    the first unused turn whose `when` accepts it.
+    """
+
+    text: str | None = None
+    tool: str | None = None
+    input: Json = field(default_factory=dict)
+    when: Callable[[Json], bool] | None = None
+
+    def accepts(self, body: Json) -> bool:
+        if self.when is not None:
+            return self.when(body)
+        return is_main_loop(body)
+
+
+def text(value: str, when: Callable[[Json], bool] | None = None) -> Turn:
+    return Turn(text=value, when=when)
+
+
+def tool_use(name: str, input: Json, when: Callable[[Json], bool] | None = None) -> Turn:
+    return Turn(tool=name, input=input, when=when)
+
+
+def is_main_loop(body: Json) -> bool:
+    # Claude Code's own side requests (title, quota check with max_tokens 1, topic) list no tools.
+    return bool(body.get("tools")) and int(body.get("max_tokens") or 0) > 1
+
+
+def tool_names(body: Json) -> list[str]:
+    return [tool["name"] for tool in body.get("tools") or [] if "name" in tool]
+
+
+def request_text(body: Json) -> str:
+    """Every text a request carries (system prompt, messages, tool results) as one string."""
+    return json.dumps({"system": body.get("system"), "messages": body.get("messages")})
+
+
+def tool_results(body: Json) -> list[Json]:
+    """The tool_result blocks in a request's messages, in order."""
+    return [
+        block
+        for message in body.get("messages") or []
+        if isinstance(message.get("content"), list)
+        for block in message["content"]
+        if block.get("type") == "tool_result"
+    ]
+
+
+@dataclass(frozen=True)
+class Request:
+    path: str
+    body: Json
+    answered_by: Turn | None  # None: not in the script, answered with a short text
+
+
+# The short reply to every request the script does not cover (title generation, quota checks).
+FALLBACK_TEXT = "ok"
+
+
+class ScriptedAnthropic:
+    """A Messages-API server on 127.0.0.1 that streams canned turns and records requests.
+
+    Bounded: after `max_requests` requests or `time_limit` seconds it answers 529 (overloaded)
+    to everything, and `close()` stops it. Use it as a context manager.
+    """
+
+    def __init__(
+        self, script: Sequence[Turn], *, max_requests: int = 40, time_limit: float = 60.0
+    ) -> None:
+        self._script = list(script)
+        self._used = [False] * len(self._script)
+        self._max_requests = max_requests
+        self._deadline = time.monotonic() + time_limit
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self.requests: list[Request] = []
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def __enter__(self) -> ScriptedAnthropic:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    @property
+    def unused_turns(self) -> list[Turn]:
+        with self._lock:
+            return [turn for turn, used in zip(self._script, self._used, strict=True) if not used]
+
+    @property
+    def main_requests(self) -> list[Json]:
+        """Bodies of the requests that scripted turns answered, in order."""
+        with self._lock:
+            return [r.body for r in self.requests if r.answered_by is not None]
+
+    def _answer(self, path: str, body: Json) -> tuple[int, Turn | None]:
+        with self._lock:
+            if len(self.requests) >= self._max_requests or time.monotonic() > self._deadline:
+                self.requests.append(Request(path, body, None))
+                return 529, None
+            turn = None
+            for index, candidate in enumerate(self._script):
+                if not self._used[index] and candidate.accepts(body):
+                    self._used[index] = True
+                    turn = candidate
+                    break
+            self.requests.append(Request(path, body, turn))
+            return 200, turn
+
+    def _message(self, body: Json, turn: Turn | None) -> tuple[Json, list[Json]]:
+        """The message shell and its content blocks for a turn (None: the fallback text)."""
+        number = next(self._ids)
+        if turn is not None and turn.tool is not None:
+            block: Json = {
+                "type": "tool_use",
+                "id": f"toolu_scripted{number:04d}",
+                "name": turn.tool,
+                "input": turn.input,
+            }
+            stop = "tool_use"
+        else:
+            value = turn.text if turn is not None and turn.text is not None else FALLBACK_TEXT
+            block = {"type": "text", "text": value}
+            stop = "end_turn"
+        message = {
+            "id": f"msg_scripted{number:04d}",
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model", "scripted"),
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 10, "output_tokens": 1},
+        }
+        return {**message, "stop_reason": stop}, [block]
+
+    def _sse(self, message: Json, blocks: list[Json]) -> bytes:
+        """The Messages streaming events for one message, as Claude Code parses them."""
+        stop = message["stop_reason"]
+        events: list[tuple[str, Json]] = [
+            (
+                "message_start",
+                {"type": "message_start", "message": {**message, "stop_reason": None}},
+            ),
+        ]
+        for index, block in enumerate(blocks):
+            if block["type"] == "tool_use":
+                start = {**block, "input": {}}
+                delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+            else:
+                start = {"type": "text", "text": ""}
+                delta = {"type": "text_delta", "text": block["text"]}
+            events += [
+                (
+                    "content_block_start",
+                    {"type": "content_block_start", "index": index, "content_block": start},
+                ),
+                (
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": index, "delta": delta},
+                ),
+                ("content_block_stop", {"type": "content_block_stop", "index": index}),
+            ]
+        events += [
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": stop, "stop_sequence": None},
+                    "usage": {"output_tokens": 5},
+                },
+            ),
+            ("message_stop", {"type": "message_stop"}),
+        ]
+        return "".join(
+            f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events
+        ).encode()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass  # the recorded requests say everything a test needs
+
+            def _send(self, status: int, content_type: str, payload: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length)
+                try:
+                    body = json.loads(raw) if raw else {}
+                except ValueError:
+                    body = {"unparsed": raw.decode(errors="replace")}
+                path = self.path.split("?", 1)[0]
+                if path.endswith("/count_tokens"):
+                    self._send(200, "application/json", b'{"input_tokens": 10}')
+                    return
+                status, turn = server._answer(path, body)
+                if status != 200:
+                    error = {
+                        "type": "error",
+                        "error": {"type": "overloaded_error", "message": "script over"},
+                    }
+                    self._send(status, "application/json", json.dumps(error).encode())
+                    return
+                message, blocks = server._message(body, turn)
+                if body.get("stream"):
+                    self._send(200, "text/event-stream", server._sse(message, blocks))
+                else:
+                    payload = {**message, "content": blocks}
+                    self._send(200, "application/json", json.dumps(payload).encode())
+
+            def do_GET(self) -> None:
+                self._send(404, "application/json", b'{"type": "error"}')
+
+            do_HEAD = do_GET
+
+        return Handler
+
+
+# --- Claude Code in an isolated home --------------------------------------------------------
+
+
+@dataclass
+class ClaudeRun:
+    result: subprocess.CompletedProcess[str]
+    transcripts: list[Path]  # the session files this run wrote or extended
+
+    def output(self) -> Json:
+        """The `--output-format json` result: session_id, result, is_error, num_turns..."""
+        return json.loads(self.result.stdout)
+
+    def records(self) -> list[Json]:
+        """Every record of every transcript this run wrote, in file order."""
+        return [
+            json.loads(line)
+            for path in self.transcripts
+            for line in path.read_text().splitlines()
+            if line.strip()
+        ]
+
+
+class ClaudeHome:
+    """A throwaway HOME with its own CLAUDE_CONFIG_DIR, for running the real `claude`.
+
+    Nothing the developer has configured (their ~/.claude, their API key) reaches it.
+    """
+
+    def __init__(self, clients: Clients, root: Path) -> None:
+        self.claude = clients.claude
+        self.home = root / "home"
+        self.config_dir = self.home / ".claude"
+        self.config_dir.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def settings_path(self) -> Path:
+        return self.config_dir / "settings.json"
+
+    @property
+    def user_config_path(self) -> Path:
+        """Where `claude mcp add --scope user` writes when CLAUDE_CONFIG_DIR is set."""
+        return self.config_dir / ".claude.json"
+
+    def write_settings(self, settings: Json) -> None:
+        self.settings_path.write_text(json.dumps(settings, indent=2))
+
+    def env(self, base_url: str | None = None) -> dict[str, str]:
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(self.home),
+            "CLAUDE_CONFIG_DIR": str(self.config_dir),
+            "LANG": "C.UTF-8",
+            # Nothing outside the loopback server: no telemetry, updates or error reports.
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_ERROR_REPORTING": "1",
+            # MCP tools are listed directly instead of behind the ToolSearch tool.
+            "ENABLE_TOOL_SEARCH": "false",
+        }
+        if base_url is not None:
+            env["ANTHROPIC_BASE_URL"] = base_url
+            env["ANTHROPIC_API_KEY"] = "sk-ant-scripted-test-key"
+        return env
+
+    def run(
+        self, *args: str, cwd: Path | None = None, timeout: float = 30.0
+    ) -> subprocess.CompletedProcess[str]:
+        """`claude ARGS` offline (mcp add/list and the like)."""
+        return subprocess.run(
+            [str(self.claude), *args],
+            cwd=cwd or self.home,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def transcripts(self) -> dict[Path, int]:
+        """Every session file under projects/, with its size."""
+        return {
+            path: path.stat().st_size
+            for path in sorted((self.config_dir / "projects").glob("*/*.jsonl"))
+        }
+
+    def prompt(
+        self,
+        prompt: str,
+        server: ScriptedAnthropic,
+        *,
+        cwd: Path,
+        allowed_tools: Sequence[str] = (),
+        extra_args: Sequence[str] = (),
+        timeout: float = 45.0,
+    ) -> ClaudeRun:
+        """`claude -p PROMPT` headless against the scripted server."""
+        before = self.transcripts()
+        args = [str(self.claude), "-p", prompt, "--output-format", "json"]
+        if allowed_tools:
+            args += ["--allowedTools", ",".join(allowed_tools)]
+        result = subprocess.run(
+            [*args, *extra_args],
+            cwd=cwd,
+            env=self.env(server.base_url),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+        after = self.transcripts()
+        changed = [path for path, size in after.items() if before.get(path) != size]
+        return ClaudeRun(result=result, transcripts=changed)
