@@ -21,7 +21,10 @@ from tests.clients import (
     FALLBACK_TEXT,
     ClaudeHome,
     Clients,
+    CodexHome,
     ScriptedAnthropic,
+    ScriptedOpenAI,
+    function_call_outputs,
     install_clients,
     request_text,
     text,
@@ -71,6 +74,32 @@ def clients() -> Clients:
 @pytest.fixture
 def home(clients: Clients, tmp_path: Path) -> ClaudeHome:
     return ClaudeHome(clients, tmp_path)
+
+
+@pytest.fixture
+def codex(clients: Clients, tmp_path: Path) -> CodexHome:
+    return CodexHome(clients, tmp_path)
+
+
+@pytest.fixture
+def echo_server(tmp_path: Path) -> list[str]:
+    """The command line of the echo MCP server."""
+    server = tmp_path / "echo_server.py"
+    server.write_text(ECHO_SERVER)
+    return [sys.executable, str(server)]
+
+
+@pytest.fixture
+def hook_command(tmp_path: Path) -> str:
+    """A shell command running the logging hook; its stdin lands in hook-stdin.jsonl."""
+    hook = tmp_path / "hook.py"
+    hook.write_text(HOOK)
+    return f"{shlex.quote(sys.executable)} {shlex.quote(str(hook))}"
+
+
+def hook_events(tmp_path: Path) -> list[dict[str, object]]:
+    log = tmp_path / "hook-stdin.jsonl"
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
 @pytest.fixture
@@ -200,11 +229,9 @@ def test_claude_edits_a_file_in_a_git_repo_and_writes_a_genuine_transcript(
 
 
 @pytest.fixture
-def echo_home(home: ClaudeHome, tmp_path: Path) -> tuple[ClaudeHome, list[str]]:
+def echo_home(home: ClaudeHome, echo_server: list[str]) -> tuple[ClaudeHome, list[str]]:
     """A home with the echo MCP server added at user scope; also returns its command line."""
-    server = tmp_path / "echo_server.py"
-    server.write_text(ECHO_SERVER)
-    command = [sys.executable, str(server)]
+    command = echo_server
     added = home.run("mcp", "add", "--scope", "user", "echo", "--", *command)
     assert added.returncode == 0, added.stderr
     assert added.stdout.startswith(
@@ -257,12 +284,9 @@ def test_a_scripted_mcp_tool_call_reaches_the_real_server_and_its_answer_the_mod
 
 @pytest.mark.e2e
 def test_session_start_and_prompt_hooks_reach_the_model_request(
-    home: ClaudeHome, repo: Path, tmp_path: Path
+    home: ClaudeHome, repo: Path, tmp_path: Path, hook_command: str
 ) -> None:
-    hook = tmp_path / "hook.py"
-    hook.write_text(HOOK)
-    command = f"{shlex.quote(sys.executable)} {shlex.quote(str(hook))}"
-    handler = [{"type": "command", "command": command}]
+    handler = [{"type": "command", "command": hook_command}]
     home.write_settings(
         {
             "hooks": {
@@ -287,7 +311,7 @@ def test_session_start_and_prompt_hooks_reach_the_model_request(
     assert resumed.result.returncode == 0, resumed.result.stderr
     assert resumed.transcripts == [transcript]
 
-    events = [json.loads(line) for line in (tmp_path / "hook-stdin.jsonl").read_text().splitlines()]
+    events = hook_events(tmp_path)
     common = {"session_id": session, "transcript_path": str(transcript), "cwd": str(repo)}
     assert [(e["hook_event_name"], e.get("source"), e.get("prompt")) for e in events] == [
         ("SessionStart", "startup", None),
@@ -313,3 +337,134 @@ def test_the_installed_clients_are_the_pinned_versions(clients: Clients, home: C
     assert version(clients.claude) == "2.1.330 (Claude Code)\n"
     assert version(clients.codex) == "codex-cli 0.169.0\n"
     assert version(clients.gemini) == "0.61.0\n"
+
+
+@pytest.mark.e2e
+def test_codex_mcp_add_writes_config_toml_and_mcp_list_shows_it(
+    codex: CodexHome, echo_server: list[str]
+) -> None:
+    added = codex.run("mcp", "add", "echo", "--", *echo_server)
+    assert (added.returncode, added.stdout) == (0, "Added global MCP server 'echo'.\n")
+    assert codex.config_path.read_text() == (
+        f'[mcp_servers.echo]\ncommand = "{echo_server[0]}"\nargs = ["{echo_server[1]}"]\n'
+    )
+    listed = codex.run("mcp", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    [server] = json.loads(listed.stdout)
+    assert (server["name"], server["enabled"], server["transport"]) == (
+        "echo",
+        True,
+        {"type": "stdio", "command": echo_server[0], "args": echo_server[1:], "env": None,
+         "env_vars": [], "cwd": None},
+    )  # fmt: skip
+    table = codex.run("mcp", "list").stdout.splitlines()
+    assert table[0].split() == ["Name", "Command", "Args", "Env", "Cwd", "Status", "Auth"]
+    assert table[1].split() == ["echo", *echo_server, "-", "-", "enabled", "Unsupported"]
+
+
+@pytest.mark.e2e
+def test_codex_exec_runs_a_command_and_an_mcp_tool_against_the_scripted_server(
+    codex: CodexHome, echo_server: list[str], repo: Path
+) -> None:
+    assert codex.run("mcp", "add", "echo", "--", *echo_server).returncode == 0
+    script = [
+        tool_use("exec_command", {"cmd": "printf made > made.txt"}),
+        tool_use("mcp__echo__echo", {"text": "hello"}),
+        text("Both done."),
+    ]
+    # required: Codex waits for the server before its first request (else it may not list its
+    # tools yet); approve: exec never asks, so an MCP call needing approval would be refused.
+    settings = [
+        "mcp_servers.echo.required=true",
+        'mcp_servers.echo.default_tools_approval_mode="approve"',
+    ]
+    with ScriptedOpenAI(script) as server:
+        run = codex.exec(
+            "make a file, then echo",
+            server,
+            cwd=repo,
+            extra_args=[a for s in settings for a in ("-c", s)],
+        )
+    assert run.result.returncode == 0, run.result.stderr
+    assert (repo / "made.txt").read_text() == "made"
+    assert server.unused_turns == []
+    first, second, third = server.main_requests
+    assert {"exec_command", "mcp__echo__echo"} <= set(tool_names(first))
+    [command_output] = function_call_outputs(second)
+    assert command_output["call_id"] == "call_scripted0001"
+    assert "Process exited with code 0" in command_output["output"]
+    echo_output = function_call_outputs(third)[-1]
+    assert echo_output["call_id"] == "call_scripted0002"
+    assert echo_output["output"].endswith('Output:\n{"result":"echoed:OLLEH"}')
+
+    # `--json` events name the MCP call by server and tool, with the server's own result.
+    [mcp_call] = [
+        e["item"] for e in run.events()
+        if e["type"] == "item.completed" and e["item"]["type"] == "mcp_tool_call"
+    ]  # fmt: skip
+    assert (mcp_call["server"], mcp_call["tool"], mcp_call["status"]) == (
+        "echo",
+        "echo",
+        "completed",
+    )
+    assert mcp_call["result"]["content"] == [{"type": "text", "text": "echoed:OLLEH"}]
+    # The rollout (Codex's transcript) records both calls; an MCP call carries its namespace.
+    [rollout] = run.transcripts
+    assert rollout.name.endswith(f"-{run.thread_id}.jsonl")
+    calls = [
+        r["payload"] for r in run.records()
+        if r["type"] == "response_item" and r["payload"]["type"] == "function_call"
+    ]  # fmt: skip
+    assert [(c["call_id"], c.get("namespace"), c["name"]) for c in calls] == [
+        ("call_scripted0001", None, "exec_command"),
+        ("call_scripted0002", "mcp__echo", "echo"),
+    ]
+
+
+@pytest.mark.e2e
+def test_codex_runs_user_hooks_only_once_trusted_and_their_context_reaches_the_model(
+    codex: CodexHome, repo: Path, tmp_path: Path, hook_command: str
+) -> None:
+    handler = [{"type": "command", "command": hook_command}]
+    codex.hooks_path.write_text(
+        json.dumps(
+            {
+                "hooks": {
+                    "SessionStart": [{"matcher": "startup|resume|clear|compact", "hooks": handler}],
+                    "UserPromptSubmit": [{"hooks": handler}],
+                }
+            }
+        )
+    )
+    keys = [f"{codex.hooks_path}:session_start:0:0", f"{codex.hooks_path}:user_prompt_submit:0:0"]
+    assert [(h["key"], h["trustStatus"]) for h in codex.hooks(repo)] == [
+        (keys[0], "untrusted"),
+        (keys[1], "untrusted"),
+    ]
+    # Untrusted hooks are skipped without a word.
+    with ScriptedOpenAI([text("No hooks ran.")]) as server:
+        run = codex.exec("before trust", server, cwd=repo)
+    assert run.result.returncode == 0, run.result.stderr
+    assert hook_events(tmp_path) == []
+    assert "MARKER-123" not in request_text(server.main_requests[0])
+
+    assert codex.trust_hooks(repo) == keys
+    assert [h["trustStatus"] for h in codex.hooks(repo)] == ["trusted", "trusted"]
+    assert f'[hooks.state."{keys[0]}"]\ntrusted_hash = "sha256:' in codex.config_path.read_text()
+    with ScriptedOpenAI([text("Hooks ran.")]) as server:
+        run = codex.exec("after trust", server, cwd=repo)
+    assert run.result.returncode == 0, run.result.stderr
+    sent = request_text(server.main_requests[0])
+    assert "MARKER-123 from SessionStart" in sent
+    assert "MARKER-123 from UserPromptSubmit" in sent
+    [rollout] = run.transcripts
+    common = {"session_id": run.thread_id, "transcript_path": str(rollout), "cwd": str(repo)}
+    start, prompt = hook_events(tmp_path)
+    assert start == {
+        **common, "hook_event_name": "SessionStart", "source": "startup",
+        "model": "gpt-5.1", "permission_mode": "bypassPermissions",
+    }  # fmt: skip
+    assert prompt == {
+        **common, "hook_event_name": "UserPromptSubmit", "prompt": "after trust",
+        "turn_id": prompt["turn_id"], "model": "gpt-5.1", "permission_mode": "bypassPermissions",
+    }  # fmt: skip
