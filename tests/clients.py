@@ -692,3 +692,49 @@ class CodexHome:
             return sorted(state)
 
         return self.app_server(trust, cwd=cwd)
+
+
+# --- Gemini CLI in an isolated home ---------------------------------------------------------
+
+
+class GeminiHome:
+    """A throwaway HOME for running the real `gemini` (settings in ~/.gemini/)."""
+
+    def __init__(self, clients: Clients, root: Path) -> None:
+        self.gemini = clients.gemini
+        self.home = root / "home"
+        self.gemini_dir = self.home / ".gemini"
+        self.gemini_dir.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def settings_path(self) -> Path:
+        return self.gemini_dir / "settings.json"
+
+    @property
+    def trusted_folders_path(self) -> Path:
+        return self.gemini_dir / "trustedFolders.json"
+
+    def trust_folder(self, folder: Path) -> None:
+        """Trust `folder` as Gemini's own trust dialog does; untrusted, it loads no MCP server."""
+        self.trusted_folders_path.write_text(json.dumps({str(folder): "TRUST_FOLDER"}))
+
+    def env(self) -> dict[str, str]:
+        return {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(self.home),
+            "LANG": "C.UTF-8",
+        }
+
+    def run(
+        self, *args: str, cwd: Path | None = None, timeout: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
+        """`gemini ARGS` offline. It prints its `mcp` answers on stderr."""
+        return subprocess.run(
+            [str(self.gemini), *args],
+            cwd=cwd or self.home,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )

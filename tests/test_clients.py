@@ -22,6 +22,7 @@ from tests.clients import (
     ClaudeHome,
     Clients,
     CodexHome,
+    GeminiHome,
     ScriptedAnthropic,
     ScriptedOpenAI,
     function_call_outputs,
@@ -79,6 +80,11 @@ def home(clients: Clients, tmp_path: Path) -> ClaudeHome:
 @pytest.fixture
 def codex(clients: Clients, tmp_path: Path) -> CodexHome:
     return CodexHome(clients, tmp_path)
+
+
+@pytest.fixture
+def gemini(clients: Clients, tmp_path: Path) -> GeminiHome:
+    return GeminiHome(clients, tmp_path)
 
 
 @pytest.fixture
@@ -468,3 +474,31 @@ def test_codex_runs_user_hooks_only_once_trusted_and_their_context_reaches_the_m
         **common, "hook_event_name": "UserPromptSubmit", "prompt": "after trust",
         "turn_id": prompt["turn_id"], "model": "gpt-5.1", "permission_mode": "bypassPermissions",
     }  # fmt: skip
+
+
+@pytest.mark.e2e
+def test_gemini_mcp_add_writes_user_settings_and_list_connects_only_in_a_trusted_folder(
+    gemini: GeminiHome, echo_server: list[str], repo: Path
+) -> None:
+    added = gemini.run("mcp", "add", "-s", "user", "echo", *echo_server, cwd=repo)
+    assert (added.returncode, added.stderr) == (
+        0,
+        'MCP server "echo" added to user settings. (stdio)\n',
+    )
+    assert json.loads(gemini.settings_path.read_text()) == {
+        "mcpServers": {"echo": {"command": echo_server[0], "args": echo_server[1:]}}
+    }
+    shown = f"echo: {' '.join(echo_server)} (stdio)"
+    # A folder nobody trusted yet: even user-level servers stay off there.
+    untrusted = gemini.run("mcp", "list", cwd=repo)
+    assert untrusted.returncode == 0
+    assert untrusted.stderr == (
+        "Warning: MCP servers are configured but disabled because this folder is untrusted.\n"
+        "User-level servers are also suppressed in untrusted folders to prevent accidental"
+        " side-effects.\n\nConfigured MCP servers:\n\n"
+        f"○ {shown} - Disabled\n"
+    )
+    gemini.trust_folder(repo)
+    trusted = gemini.run("mcp", "list", cwd=repo)
+    assert trusted.returncode == 0
+    assert trusted.stderr == f"Configured MCP servers:\n\n✓ {shown} - Connected\n"
