@@ -723,6 +723,9 @@ class GeminiHome:
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": str(self.home),
             "LANG": "C.UTF-8",
+            # Gemini restarts itself under a second node to raise its heap limit: half of each
+            # command's time, and no `mcp` command needs the bigger heap.
+            "GEMINI_CLI_NO_RELAUNCH": "true",
         }
 
     def run(

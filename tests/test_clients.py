@@ -1,9 +1,11 @@
-"""The scripted-client harness, proven with the real Claude Code binary.
+"""The scripted-client harness, proven with the real clients.
 
-Each test runs the real `claude` (installed from npm by tests/clients.py) in a throwaway home
-against the scripted Messages-API server: a real tool edits a real file, a real stdio MCP server
-(the `mcp` SDK) is registered, health-checked and called, and settings.json hooks put their
-context into the request the client sends to the model.
+Each test runs a real client (installed from npm by tests/clients.py) in a throwaway home.
+Claude Code against the scripted Messages-API server: a real tool edits a real file, a stdio
+MCP server on the `mcp` SDK is registered, health-checked and called, and settings.json hooks
+put their context into the request the client sends to the model. Codex against the scripted
+Responses-API server: a command and an MCP call run, and hooks run once trusted. Gemini CLI:
+MCP registration and its folder trust. docs/clients.md says what these facts are for.
 """
 
 from __future__ import annotations
@@ -166,6 +168,10 @@ def test_scripted_server_matches_turns_answers_strays_and_stops_at_its_bound() -
         assert server.unused_turns == []
         assert [r.answered_by is not None for r in server.requests] == [False, True, True, False]
         assert server.main_requests == [main, {**main, "stream": True}]
+    # Past its time limit the server refuses everything, scripted or not.
+    with ScriptedAnthropic([text("never sent")], time_limit=0) as late:
+        assert post(late, main)[0] == 529
+        assert [turn.text for turn in late.unused_turns] == ["never sent"]
 
 
 @pytest.mark.e2e
