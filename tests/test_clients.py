@@ -337,6 +337,27 @@ def test_session_start_and_prompt_hooks_reach_the_model_request(
     assert set(events[1]) == {*common, "hook_event_name", "prompt", "prompt_id", "permission_mode"}
     assert events[1]["permission_mode"] == "default"
 
+    # `/compact` and `/clear` in -p mode fire SessionStart with their own sources: compact keeps
+    # the session (its summary requests list tools, so unscripted they get the fallback text);
+    # clear starts a new session with a new transcript.
+    for command in ("/compact", "/clear"):
+        with ScriptedAnthropic([]) as server:
+            done = home.prompt(command, server, cwd=repo, extra_args=["--resume", session])
+        assert done.result.returncode == 0, done.result.stderr
+        assert done.output()["local_command"] == command[1:]
+    # Each resumes first; a slash command is no prompt, so UserPromptSubmit stays quiet.
+    later = hook_events(tmp_path)[4:]
+    assert [(e["hook_event_name"], e["source"]) for e in later] == [
+        ("SessionStart", "resume"),
+        ("SessionStart", "compact"),
+        ("SessionStart", "resume"),
+        ("SessionStart", "clear"),
+    ]
+    assert [e["session_id"] for e in later[:3]] == [session] * 3
+    clear = later[3]
+    assert clear["session_id"] != session
+    assert clear["transcript_path"] == str(transcript.with_name(f"{clear['session_id']}.jsonl"))
+
 
 @pytest.mark.e2e
 def test_the_installed_clients_are_the_pinned_versions(clients: Clients, home: ClaudeHome) -> None:
