@@ -529,3 +529,12 @@ def test_gemini_mcp_add_writes_user_settings_and_list_connects_only_in_a_trusted
     trusted = gemini.run("mcp", "list", cwd=repo)
     assert trusted.returncode == 0
     assert trusted.stderr == f"Configured MCP servers:\n\n✓ {shown} - Connected\n"
+
+
+def test_without_node_the_client_tests_skip_and_say_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "")
+    with pytest.raises(pytest.skip.Exception) as skipped:
+        install_clients()
+    assert str(skipped.value) == (
+        "node and npm not on PATH: the real agent clients install with npm"
+    )
