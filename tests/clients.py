@@ -68,26 +68,17 @@ def install_clients() -> Clients:
         fcntl.flock(lock, fcntl.LOCK_EX)
         wanted = [f"{name}@{version}" for name, version in PINNED]
         if any(_installed_version(name) != version for name, version in PINNED):
-            subprocess.run(
-                [
-                    "npm",
-                    "install",
-                    "--prefix",
-                    str(CLIENTS_DIR),
-                    "--no-audit",
-                    "--no-fund",
-                    "--no-save",
-                    *wanted,
-                ],
-                check=True,
-                capture_output=True,
-                timeout=600,
+            npm = ["npm", "install", "--prefix", str(CLIENTS_DIR), "--no-audit", "--no-fund"]
+            done = subprocess.run(
+                [*npm, "--no-save", *wanted], capture_output=True, text=True, timeout=600
             )
+            if done.returncode != 0:
+                raise RuntimeError(f"npm install {' '.join(wanted)} failed:\n{done.stderr[-4000:]}")
     bin_dir = CLIENTS_DIR / "node_modules" / ".bin"
     return Clients(claude=bin_dir / "claude", codex=bin_dir / "codex", gemini=bin_dir / "gemini")
 
 
-# --- the scripted Messages-API server -------------------------------------------------------
+# --- scripted model servers ----------------------------------------------------------------
 
 
 @dataclass(frozen=True)
