@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -87,6 +88,10 @@ class Client:
         """Ingest transcript files now; one report per file."""
         waiting = await queue.enqueue_ingest(self.redis, paths, fresh=True)
         return [await queue.wait_for(job, self.settings.job_timeout_seconds) for job in waiting]
+
+    async def queue_ingest(self, paths: list[str]) -> None:
+        """Ingest transcript files soon, without waiting (a hook must not block the agent)."""
+        await queue.enqueue_ingest(self.redis, paths)
 
     async def maintenance(self, spec: jobs.JobSpec, dry_run: bool = False) -> dict[str, Any]:
         """Run decay, prune or reembed now (waiting for a scheduled run in progress)."""
@@ -183,6 +188,18 @@ class Client:
         }
 
 
+def _accepts(path: Path) -> bool:
+    """Whether something listens on the private Redis's socket: a socket file left behind by
+    a daemon that died refuses at once, where the Redis client would retry for a second."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
 @contextlib.asynccontextmanager
 async def connect(settings: Settings, *, serve: bool = False) -> AsyncIterator[Client]:
     """A client of the running daemon. `serve` (one-shot CLI commands): when no daemon runs,
@@ -197,7 +214,7 @@ async def connect(settings: Settings, *, serve: bool = False) -> AsyncIterator[C
             await rt.serve_if_needed()
             yield Client(redis, settings)
         return
-    if settings.embedded_redis and not settings.redis_socket.exists():
+    if settings.embedded_redis and not _accepts(settings.redis_socket):
         raise DaemonUnavailable(NOT_RUNNING)
     redis = await queue.connect(settings.queue_url)
     try:

@@ -183,6 +183,8 @@ class Tools:
 
 def build_server(settings: Settings, cwd: Path | None = None) -> MCPServer:
     tools = Tools(settings, (cwd or Path.cwd()).resolve())
+    # Tools answer in plain text: with structured output the clients hand the model a JSON
+    # string with its newlines escaped (docs/clients.md).
     server = MCPServer("memoryd", instructions=INSTRUCTIONS)
     budget = f"Answer cut to max_chars characters (default {DEFAULT_BUDGET})."
     scope = (
@@ -191,12 +193,13 @@ def build_server(settings: Settings, cwd: Path | None = None) -> MCPServer:
     )
 
     @server.tool(
+        structured_output=False,
         description="Search memoryd: code chunks of the watched repositories (kind=code), what "
         "happened in past agent sessions (kind=memory: prompts, messages, tool calls, errors, "
         "notes), what users asked for (kind=goal), or all three. Use it first, before reading "
         "files or asking the user about past work: it returns one line per hit with an id, "
         f"the project, path:lines or session#seq. Then call get with the ids. {scope} "
-        f"path: keep code hits under this path prefix. {budget}"
+        f"path: keep code hits under this path prefix. {budget}",
     )
     async def search(
         query: str,
@@ -209,34 +212,38 @@ def build_server(settings: Settings, cwd: Path | None = None) -> MCPServer:
         return await tools.search(query, kind, project, path, limit, max_chars)
 
     @server.tool(
+        structured_output=False,
         description="The full records behind ids from search, timeline or recent_activity: a "
         "code chunk's text with its path and lines, a memory's whole text with its session and "
-        f"seq. Ask only for the ids you need; the budget is shared among them. {budget}"
+        f"seq. Ask only for the ids you need; the budget is shared among them. {budget}",
     )
     async def get(ids: list[str], max_chars: int = DEFAULT_BUDGET) -> str:
         return await tools.get(ids, max_chars)
 
     @server.tool(
+        structured_output=False,
         description="Everything agents did to one file: the sessions that read, modified or "
         "ran commands on it (newest first, with their goal, outcomes and errors, and whether "
         "the file changed since), plus the file's current code chunks. Use it before editing a "
-        f"file others worked on, or to learn why it is the way it is. {budget}"
+        f"file others worked on, or to learn why it is the way it is. {budget}",
     )
     async def file_history(path: str, max_chars: int = DEFAULT_BUDGET) -> str:
         return await tools.file_history(path, max_chars)
 
     @server.tool(
+        structured_output=False,
         description="Replay one agent session in order: its goal and each event (prompt, "
         "message, tool call, result, error) as one line with its memory id. The id may be a "
-        f"unique prefix. For a few events around one point use timeline instead. {budget}"
+        f"unique prefix. For a few events around one point use timeline instead. {budget}",
     )
     async def session(session_id: str, max_chars: int = DEFAULT_BUDGET) -> str:
         return await tools.session(session_id, max_chars)
 
     @server.tool(
+        structured_output=False,
         description="The events just before and after one memory (or a goal's prompt) in its "
         "session: what led to an error, what came of a decision. anchor: a memory or goal id "
-        f"from search. {budget}"
+        f"from search. {budget}",
     )
     async def timeline(
         anchor: str, before: int = 5, after: int = 5, max_chars: int = DEFAULT_BUDGET
@@ -244,10 +251,11 @@ def build_server(settings: Settings, cwd: Path | None = None) -> MCPServer:
         return await tools.timeline(anchor, before, after, max_chars)
 
     @server.tool(
+        structured_output=False,
         description="What happened lately in this repository: recent sessions and their goals, "
         "files modified, and failures not followed by a success (still open). Use it at the "
         f"start of a task to pick up where others left off. days: how far back. {scope} "
-        f"{budget}"
+        f"{budget}",
     )
     async def recent_activity(
         project: str | None = None, days: float = 7.0, max_chars: int = DEFAULT_BUDGET
@@ -255,10 +263,11 @@ def build_server(settings: Settings, cwd: Path | None = None) -> MCPServer:
         return await tools.recent_activity(project, days, max_chars)
 
     @server.tool(
+        structured_output=False,
         description="Record a decision, note or todo for later sessions (kind: "
         f"{', '.join(AGENT_MEMORY_KINDS)}). It is searchable, pinned (never pruned), kept with "
         "the project's notes and linked to the files it names (files: paths, relative to the "
-        "working directory, also found in the text). Record why, not what the diff shows."
+        "working directory, also found in the text). Record why, not what the diff shows.",
     )
     async def remember(
         text: str, kind: str = "note", files: list[str] | None = None, project: str | None = None
@@ -266,15 +275,17 @@ def build_server(settings: Settings, cwd: Path | None = None) -> MCPServer:
         return await tools.remember(text, kind, files, project)
 
     @server.tool(
+        structured_output=False,
         description="Delete a memory (or goal) by id, with its links, from memoryd for good: "
-        "a wrong note, or something that should never have been recorded."
+        "a wrong note, or something that should never have been recorded.",
     )
     async def forget(id: str) -> str:
         return await tools.forget(id)
 
     @server.tool(
+        structured_output=False,
         description="Whether the memoryd daemon runs, what it holds (rows per table), the "
-        f"watched projects and the queue. {budget}"
+        f"watched projects and the queue. {budget}",
     )
     async def status(max_chars: int = DEFAULT_BUDGET) -> str:
         return await tools.status(max_chars)

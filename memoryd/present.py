@@ -175,6 +175,13 @@ def activity_blocks(activity: RecentActivity) -> list[str]:
                 LINE_CHARS,
             )
         )
+    for n in activity["notes"]:
+        lines.append(
+            one_line(
+                f"{n['kind']} [{n['id']}] (agent note, {_day(n.get('event_time'))}): {n['text']}",
+                LINE_CHARS,
+            )
+        )
     for f in activity["files"]:
         lines.append(
             f"modified {f['file']} ×{f['edits']} (last {_day(f.get('last_at'))}, "
@@ -197,7 +204,8 @@ def activity_text(activity: RecentActivity, scope: Scope, max_chars: int) -> str
     head = scope_head(
         scope,
         f"recent activity since {_day(activity['since'])}: {len(activity['sessions'])} sessions, "
-        f"{len(activity['files'])} files modified, {len(activity['failures'])} open failures",
+        f"{len(activity['files'])} files modified, {len(activity['failures'])} open failures, "
+        f"{len(activity['notes'])} notes",
     )
     return fit(head, activity_blocks(activity), max_chars, "lines")
 

@@ -212,12 +212,20 @@ class OpenFailure(TypedDict):
     seq: int | None
 
 
+class Note(TypedDict):
+    id: str
+    kind: str
+    text: str
+    event_time: str | None
+
+
 class RecentActivity(TypedDict):
     project: str | None
     since: str
     sessions: list[RecentSession]
     files: list[FileChange]
     failures: list[OpenFailure]
+    notes: list[Note]
 
 
 class Remembered(TypedDict):

@@ -19,11 +19,11 @@ from memoryd import agent, vocabulary
 from memoryd.errors import InvalidRequest
 from memoryd.ids import entity_id, stable_id
 from memoryd.store import Ref
+from memoryd.store.recall import NOTES_AGENT
 from workers.context import JobContext
 from workers.entities import Entity, canonical_file
 from workers.ingest import EMBED_CHARS
 
-NOTES_AGENT = "memoryd"
 # Characters a note may hold: a decision with its reasons, not a document.
 MAX_NOTE_CHARS = 8000
 # Words in a note that may name a file: trimmed of the quotes and punctuation prose puts

@@ -15,6 +15,7 @@ from memoryd.store import key_of, plain
 from memoryd.vocabulary import MODIFIES
 from workers.context import JobContext
 from workers.entities import canonical_file
+from workers.notes import notes_session_id
 
 
 async def search(
@@ -233,17 +234,24 @@ async def timeline(
     }
 
 
-# Sessions a recent-activity answer looks at, at most.
+# Sessions and agents' notes a recent-activity answer looks at, at most.
 RECENT_SESSIONS = 20
+RECENT_NOTES = 20
 
 
 async def recent_activity(ctx: JobContext, project: str | None, since: str) -> dict[str, Any]:
     """What happened lately: the sessions active since `since` with their goals, the files
-    they modified, and failures not followed by a success."""
+    they modified, failures not followed by a success, and the notes agents left for the
+    project (with `project` only: a note belongs to its project)."""
     store = ctx["store"]
     start = datetime.fromisoformat(since)
     sessions = [plain(s) for s in await store.recent_sessions(project, start, RECENT_SESSIONS)]
     outcomes = [plain(o) for o in await store.session_outcomes([s["session"] for s in sessions])]
+    notes = (
+        [plain(n) for n in await store.recent_notes(notes_session_id(project), start, RECENT_NOTES)]
+        if project
+        else []
+    )
     return {
         "project": project,
         "since": plain(start),
@@ -257,6 +265,15 @@ async def recent_activity(ctx: JobContext, project: str | None, since: str) -> d
         ],
         "files": file_changes(outcomes),
         "failures": open_failures(outcomes),
+        "notes": [
+            {
+                "id": agent.qualified("memory", n["id"]),
+                "kind": n["kind"],
+                "text": n["content"],
+                "event_time": n.get("event_time"),
+            }
+            for n in notes
+        ],
     }
 
 

@@ -9,6 +9,8 @@ from typing import Any
 
 from memoryd.store.base import StoreBase, plain, rid
 
+# The agent of the sessions that hold agent-written notes (workers/notes.py).
+NOTES_AGENT = "memoryd"
 # The verb edges whose outcome says whether an action worked (a read of a missing file, a
 # failed command, an edit that did not apply).
 _OUTCOME_TABLES = "executes, modifies, reads"
@@ -58,20 +60,34 @@ class RecallQueries(StoreBase):
     async def recent_sessions(
         self, project_key: str | None, since: datetime, limit: int
     ) -> list[dict[str, Any]]:
-        """Top-level sessions (subagents are part of their parent) active since `since`, newest
-        first, with their goals in order; all projects when `project_key` is None."""
+        """Top-level agent sessions (subagents are part of their parent; notes sessions are
+        not agents' work) active since `since`, newest first, with their goals in order; all
+        projects when `project_key` is None."""
         where = "project = $p AND " if project_key else ""
         rows = await self.query(
             "SELECT record::id(id) AS session, agent, project, cwd, "
             "git_branch, started_at, ended_at, (ended_at ?? started_at) AS active_at, "
             "(SELECT VALUE intent FROM ->has_goal->goal ORDER BY event_time) AS goals "
-            f"FROM session WHERE {where}parent IS NONE AND (ended_at ?? started_at) >= $since "
+            f"FROM session WHERE {where}parent IS NONE AND agent != $notes "
+            "AND (ended_at ?? started_at) >= $since "
             "ORDER BY active_at DESC LIMIT $limit",
             {
                 "p": rid("project", project_key) if project_key else None,
                 "since": since,
                 "limit": limit,
+                "notes": NOTES_AGENT,
             },
+        )
+        return rows[0] or []
+
+    async def recent_notes(
+        self, session_key: str, since: datetime, limit: int
+    ) -> list[dict[str, Any]]:
+        """Notes agents wrote in one notes session since `since`, newest first."""
+        rows = await self.query(
+            "SELECT id, kind, content, event_time, pinned FROM memory "
+            "WHERE session = $s AND event_time >= $since ORDER BY event_time DESC LIMIT $limit",
+            {"s": rid("session", session_key), "since": since, "limit": limit},
         )
         return rows[0] or []
 
