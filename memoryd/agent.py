@@ -99,10 +99,12 @@ def one_line(text: str | None, limit: int) -> str:
 
 
 def clip_lines(text: str, first_line: int, limit: int) -> tuple[str, int, bool]:
-    """Whole lines of `text` (whose first line is `first_line`) that fit in `limit`
-    characters; a first line longer than the budget is cut itself. Returns (text, number of
-    the last line shown, truncated)."""
-    lines = text.split("\n")
+    """Whole lines of `text` (whose first line is `first_line`; a final newline ends the last
+    line) that fit in `limit` characters; a first line longer than the budget is cut itself.
+    Returns (text, number of the last line shown, truncated)."""
+    lines = text.removesuffix("\n").split("\n")
+    if len(text) <= limit:
+        return text, first_line + len(lines) - 1, False
     shown: list[str] = []
     used = 0
     for line in lines:
@@ -111,8 +113,6 @@ def clip_lines(text: str, first_line: int, limit: int) -> tuple[str, int, bool]:
             break
         shown.append(line)
         used += cost
-    if len(shown) == len(lines):
-        return text, first_line + len(lines) - 1, False
     if not shown:
         return clip(lines[0], limit)[0], first_line, True
     return "\n".join(shown), first_line + len(shown) - 1, True

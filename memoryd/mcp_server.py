@@ -52,8 +52,12 @@ class Tools:
         self.settings = settings
         self.cwd = cwd
 
-    async def _with(self, work: Callable[[client.Client], Awaitable[str]]) -> str:
+    async def _with(
+        self, work: Callable[[client.Client], Awaitable[str]], max_chars: int | None = None
+    ) -> str:
         try:
+            if max_chars is not None:
+                check_budget(max_chars)
             async with client.connect(self.settings) as memoryd:
                 return await work(memoryd)
         except MemorydError as exc:
@@ -68,7 +72,6 @@ class Tools:
         limit: int,
         max_chars: int,
     ) -> str:
-        check_budget(max_chars)
         limit = max(1, min(limit, MAX_LIMIT))
 
         async def work(memoryd: client.Client) -> str:
@@ -80,7 +83,7 @@ class Tools:
             hits = [hit for hits in found for hit in hits]
             return present.search_text(query, scope, hits, max_chars)
 
-        return await self._with(work)
+        return await self._with(work, max_chars)
 
     async def _search_kind(
         self,
@@ -109,37 +112,35 @@ class Tools:
 
     async def get(self, ids: list[str], max_chars: int) -> str:
         async def work(memoryd: client.Client) -> str:
-            return present.get_text(await memoryd.get(ids, max_chars), max_chars)
+            records = await memoryd.get(ids, present.text_budget(max_chars, len(ids)))
+            return present.get_text(records, max_chars)
 
-        return await self._with(work)
+        return await self._with(work, max_chars)
 
     async def file_history(self, path: str, max_chars: int) -> str:
-        check_budget(max_chars)
         target = Path(path).expanduser()
         target = target if target.is_absolute() else self.cwd / target
 
         async def work(memoryd: client.Client) -> str:
             return present.history_text(await memoryd.history(str(target)), max_chars)
 
-        return await self._with(work)
+        return await self._with(work, max_chars)
 
     async def session(self, session_id: str, max_chars: int) -> str:
-        check_budget(max_chars)
 
         async def work(memoryd: client.Client) -> str:
             return present.session_text(await memoryd.session(session_id), max_chars)
 
-        return await self._with(work)
+        return await self._with(work, max_chars)
 
     async def timeline(self, anchor: str, before: int, after: int, max_chars: int) -> str:
         async def work(memoryd: client.Client) -> str:
             found = await memoryd.timeline(anchor, before, after, max_chars)
             return present.timeline_text(found, max_chars)
 
-        return await self._with(work)
+        return await self._with(work, max_chars)
 
     async def recent_activity(self, project: str | None, days: float, max_chars: int) -> str:
-        check_budget(max_chars)
 
         async def work(memoryd: client.Client) -> str:
             scope = await memoryd.scope(self.cwd, project)
@@ -147,7 +148,7 @@ class Tools:
             activity = await memoryd.recent_activity(scope.project, since)
             return present.activity_text(activity, scope, max_chars)
 
-        return await self._with(work)
+        return await self._with(work, max_chars)
 
     async def remember(
         self, text: str, kind: str, files: list[str] | None, project: str | None
@@ -173,12 +174,11 @@ class Tools:
         return await self._with(work)
 
     async def status(self, max_chars: int) -> str:
-        check_budget(max_chars)
 
         async def work(memoryd: client.Client) -> str:
             return present.status_text(await memoryd.status(), max_chars)
 
-        return await self._with(work)
+        return await self._with(work, max_chars)
 
 
 def build_server(settings: Settings, cwd: Path | None = None) -> MCPServer:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from memoryd.agent import Scope, clip, fit, one_line, qualified
+from memoryd.agent import MIN_BUDGET, Scope, clip, fit, one_line, qualified
 from memoryd.results import (
     FileHistory,
     RecentActivity,
@@ -18,6 +18,7 @@ from memoryd.results import (
 
 # Characters of one line of a list (a hit, an event, an action).
 LINE_CHARS = 240
+RECORD_HEAD_CHARS = 200
 NO_PROJECT = "(no project)"
 
 
@@ -81,8 +82,15 @@ def record_text(record: Record) -> str:
     return f"{head}\n{record['text']}"
 
 
+def text_budget(max_chars: int, records: int) -> int:
+    """What the records' own text may take of an answer of `max_chars`: each header line
+    (id, project, where, when) takes up to RECORD_HEAD_CHARS of it."""
+    return max(MIN_BUDGET, max_chars - RECORD_HEAD_CHARS * records)
+
+
 def get_text(records: Sequence[Record], max_chars: int) -> str:
-    return fit([], [record_text(r) for r in records], max_chars, "records")
+    """Every record asked for, in order (their text already fits `text_budget`)."""
+    return clip("\n".join(record_text(r) for r in records), max_chars)[0]
 
 
 def _action_line(action: Mapping[str, Any]) -> str:
@@ -90,8 +98,8 @@ def _action_line(action: Mapping[str, Any]) -> str:
     code = f" exit {action['exit_code']}" if action.get("exit_code") not in (None, 0) else ""
     changed = " (file changed since)" if action.get("changed_since") else ""
     detail = f" — {action['detail']}" if action.get("detail") else ""
-    return one_line(
-        f"  {action['verb']} {outcome}{code} via {action.get('tool') or '?'} at "
+    return "  " + one_line(
+        f"{action['verb']} {outcome}{code} via {action.get('tool') or '?'} at "
         f"{_day(action.get('event_time'))}{changed}{detail}",
         LINE_CHARS,
     )
@@ -112,7 +120,8 @@ def history_text(history: FileHistory, max_chars: int) -> str:
         ]
         lines += [_action_line(a) for a in s.get("actions", [])]
         lines += [
-            one_line(f"  error #{e.get('seq')}: {e.get('error')}: {e.get('message')}", LINE_CHARS)
+            "  "
+            + one_line(f"error #{e.get('seq')}: {e.get('error')}: {e.get('message')}", LINE_CHARS)
             for e in s.get("errors", [])[:3]
         ]
         blocks.append("\n".join(lines))

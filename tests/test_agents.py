@@ -1,0 +1,444 @@
+"""The agent-facing layer against a real daemon (`memoryd run` in a subprocess) holding a real
+indexed tree (arq's source) and real ingested transcripts: the MCP server over stdio and HTTP
+through the SDK's own client, the hooks as the clients run them, `memoryd integrate`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from memoryd import client
+from memoryd.config import load_settings
+from memoryd.errors import DaemonUnavailable
+from memoryd.scan import project_id_for
+from tests.conftest import MEMORYD
+
+FIXTURES = Path(__file__).parent / "fixtures" / "transcripts" / "claude-code"
+CODERABBIT = FIXTURES / "-Users-dain-workspace-coderabbit-review-helper"
+SESSION = "cb2e607c-c758-415a-8b45-c49e4631906a"
+GOAL = (
+    "How can I make this possible to install as a library with `uv` so I can run from any "
+    "directory?"
+)
+PROMPT_ID = "memory:92eca8b5456b42aa16172ecd14af3ef6"
+UV_INSTALL_ID = "memory:d01bf7d0b71dd85f5d495537d979ec4b"
+PYPROJECT = "/Users/dain/workspace/coderabbit-review-helper/pyproject.toml"
+TOOLS = [
+    "search",
+    "get",
+    "file_history",
+    "session",
+    "timeline",
+    "recent_activity",
+    "remember",
+    "forget",
+    "status",
+]
+
+
+def clean_env(data: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
+    return env | {
+        "MEMORYD_CONFIG": "/nonexistent/memoryd.toml",
+        "MEMORYD_TRANSCRIPTS": "[]",
+        "MEMORYD_DATA_DIR": str(data),
+        **extra,
+    }
+
+
+def memoryd(data: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [MEMORYD, *args], capture_output=True, text=True, timeout=timeout, env=clean_env(data)
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+@dataclass(frozen=True)
+class Daemon:
+    data: Path
+    repo: Path
+    project: str
+
+
+async def _wait_live(data: Path, deadline: float) -> None:
+    settings = load_settings(data_dir=data)
+    while True:
+        try:
+            async with client.connect(settings):
+                return
+        except DaemonUnavailable:
+            assert time.monotonic() < deadline, "the daemon did not come up"
+            await asyncio.sleep(1)
+
+
+@pytest.fixture(scope="module")
+def daemon(arq_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """`memoryd run` on a copy of arq's tree, with one real Claude Code session (and its
+    subagent) ingested through it."""
+    repo = tmp_path_factory.mktemp("agents") / "arq"
+    shutil.copytree(arq_tree, repo, symlinks=True)
+    data = Path(tempfile.mkdtemp(prefix="md-", dir="/tmp"))
+    process = subprocess.Popen(
+        [MEMORYD, "run", "--repo", str(repo)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=clean_env(data),
+    )
+    try:
+        asyncio.run(_wait_live(data, time.monotonic() + 300))
+        memoryd(data, "index", str(repo))
+        memoryd(data, "ingest", str(CODERABBIT))
+        yield Daemon(data, repo, project_id_for(repo))
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=120)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+@asynccontextmanager
+async def mcp_stdio(data: Path, cwd: Path) -> AsyncIterator[ClientSession]:
+    params = StdioServerParameters(command=MEMORYD, args=["mcp"], cwd=cwd, env=clean_env(data))
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        yield session
+
+
+async def call(session: ClientSession, tool: str, **arguments: object) -> tuple[bool, str]:
+    result = await session.call_tool(tool, arguments)
+    [content] = result.content
+    return bool(result.is_error), content.text  # type: ignore[union-attr]
+
+
+def ids_in(text: str) -> list[str]:
+    return re.findall(r"\b(?:code|memory|goal):[0-9a-f]{32}\b", text)
+
+
+def edits_of(transcript: Path, path: str) -> int:
+    """Edit tool calls on `path` in a Claude Code transcript, counted from the raw records."""
+    count = 0
+    for line in transcript.read_text().splitlines():
+        record = json.loads(line)
+        content = (record.get("message") or {}).get("content")
+        for block in content if isinstance(content, list) else []:
+            if block.get("type") == "tool_use" and block.get("name") == "Edit":
+                count += block["input"].get("file_path") == path
+    return count
+
+
+# --- MCP over stdio ---------------------------------------------------------------------------
+
+
+@pytest.mark.e2e
+async def test_code_search_then_get_returns_the_chunk_as_it_is_on_disk(daemon: Daemon) -> None:
+    async with mcp_stdio(daemon.data, daemon.repo) as mcp:
+        listed = await mcp.list_tools()
+        assert [tool.name for tool in listed.tools] == TOOLS
+
+        error, found = await call(
+            mcp, "search", query="parse a redis connection DSN url", kind="code", limit=3
+        )
+        assert not error, found
+        lines = found.splitlines()
+        assert (
+            lines[0]
+            == f"search 'parse a redis connection DSN url': 3 hits — project {daemon.project}"
+        )
+        [chunk] = ids_in(lines[1])
+        assert lines[1] == f"{chunk} [{daemon.project}] connections.py:55-80 RedisSettings.from_dsn"
+
+        error, record = await call(mcp, "get", ids=[chunk])
+        assert not error, record
+        source = (daemon.repo / "connections.py").read_text().split("\n")
+        head, body = record.split("\n", 1)
+        assert head == f"{chunk} [{daemon.project}] connections.py:55-80 RedisSettings.from_dsn"
+        assert body == "\n".join(source[54:80]) + "\n"  # the chunk's lines, each ended
+
+        # A budget too small for the chunk: whole lines from its start, and it says so.
+        error, cut = await call(mcp, "get", ids=[chunk], max_chars=500)
+        assert not error and len(cut) <= 500
+        head, body = cut.split("\n", 1)
+        shown = body.split("\n")
+        last = 54 + len(shown)
+        assert head == (
+            f"{chunk} [{daemon.project}] connections.py:55-{last} RedisSettings.from_dsn "
+            "(chunk ends at line 80; cut to the budget)"
+        )
+        assert shown == source[54:last] and len(body) <= 500 - 200
+
+        error, missing = await call(mcp, "get", ids=["memory:" + "0" * 32])
+        assert error and missing == f"Error executing tool get: no record 'memory:{'0' * 32}'"
+
+
+@pytest.mark.e2e
+async def test_sessions_memories_and_file_history_from_a_real_transcript(daemon: Daemon) -> None:
+    async with mcp_stdio(daemon.data, daemon.repo) as mcp:
+        # The transcript's session belongs to no watched project: found when asked for all.
+        error, found = await call(
+            mcp,
+            "search",
+            query="install as a library with uv",
+            kind="memory",
+            project="all",
+            limit=3,
+        )
+        assert not error, found
+        assert (
+            found.splitlines()[0] == "search 'install as a library with uv': 3 hits — all projects"
+        )
+        assert f"{PROMPT_ID} [(no project)] session {SESSION}#0 user_prompt: {GOAL}" in found
+        # Scoped to this repository (the default), the other directory's memory stays out.
+        error, scoped = await call(
+            mcp, "search", query="install as a library with uv", kind="memory"
+        )
+        assert not error and "0 hits" in scoped.splitlines()[0] and "nothing found" in scoped
+
+        error, replay = await call(mcp, "session", session_id=SESSION[:8], max_chars=1200)
+        assert not error, replay
+        lines = replay.splitlines()
+        assert lines[0].startswith(
+            f"session {SESSION} (claude-code, project (no project), 2025-11-17 11:23"
+        )
+        assert lines[0].endswith(f"goal: {GOAL}")
+        assert lines[2] == f"#0 user_prompt [{PROMPT_ID}]: {GOAL}"
+        assert re.fullmatch(
+            r"… \d+ more events not shown \(narrow the request or raise max_chars\)", lines[-1]
+        )
+        assert len(replay) <= 1200
+
+        error, around = await call(mcp, "timeline", anchor=UV_INSTALL_ID, before=1, after=1)
+        assert not error, around
+        lines = around.splitlines()
+        assert lines[0] == f"timeline of session {SESSION} (project (no project)) around #30"
+        assert [line[:5] for line in lines[1:]] == ["  #29", "> #30", "  #31"]
+        assert (
+            lines[2]
+            == f"> #30 tool_call bash [{UV_INSTALL_ID}]: Bash: uv tool install . # Install project "
+            "as UV tool"
+        )
+
+        error, history = await call(mcp, "file_history", path=PYPROJECT, max_chars=8000)
+        assert not error, history
+        blocks = history.split("\nsession ")
+        assert blocks[0] == f"file_history {PYPROJECT}: 2 sessions touched it"
+        assert blocks[1].startswith(f"{SESSION} (claude-code, 2025-11-17 11:23) goal: {GOAL}")
+        transcript = CODERABBIT / f"{SESSION}.jsonl"
+        assert blocks[1].count("MODIFIES ok via edit") == edits_of(transcript, PYPROJECT) == 5
+        assert blocks[2].startswith(f"{SESSION}:agent-ea02459f (claude-code,")
+
+        error, recent = await call(mcp, "recent_activity", project="all", days=100000)
+        assert not error, recent
+        assert f"session {SESSION} (claude-code, 2025-11-17 12:02): {GOAL}" in recent
+        assert f"modified {PYPROJECT} ×5 (last 2025-11-17 11:30, session {SESSION})" in recent
+        # Here: this repository, where no agent worked yet.
+        error, here = await call(mcp, "recent_activity")
+        assert not error and here.splitlines()[0].startswith("recent activity since ")
+        assert (
+            f"0 sessions, 0 files modified, 0 open failures, 0 notes — project {daemon.project}"
+            in here
+        )
+
+        error, status = await call(mcp, "status")
+        assert not error and status.splitlines()[0] == "daemon running: True"
+        assert f"project {daemon.project}: {daemon.repo}" in status
+
+
+@pytest.mark.e2e
+async def test_remember_links_the_files_it_names_and_forget_removes_it(daemon: Daemon) -> None:
+    note = (
+        "Decision: keep RedisSettings.from_dsn strict about unknown schemes (see connections.py)."
+    )
+    async with mcp_stdio(daemon.data, daemon.repo) as mcp:
+        error, done = await call(mcp, "remember", text=note, kind="decision")
+        assert not error, done
+        [memory] = ids_in(done)
+        assert done == (
+            f"remembered {memory} (decision, pinned) in session agent-notes:{daemon.project}#0; "
+            f"linked to {daemon.project}:connections.py"
+        )
+        error, history = await call(mcp, "file_history", path="connections.py")
+        assert not error, history
+        assert f"session agent-notes:{daemon.project} (memoryd," in history
+        assert "\n  MENTIONS via remember at " in history, history
+
+        error, found = await call(
+            mcp, "search", query="strict about unknown schemes", kind="memory"
+        )
+        assert (
+            not error
+            and f"{memory} [{daemon.project}] session agent-notes:{daemon.project}#0 "
+            f"decision: {note}"
+            in found
+        )
+        error, recent = await call(mcp, "recent_activity")
+        assert not error and f"decision [{memory}] (agent note, " in recent and note in recent
+
+        error, gone = await call(mcp, "forget", id=memory)
+        assert (error, gone) == (False, f"forgot {memory}: removed 1 memory")
+        error, missing = await call(mcp, "get", ids=[memory])
+        assert error and missing == f"Error executing tool get: no record '{memory}'"
+        error, history = await call(mcp, "file_history", path="connections.py")
+        assert not error and "agent-notes" not in history
+        error, again = await call(mcp, "forget", id=memory)
+        assert error and again == f"Error executing tool forget: no memory or goal '{memory}'"
+
+
+@pytest.mark.e2e
+async def test_every_answer_keeps_its_budget_the_same_way_every_time(daemon: Daemon) -> None:
+    async with mcp_stdio(daemon.data, daemon.repo) as mcp:
+        # The engine's ranking of 300 hits may differ between two runs; the cut may not.
+        error, text = await call(
+            mcp, "search", query="redis job", project="all", limit=100, max_chars=600
+        )
+        assert not error and len(text) <= 600
+        assert re.fullmatch(
+            r"… \d+ more hits not shown \(narrow the request or raise max_chars\)",
+            text.splitlines()[-1],
+        )
+        for tool, args in (
+            ("session", {"session_id": SESSION}),
+            ("file_history", {"path": PYPROJECT}),
+            ("recent_activity", {"project": "all", "days": 100000}),
+        ):
+            answers = [await call(mcp, tool, max_chars=400, **args) for _ in range(2)]
+            assert answers[0] == answers[1]
+            error, text = answers[0]
+            assert not error and len(text) <= 400, (tool, text)
+        error, refused = await call(mcp, "status", max_chars=10)
+        assert error and refused == "Error executing tool status: max_chars must be at least 200"
+        error, outside = await call(mcp, "recent_activity", project="no-such-project")
+        assert error and outside == (
+            "Error executing tool recent_activity: unknown project 'no-such-project'; "
+            "watched projects: arq"
+        )
+
+
+@pytest.mark.e2e
+async def test_outside_every_watched_repository_the_answer_says_so(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    async with mcp_stdio(daemon.data, tmp_path) as mcp:
+        error, text = await call(mcp, "recent_activity", days=100000)
+    assert not error
+    assert text.splitlines()[1] == (
+        f"note: {tmp_path} is in no watched repository (nearest root: {tmp_path}); showing "
+        "every project. Watch it with `memoryd index` or `memoryd run --repo`."
+    )
+    assert f"session {SESSION} (claude-code" in text
+
+
+async def test_with_no_daemon_every_tool_answers_at_once_how_to_start_one(data_dir: Path) -> None:
+    async with mcp_stdio(data_dir, data_dir) as mcp:
+        started = time.monotonic()
+        error, text = await call(mcp, "status")
+        assert time.monotonic() - started < 2
+    assert error and text == (
+        "Error executing tool status: memoryd is not running: start it with "
+        "`memoryd service install` (a user service) or `memoryd run`"
+    )
+    assert not (data_dir / "redis").exists()  # nothing was started on the agent's behalf
+
+
+def test_the_agent_commands_load_neither_the_model_nor_the_database() -> None:
+    probe = (
+        "import sys; sys.argv = ['memoryd', 'mcp']; "
+        "import memoryd.entry, memoryd.agent_cli, memoryd.mcp_server, memoryd.hooks, "
+        "memoryd.integrate; "
+        "print(sorted(m for m in ('fastembed', 'onnxruntime', 'surrealdb') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+# --- MCP over streamable HTTP -----------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.e2e
+async def test_http_needs_the_token_and_a_loopback_host(daemon: Daemon) -> None:
+    port = free_port()
+    server = subprocess.Popen(
+        [MEMORYD, "mcp", "--http", "--port", str(port)],
+        cwd=daemon.repo,
+        env=clean_env(daemon.data),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and server.poll() is None, "no HTTP server"
+                await asyncio.sleep(0.2)
+        token_file = daemon.data / "mcp-token"
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        token = token_file.read_text().strip()
+        assert len(token) >= 40
+
+        hello = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+        accept = {"Accept": "application/json, text/event-stream"}
+        async with httpx.AsyncClient(timeout=10) as http:
+            refused = await http.post(url, json=hello, headers=accept)
+            assert (refused.status_code, refused.text) == (401, "missing or wrong token\n")
+            wrong = await http.post(url, json=hello, headers=accept | {"Authorization": "Bearer x"})
+            assert wrong.status_code == 401
+            rebound = await http.post(
+                url,
+                json=hello,
+                headers=accept | {"Authorization": f"Bearer {token}", "Host": "evil.example"},
+            )
+            assert rebound.status_code == 421
+
+        headers = {"Authorization": f"Bearer {token}"}
+        async with (
+            httpx.AsyncClient(headers=headers, timeout=30) as http,
+            streamable_http_client(url, http_client=http) as (read, write),
+            ClientSession(read, write) as mcp,
+        ):
+            await mcp.initialize()
+            listed = await mcp.list_tools()
+            assert [tool.name for tool in listed.tools] == TOOLS
+            error, found = await call(
+                mcp, "search", query="parse a redis connection DSN url", kind="code", limit=1
+            )
+            assert not error
+            assert found.splitlines()[1].endswith(
+                f"[{daemon.project}] connections.py:55-80 RedisSettings.from_dsn"
+            )
+            error, history = await call(mcp, "file_history", path=PYPROJECT)
+            assert not error and history.startswith(
+                f"file_history {PYPROJECT}: 2 sessions touched it"
+            )
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.communicate(timeout=30)
