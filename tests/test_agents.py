@@ -27,9 +27,11 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from memoryd import client
+from memoryd import client, queue
 from memoryd.config import load_settings
-from memoryd.errors import DaemonUnavailable
+from memoryd.embedded import EmbeddedRedis
+from memoryd.errors import DaemonUnavailable, NotFound
+from memoryd.ids import stable_id
 from memoryd.scan import project_id_for
 from tests.conftest import MEMORYD
 
@@ -442,3 +444,224 @@ async def test_http_needs_the_token_and_a_loopback_host(daemon: Daemon) -> None:
     finally:
         server.send_signal(signal.SIGTERM)
         server.communicate(timeout=30)
+
+
+# --- hooks ------------------------------------------------------------------------------------
+
+
+def hook(data: Path, agent: str, event: str, payload: dict[str, object], **env: str) -> str:
+    done = subprocess.run(
+        [MEMORYD, "hook", agent, event],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        env=clean_env(data, **env),
+        timeout=60,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    return done.stdout
+
+
+def context(out: str, event: str) -> str:
+    doc = json.loads(out)
+    assert list(doc) == ["hookSpecificOutput"]
+    assert doc["hookSpecificOutput"]["hookEventName"] == event
+    return doc["hookSpecificOutput"]["additionalContext"]
+
+
+CODE_HEAD = r"(\S+):(\d+)-(\d+) .*\(current index\):"
+WHEN = r"\d{4}-\d\d-\d\d \d\d:\d\d"
+# The hooks' own budget is 1.5 s; on a loaded test machine a whole answer may take longer.
+PATIENT = {"MEMORYD_HOOK_TIMEOUT_SECONDS": "20"}
+
+
+async def remember(daemon: Daemon, text: str, kind: str = "decision") -> str:
+    async with client.connect(load_settings(data_dir=daemon.data)) as memoryd:
+        done = await memoryd.remember(text, kind, cwd=daemon.repo, project=daemon.project)
+    return done["id"]
+
+
+@pytest.mark.e2e
+async def test_session_start_briefs_once_per_session_and_again_after_compact(
+    daemon: Daemon,
+) -> None:
+    notes = [
+        f"Decision {n}: the retry budget of queue {n} stays at {n + 2} tries." for n in range(4)
+    ]
+    ids = [await remember(daemon, note) for note in notes]
+    start = {"session_id": "s-brief", "cwd": str(daemon.repo), "source": "startup"}
+    first = context(
+        hook(daemon.data, "claude-code", "session-start", start, **PATIENT), "SessionStart"
+    )
+    lines = first.splitlines()
+    assert lines[0] == f"memoryd: recent agent work in this repository ({daemon.project}):"
+    for memory, note in zip(ids, notes, strict=True):
+        [line] = [line for line in lines if memory in line]
+        assert re.fullmatch(
+            rf"- decision \[{memory}\] \(agent note, {WHEN}\): {re.escape(note)}", line
+        )
+    assert len(first) <= 2000
+
+    state = daemon.data / "hooks" / f"claude-code-{stable_id('s-brief')}.json"
+    assert stat.S_IMODE(state.stat().st_mode) == 0o600
+    assert {f"note:{m}" for m in ids} <= set(json.loads(state.read_text())["injected"])
+
+    # Resumed: everything was said already in this session.
+    resumed = hook(
+        daemon.data, "claude-code", "session-start", start | {"source": "resume"}, **PATIENT
+    )
+    assert resumed == ""
+    # Compacted: the earlier context is gone, so the briefing comes again, whole.
+    compacted = hook(
+        daemon.data, "claude-code", "session-start", start | {"source": "compact"}, **PATIENT
+    )
+    assert context(compacted, "SessionStart") == first
+    # Codex's SessionStart gives the same briefing (its own record of what it injected).
+    codex = hook(daemon.data, "codex", "session-start", start, **PATIENT)
+    assert context(codex, "SessionStart") == first
+
+
+@pytest.mark.e2e
+async def test_the_cap_holds_and_what_did_not_fit_comes_next_time(daemon: Daemon) -> None:
+    notes = [f"Note {n}: the worker pool {n} drains before shutdown, by design." for n in range(3)]
+    for note in notes:
+        await remember(daemon, note, "note")
+    start = {"session_id": "s-cap", "cwd": str(daemon.repo), "source": "startup"}
+    capped = PATIENT | {"MEMORYD_HOOK_MAX_CHARS": "300"}
+    said: list[str] = []
+    for _ in range(20):
+        out = hook(daemon.data, "claude-code", "session-start", start, **capped)
+        if not out:
+            break
+        text = context(out, "SessionStart")
+        assert len(text) <= 300
+        assert text.startswith(
+            f"memoryd: recent agent work in this repository ({daemon.project}):\n"
+        )
+        said += text.splitlines()[1:]
+    else:
+        pytest.fail("the hook kept finding new things to say")
+    assert len(said) == len(set(said))  # never the same line twice in one session
+    for note in notes:
+        assert sum(note in line for line in said) == 1
+
+
+@pytest.mark.e2e
+async def test_prompt_hook_brings_code_and_notes_with_provenance_never_twice(
+    daemon: Daemon,
+) -> None:
+    note = "Decision: parsing a redis connection DSN url rejects unknown schemes."
+    memory = await remember(daemon, note)
+    prompt = {
+        "session_id": "s-prompt",
+        "cwd": str(daemon.repo),
+        "prompt": "how do we parse a redis connection DSN url?",
+    }
+    out = hook(daemon.data, "claude-code", "user-prompt-submit", prompt, **PATIENT)
+    text = context(out, "UserPromptSubmit")
+    assert len(text) <= 2000
+    lines = text.splitlines()
+    assert lines[0] == "memoryd: earlier work related to this prompt (ids work with memoryd's get):"
+    assert re.search(
+        rf"^- \[{memory}\] decision \(session agent-notes:{daemon.project}#\d+, tool remember, "
+        rf"{WHEN}\): {re.escape(note)}$",
+        text,
+        re.MULTILINE,
+    )
+    # Code of this repository, named by path and lines, its text as on disk.
+    heads = [
+        (n, m)
+        for n, line in enumerate(lines)
+        if (m := re.fullmatch(rf"- \[code:[0-9a-f]{{32}}\] code {CODE_HEAD}", line))
+    ]
+    assert heads, text
+    n, match = heads[0]
+    path, first = match.group(1), int(match.group(2))
+    on_disk = (daemon.repo / path).read_text().split("\n")
+    assert lines[n + 1] == next(line for line in on_disk[first - 1 :] if line.strip()).lstrip()
+    # The real transcript ingested here belongs to another directory: never injected.
+    assert SESSION not in text
+    again = hook(daemon.data, "claude-code", "user-prompt-submit", prompt, **PATIENT)
+    repeated = set(ids_in(context(again, "UserPromptSubmit") if again else ""))
+    assert not repeated & set(ids_in(text))
+
+
+@pytest.mark.e2e
+async def test_the_transcript_a_hook_names_is_ingested_at_once(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    source = FIXTURES / "-src-experiments-claude_p" / "2b4ed4c0-b905-41de-9238-273db3ec737a.jsonl"
+    transcript = tmp_path / source.name
+    shutil.copy(source, transcript)
+    payload = {
+        "session_id": "2b4ed4c0-b905-41de-9238-273db3ec737a",
+        "transcript_path": str(transcript),
+        "cwd": str(tmp_path),
+        "prompt": "anything",
+    }
+    assert hook(daemon.data, "claude-code", "user-prompt-submit", payload, **PATIENT) == ""
+    settings = load_settings(data_dir=daemon.data)
+    deadline = time.monotonic() + 120
+    async with client.connect(settings) as memoryd:
+        while True:
+            try:
+                replay = await memoryd.session("2b4ed4c0")
+                break
+            except NotFound:
+                assert time.monotonic() < deadline, "the transcript was never ingested"
+                await asyncio.sleep(1)
+    assert replay["source"] == str(transcript)
+    assert replay["goal"].startswith("Search if claude -p can make use of WebSearch")
+
+
+def test_with_no_daemon_the_hook_says_nothing_at_once(data_dir: Path) -> None:
+    payload = {"session_id": "s", "cwd": str(data_dir), "source": "startup"}
+    # A socket left behind by a daemon that died: refused at once, not retried.
+    (data_dir / "redis").mkdir()
+    with socket.socket(socket.AF_UNIX) as dead:
+        dead.bind(str(data_dir / "redis" / "redis.sock"))
+    started = time.monotonic()
+    assert hook(data_dir, "claude-code", "session-start", payload) == ""
+    elapsed = time.monotonic() - started
+    assert elapsed < 1.5 + STARTUP_ALLOWANCE, elapsed
+
+
+# What starting the Python process and importing the client may take on a loaded machine,
+# beside the hook's own budget.
+STARTUP_ALLOWANCE = 4.0
+
+
+def test_a_daemon_that_does_not_answer_costs_the_hook_its_budget_and_no_more(
+    data_dir: Path,
+) -> None:
+    """A live heartbeat but nobody serving the queries: the hook gives up at its budget."""
+    import redis as redis_sync
+
+    service = EmbeddedRedis(data_dir)
+    service.start()
+    try:
+        connection = redis_sync.Redis(unix_socket_path=str(data_dir / "redis" / "redis.sock"))
+        connection.set(f"{queue.WORKER_KEY_PREFIX}elsewhere:1:x", b"1", ex=60)
+        connection.close()
+        payload = {"session_id": "s", "cwd": str(data_dir), "source": "startup"}
+        started = time.monotonic()
+        out = hook(
+            data_dir, "claude-code", "session-start", payload, MEMORYD_HOOK_TIMEOUT_SECONDS="1"
+        )
+        elapsed = time.monotonic() - started
+    finally:
+        service.stop()
+    assert out == ""
+    assert 1.0 <= elapsed < 1.0 + STARTUP_ALLOWANCE, elapsed
+
+
+def test_records_of_sessions_idle_past_their_days_are_deleted(data_dir: Path) -> None:
+    folder = data_dir / "hooks"
+    folder.mkdir()
+    old, recent = folder / "claude-code-old.json", folder / "claude-code-recent.json"
+    for path in (old, recent):
+        path.write_text('{"injected": []}')
+    eight_days = time.time() - 8 * 86400
+    os.utime(old, (eight_days, eight_days))
+    hook(data_dir, "claude-code", "session-start", {"session_id": "s", "cwd": str(data_dir)})
+    assert not old.exists() and recent.exists()
