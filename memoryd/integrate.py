@@ -54,8 +54,8 @@ def memoryd_command() -> str:
 
 
 def base_args(settings: Settings) -> list[str]:
-    """`--data-dir` when memoryd does not use its default one: the clients start memoryd
-    without this shell's environment."""
+    """`--data-dir` (after the command's name) when memoryd does not use its default one:
+    the clients start memoryd without this shell's environment."""
     return (
         []
         if settings.data_dir == default_data_dir().resolve()
@@ -181,14 +181,14 @@ def gemini_settings() -> Path:
 
 
 def hook_command(settings: Settings, agent: str, event: str) -> list[str]:
-    return [memoryd_command(), *base_args(settings), "hook", agent, event]
+    return [memoryd_command(), "hook", agent, event, *base_args(settings)]
 
 
 def plan(client: str, settings: Settings, uninstall: bool) -> Plan:
     if client not in CLIENTS:
         raise MemorydError(f"unknown client {client!r}; choose from {', '.join(CLIENTS)}")
     exe = memoryd_command()
-    mcp_args = [*base_args(settings), "mcp"]
+    mcp_args = ["mcp", *base_args(settings)]
     result = Plan(client)
     if client == "claude-code":
         entry = (
@@ -266,6 +266,8 @@ def _edit_codex_config(path: Path, exe: str, args: list[str], uninstall: bool) -
             doc["mcp_servers"] = servers
         servers[NAME] = table
     after = tomlkit.dumps(doc)
+    if uninstall and after.strip():
+        after = after.rstrip() + "\n"  # the blank line that set memoryd's table apart
     if after == (before or ""):
         return Change(path, before, before)
     return Change(path, before, after if after.strip() else None)
