@@ -33,6 +33,16 @@ from memoryd.embedded import EmbeddedRedis
 from memoryd.errors import DaemonUnavailable, NotFound
 from memoryd.ids import stable_id
 from memoryd.scan import project_id_for
+from tests.clients import (
+    ClaudeHome,
+    ScriptedAnthropic,
+    install_clients,
+    request_text,
+    text,
+    tool_names,
+    tool_results,
+    tool_use,
+)
 from tests.conftest import MEMORYD
 
 FIXTURES = Path(__file__).parent / "fixtures" / "transcripts" / "claude-code"
@@ -665,3 +675,94 @@ def test_records_of_sessions_idle_past_their_days_are_deleted(data_dir: Path) ->
     os.utime(old, (eight_days, eight_days))
     hook(data_dir, "claude-code", "session-start", {"session_id": "s", "cwd": str(data_dir)})
     assert not old.exists() and recent.exists()
+
+
+# --- the real Claude Code, headless, against a scripted model --------------------------------
+
+
+@pytest.mark.e2e
+async def test_claude_code_calls_memoryd_gets_its_hook_context_and_its_edit_is_remembered(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    clients = install_clients()
+    home = ClaudeHome(clients, tmp_path)
+    env = {"HOME": str(home.home), "CLAUDE_CONFIG_DIR": str(home.config_dir)}
+    done = subprocess.run(
+        [MEMORYD, "integrate", "claude-code"],
+        capture_output=True,
+        text=True,
+        env=clean_env(daemon.data) | env,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    # The hooks run under Claude Code's environment; give them time on a loaded machine.
+    config = home.home / ".config" / "memoryd" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text("hook_timeout_seconds = 20\n")
+
+    note = "Decision: WORDS.md keeps one word per line, in upper case once reviewed."
+    memory = await remember(daemon, note)
+    words = daemon.repo / "WORDS.md"
+    words.write_text("alpha\nbeta\n")
+    script = [
+        tool_use("Read", {"file_path": str(words)}),
+        tool_use("Edit", {"file_path": str(words), "old_string": "beta", "new_string": "BETA"}),
+        tool_use(
+            "mcp__memoryd__search",
+            {"query": "parse a redis connection DSN url", "kind": "code", "limit": 2},
+        ),
+        text("Done."),
+    ]
+    allowed = ["Read", "Edit", "mcp__memoryd__search"]
+    with ScriptedAnthropic(script) as server:
+        run = home.prompt(
+            "how do we parse a redis connection DSN url?",
+            server,
+            cwd=daemon.repo,
+            allowed_tools=allowed,
+            timeout=120,
+        )
+    assert run.result.returncode == 0, run.result.stderr
+    assert run.output()["result"] == "Done."
+    assert words.read_text() == "alpha\nBETA\n"
+    session = run.output()["session_id"]
+
+    first, *_, last = server.main_requests
+    sent = request_text(first)
+    assert (
+        "SessionStart hook additional context: memoryd: recent agent work in this repository "
+        f"({daemon.project}):"
+    ) in sent
+    assert f"- decision [{memory}] (agent note, " in sent and note in sent
+    assert (
+        "UserPromptSubmit hook additional context: memoryd: earlier work related to this "
+        "prompt (ids work with memoryd's get):"
+    ) in sent
+    assert "mcp__memoryd__search" in tool_names(first)
+    # memoryd's answer reached the model as plain text.
+    answer = json.dumps(tool_results(last)[-1]["content"])
+    assert f"[{daemon.project}] connections.py:55-80 RedisSettings.from_dsn" in answer
+
+    # Resuming fires SessionStart again: its transcript_path queues the whole session, and
+    # the edit is in the file's history.
+    with ScriptedAnthropic([text("Still done.")]) as server:
+        resumed = home.prompt(
+            "anything else?", server, cwd=daemon.repo, extra_args=["--resume", session]
+        )
+    assert resumed.result.returncode == 0, resumed.result.stderr
+    deadline = time.monotonic() + 120
+    async with client.connect(load_settings(data_dir=daemon.data)) as memoryd:
+        while True:
+            history = await memoryd.history(str(words))
+            mine = [s for s in history["sessions"] if s["session"] == session]
+            if mine and any(a["verb"] == "MODIFIES" for a in mine[0]["actions"]):
+                break
+            assert time.monotonic() < deadline, f"the edit never reached the history: {history}"
+            await asyncio.sleep(1)
+    [summary] = mine
+    assert summary["agent"] == "claude-code"
+    assert summary["goal"] == "how do we parse a redis connection DSN url?"
+    assert [(a["verb"], a["outcome"], a["tool"]) for a in summary["actions"]] == [
+        ("READS", "ok", "read"),
+        ("MODIFIES", "ok", "edit"),
+    ]
