@@ -119,8 +119,9 @@ def clip_lines(text: str, first_line: int, limit: int) -> tuple[str, int, bool]:
 
 
 def fit(head: Iterable[str], items: Sequence[str], limit: int, what: str) -> str:
-    """`head` lines, then as many whole `items` as fit in `limit` characters, then one line
-    saying how many were left out. Deterministic: same input, same cut."""
+    """`head` lines, then as many whole `items` as fit in `limit` characters (the first one cut
+    to fit when even it does not), then one line saying how many were left out.
+    Deterministic: same input, same cut."""
     out = list(head)
     used = sum(len(line) + 1 for line in out)
     for shown, item in enumerate(items):
@@ -128,10 +129,16 @@ def fit(head: Iterable[str], items: Sequence[str], limit: int, what: str) -> str
         tail = f"… {more} more {what} not shown (narrow the request or raise max_chars)"
         # Keep room for the tail unless this is the last item and it fits by itself.
         room = limit - used - (0 if more == 1 else len(tail) + 1)
-        if len(item) + 1 > room:
+        if len(item) + 1 <= room:
+            out.append(item)
+            used += len(item) + 1
+            continue
+        if shown == 0 and room > len(ELLIPSIS) + 1:
+            out.append(clip(item, room - 1)[0])
+            more -= 1
+            tail = f"… {more} more {what} not shown (narrow the request or raise max_chars)"
+        if more:
             out.append(tail)
-            break
-        out.append(item)
-        used += len(item) + 1
+        break
     text = "\n".join(out)
     return text if len(text) <= limit else clip(text, limit)[0]

@@ -134,7 +134,7 @@ def _briefing_items(activity: RecentActivity, session_id: str) -> list[Item]:
     }
     keys = (
         [f"session:{s['session']}" for s in activity["sessions"]]
-        + [f"note:{n['id']}" for n in activity["notes"]]
+        + [n["id"] for n in activity["notes"]]  # the key a prompt's hit of the note has
         + [f"file:{f['file']}:{f.get('last_at')}" for f in activity["files"]]
         + [f"failure:{f['session']}#{f.get('seq')}" for f in activity["failures"]]
     )
@@ -150,8 +150,9 @@ def _from_web(tool: str | None) -> bool:
 def _record_item(record: Record) -> Item:
     if record["kind"] == "code":
         where = f"{record.get('path')}:{record.get('start_line')}-{record.get('end_line')}"
-        head = f"- [{record['id']}] code {where} {record.get('name') or ''} (current index):"
-        body = clip(record["text"].strip(), ITEM_CHARS)[0]
+        name = f" {record['name']}" if record.get("name") else ""
+        head = f"- [{record['id']}] code {where}{name} (current index):"
+        body = clip(record["text"].strip("\n"), ITEM_CHARS)[0]
         return Item(record["id"], f"{head}\n{body}")
     when = (record.get("event_time") or "?")[:16].replace("T", " ")
     tool = record.get("tool") or "-"
