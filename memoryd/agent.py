@@ -12,9 +12,10 @@ from memoryd.errors import InvalidRequest
 from memoryd.results import ProjectInfo
 from memoryd.scan import find_repo_root
 
-# The table of each id prefix an agent sees (`code:…` from a code hit, `memory:…`, `goal:…`).
-ID_TABLES = {"code": "code_chunk", "memory": "memory", "goal": "goal"}
-TABLE_PREFIXES = {table: prefix for prefix, table in ID_TABLES.items()}
+# The table of each id prefix an agent sees (`code:…` or `docs:…` from a hit of code or prose,
+# `memory:…`, `goal:…`), and the prefix a row of each table gets.
+ID_TABLES = {"code": "code_chunk", "docs": "code_chunk", "memory": "memory", "goal": "goal"}
+TABLE_PREFIXES = {"code_chunk": "code", "memory": "memory", "goal": "goal"}
 DEFAULT_BUDGET = 8000
 # The smallest budget a caller may ask for: room for one line and the note that more exists.
 MIN_BUDGET = 200

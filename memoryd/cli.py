@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import signal
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -264,7 +265,7 @@ def index(
         raise
 
     async def work(memoryd: Client) -> dict[str, Any]:
-        jobs = await projects.sync(memoryd.redis, project, settings.index_batch_files)
+        jobs = await projects.sync(memoryd.redis, project, settings.index_batch_files, fresh=True)
         return await _follow(jobs, settings, quiet=as_json)
 
     totals = _with_client(settings, work)
@@ -308,6 +309,15 @@ def search(
     as_of: Annotated[
         str | None, typer.Option("--as-of", help="Search what was valid then (ISO-8601 time).")
     ] = None,
+    path: Annotated[
+        str | None,
+        typer.Option(
+            "--path", help="Only paths matching this glob (src/**/*.py; no '/': any directory)."
+        ),
+    ] = None,
+    language: Annotated[
+        str | None, typer.Option("--language", help="Only this language (python, markdown...).")
+    ] = None,
     data_dir: DataDir = None,
     redis_url: RedisUrl = None,
     surreal_url: SurrealUrl = None,
@@ -319,7 +329,15 @@ def search(
     when = _timestamp(as_of) if as_of else None
     results = _with_client(
         settings,
-        lambda memoryd: memoryd.search(query, kind=kind, limit=limit, project=project, as_of=when),
+        lambda memoryd: memoryd.search(
+            query,
+            kind=kind,
+            limit=limit,
+            project=project,
+            as_of=when,
+            path=path,
+            language=language,
+        ),
     )
     if as_json:
         print(json.dumps({"query": query, "results": [r.as_dict() for r in results]}, indent=2))
@@ -398,7 +416,9 @@ def history(
         print(f"  goal: {_one_line(s['goal'])}")
         print("  did:  " + ", ".join(f"{k} ×{v}" for k, v in verbs.items()))
         for e in s["errors"]:
-            print(f"  error: {_one_line(e['error'])}")
+            times = f" (×{e['count']})" if e["count"] > 1 else ""
+            message = re.sub(r"(?i)^error:\s*", "", e["message"] or e["error"])
+            print(f"  error{times}: {_one_line(message)}")
     if doc["chunks"]:
         print("\ncurrent chunks:")
         for c in doc["chunks"]:
@@ -494,6 +514,19 @@ def _run_maintenance(task: str, dry_run: bool, settings: Settings, as_json: bool
     spec = jobs.MAINTENANCE[task]
     result = _with_client(settings, lambda memoryd: memoryd.maintenance(spec, dry_run))
     print(json.dumps(result, indent=2) if as_json else f"{task}: {json.dumps(result)}")
+
+
+@app.command()
+def reindex(
+    data_dir: DataDir = None,
+    redis_url: RedisUrl = None,
+    surreal_url: SurrealUrl = None,
+    as_json: AsJson = False,
+) -> None:
+    """Rebuild the search indexes (BM25 and vectors, in the data dir) from the database."""
+    settings = _client(data_dir, redis_url, surreal_url)
+    result = _with_client(settings, lambda memoryd: memoryd.reindex())
+    print(json.dumps(result, indent=2) if as_json else f"reindex: {json.dumps(result)}")
 
 
 @app.command()

@@ -60,12 +60,23 @@ class Client:
         limit: int = 10,
         project: str | None = None,
         as_of: datetime | None = None,
+        path: str | None = None,
+        language: str | None = None,
     ) -> list[SearchResult]:
-        """Hybrid search over what is valid now (or was valid `as_of`)."""
+        """Hybrid search over what is valid now (or was valid `as_of`). `path`: a glob over
+        paths within their project (`src/**/*.py`; without a `/`, the file name anywhere);
+        `language`: the chunker's language name (python, typescript, markdown...)."""
         if not query.strip():
             raise InvalidRequest("an empty query finds nothing")
         rows = await self._call(
-            jobs.SEARCH, query, limit, project, kind, as_of.isoformat() if as_of else None
+            jobs.SEARCH,
+            query,
+            limit,
+            project,
+            kind,
+            as_of.isoformat() if as_of else None,
+            path,
+            language,
         )
         return [SearchResult(**row) for row in rows]
 
@@ -159,6 +170,13 @@ class Client:
     async def forget(self, ids: list[str]) -> Forgotten:
         """Delete memories (or goals) with their edges, from the database and every index."""
         result: Forgotten = await self._call(jobs.FORGET, list(ids))
+        return result
+
+    async def reindex(self) -> dict[str, Any]:
+        """Rebuild the search indexes from the database; rows indexed per table."""
+        job = await queue.enqueue(self.redis, jobs.REINDEX)
+        assert job is not None  # no job id given: never refused
+        result: dict[str, Any] = await queue.wait_for(job, self.settings.job_timeout_seconds)
         return result
 
     async def daemon_running(self) -> bool:

@@ -22,6 +22,44 @@ DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 # When the workers run each maintenance task, as cron expressions ("off": never on a schedule).
 DEFAULT_SCHEDULE = {"decay": "17 * * * *", "prune": "41 3 * * *", "reembed": "*/5 * * * *"}
 SCHEDULE_OFF = "off"
+# Files that hold secrets by their nature, kept out of the index whatever their content
+# (gitignore syntax: a pattern with no slash matches the name in any directory; `!` excepts).
+DEFAULT_SECRET_FILES = (
+    # environment files: .env, .env.local, .env.production, prod.env, direnv's .envrc
+    ".env",
+    ".env.*",
+    "*.env",
+    ".envrc",
+    # private keys and key stores
+    "*.pem",
+    "*.key",
+    "*.p8",
+    "*.p12",
+    "*.pfx",
+    "*.jks",
+    "*.keystore",
+    "*.ppk",
+    "id_rsa",
+    "id_dsa",
+    "id_ecdsa",
+    "id_ed25519",
+    # credential files of tools and clouds
+    ".netrc",
+    "_netrc",
+    ".npmrc",
+    ".pypirc",
+    ".pgpass",
+    ".htpasswd",
+    ".git-credentials",
+    "**/.aws/credentials",
+    "credentials.json",
+    "client_secret*.json",
+    "*service-account*.json",
+    "*service_account*.json",
+    # Terraform state: the resources' attributes, passwords included, in clear
+    "*.tfstate",
+    "*.tfstate.backup",
+)
 # Values a cron field can take (seconds, minutes, hours, days, months, weekdays): a field
 # listing all of them is free (`*`), which arq spells None.
 _CRON_SIZES = (60, 60, 24, 31, 12, 7)
@@ -62,10 +100,12 @@ def default_data_dir() -> Path:
 
 
 def default_transcripts() -> list[Path]:
-    """Where Claude Code and Codex CLI write their transcripts (honouring their env vars)."""
+    """Where Claude Code, Codex CLI and Gemini CLI write their transcripts (honouring their env
+    vars). aider writes its log into the repository it works in: watched repositories only."""
     claude = Path(os.environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude") / "projects"
     codex = Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex") / "sessions"
-    return [claude, codex]
+    gemini = Path(os.environ.get("GEMINI_CLI_HOME") or Path.home()) / ".gemini" / "tmp"
+    return [claude, codex, gemini]
 
 
 def config_file() -> Path:
@@ -108,6 +148,9 @@ class Settings(BaseSettings):
     index_batch_files: int = Field(32, ge=1)
     max_file_bytes: int = Field(2_000_000, ge=1)
     chunk_max_chars: int = Field(1500, ge=200)
+    # Files never indexed (recorded as skipped with the pattern that matched); the secrets of
+    # every other file are redacted before they are stored or embedded.
+    secret_files: list[str] = Field(default_factory=lambda: list(DEFAULT_SECRET_FILES))
     debounce_seconds: float = Field(0.3, ge=0)
     job_timeout_seconds: int = Field(1800, ge=10)
     # Prometheus endpoint: off unless a port is set (0: any free port). Loopback by default;

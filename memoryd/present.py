@@ -38,7 +38,7 @@ def scope_head(scope: Scope, what: str) -> list[str]:
 def hit_line(hit: SearchResult, project: str | None) -> str:
     ident = qualified(hit.kind, hit.id)
     proj = project or NO_PROJECT
-    if hit.kind == "code":
+    if hit.path is not None:  # code and docs: a piece of a file
         where = f"{hit.path}:{hit.start_line}-{hit.end_line}"
         return one_line(f"{ident} [{proj}] {where} {hit.name or ''}", LINE_CHARS)
     seq = "" if hit.seq is None else f"#{hit.seq}"

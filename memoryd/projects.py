@@ -61,13 +61,15 @@ async def sync(
     *,
     under: Iterable[str] | None = None,
     extra: Iterable[str] = (),
+    fresh: bool = False,
 ) -> list[tuple[Job, int]]:
     """Enqueue every file on disk and every file the index still holds: the jobs index what is
     new or changed (unchanged files cost one stat) and retire what is gone.
 
     `under` limits this to some directories (relative; "" is the whole project): what a
     directory deleted or moved away, or an edited nested .gitignore, may have changed. `extra`
-    paths are added as they are."""
+    paths are added as they are. `fresh` (an explicit `memoryd index`): enqueue every file,
+    also those already waiting in a queued job, so the report covers them all."""
     dirs = None if under is None else sorted({d.strip("/") for d in under})
     if dirs is None or "" in dirs:
         await register(redis, project)
@@ -77,11 +79,7 @@ async def sync(
     if dirs is not None:
         stored = [p for p in stored if any(_inside(p, d) for d in dirs)]
     paths = sorted(set(on_disk) | set(stored) | set(extra))
-    # A whole-project sync always runs (its report describes this run); a partial one shares
-    # a job with an identical request that is still waiting.
-    return await queue.enqueue_index(
-        redis, project.id, project.root, paths, batch, fresh=dirs is None
-    )
+    return await queue.enqueue_index(redis, project.id, project.root, paths, batch, fresh=fresh)
 
 
 def _inside(path: str, directory: str) -> bool:

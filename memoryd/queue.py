@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
-import stat
 import time
 import uuid
 from collections.abc import Sequence
@@ -13,7 +11,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import blake3
 from arq import ArqRedis, create_pool
 from arq.connections import RedisSettings
 from arq.constants import in_progress_key_prefix
@@ -23,6 +20,7 @@ from memoryd import jobs
 from memoryd.errors import DaemonUnavailable, Failure, JobFailed, MemorydError
 from memoryd.ids import stable_id
 from memoryd.jobs import JOBS_QUEUE, JobSpec
+from memoryd.liveness import holder
 
 # A process serving the queues refreshes its key; clients look for one before waiting on jobs.
 WORKER_KEY_PREFIX = "memoryd:worker:"
@@ -52,71 +50,52 @@ async def connect(url: str) -> ArqRedis:
         raise DaemonUnavailable(f"cannot reach Redis at {url}: {exc}") from None
 
 
-def worker_key() -> str:
-    """This process's heartbeat key: host and pid, so a dead process on this host is known."""
-    return f"{WORKER_KEY_PREFIX}{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+def worker_key(lock: Path) -> str:
+    """A serving process's heartbeat key. Its value is the path of a lock file the process
+    holds for as long as it lives, so a process killed on this host stops counting at once."""
+    return f"{WORKER_KEY_PREFIX}{socket.gethostname()}:{lock.stem}"
 
 
-def _dead_here(key: str) -> bool:
-    """A heartbeat of a process on this host that no longer exists (killed moments ago: its
+def _dead_here(key: str, lock: str | None) -> bool:
+    """A heartbeat of a process on this host whose lock nobody holds (killed moments ago: its
     key has not expired yet). Keys of other hosts live until they expire."""
-    host, _, rest = key.removeprefix(WORKER_KEY_PREFIX).partition(":")
-    pid = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid.isdigit():
+    host = key.removeprefix(WORKER_KEY_PREFIX).partition(":")[0]
+    if host != socket.gethostname() or not lock or not lock.startswith("/"):
         return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # another user's process: alive
-        pass
-    return False
+    return holder(Path(lock)) is None
 
 
 async def live_workers(redis: ArqRedis) -> int:
     keys = [key async for key in redis.scan_iter(match=f"{WORKER_KEY_PREFIX}*")]
-    dead = [key for key in keys if _dead_here(key.decode() if isinstance(key, bytes) else key)]
+    locks = await redis.mget(keys) if keys else []
+    dead = [
+        key
+        for key, lock in zip(keys, locks, strict=True)
+        if _dead_here(_text(key), _text(lock) if lock is not None else None)
+    ]
     if dead:
         await redis.delete(*dead)
+        for key, lock in zip(keys, locks, strict=True):
+            if key in dead and lock is not None:
+                Path(_text(lock)).unlink(missing_ok=True)  # the dead process's, on this host
     return len(keys) - len(dead)
 
 
-# Files up to this size are hashed for their job id; bigger ones (skipped by the worker unless
-# configured otherwise) are identified by size and mtime, so a 50 MB file is never read here.
-_HASH_LIMIT = 4_000_000
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
-def _version(root: Path, rel: str) -> str:
-    """What identifies this version of a file in a job id: blake3 of its content (size and mtime
-    for special or very large files, "gone" for a missing one). Never blocks on a FIFO."""
-    path = root / rel
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return "gone"
-    except OSError as exc:  # permission denied, symlink loop, a directory
-        return f"error:{exc.errno}"
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > _HASH_LIMIT:
-            return f"stat:{info.st_mode}:{info.st_size}:{info.st_mtime_ns}"
-        hasher = blake3.blake3()
-        while block := os.read(fd, 1 << 20):
-            hasher.update(block)
-        return hasher.hexdigest()[:32]
-    except OSError as exc:
-        return f"error:{exc.errno}"
-    finally:
-        os.close(fd)
-
-
-def index_job_id(project_id: str, root: Path, paths: Sequence[str]) -> str:
-    """The id carries each file's content hash: a later change is a new id. The same unchanged
-    batch asked for twice while the first job still waits in the queue is one job."""
-    hasher = blake3.blake3(project_id.encode())
-    for rel in sorted(paths):
-        hasher.update(f"\x1f{rel}\x1e{_version(root, rel)}".encode("utf-8", "surrogatepass"))
-    return f"index:{project_id}:{hasher.hexdigest()[:32]}"
+# Per project, a hash of file -> the id of the index job queued for it and not started yet. A
+# file whose job still waits needs no second job: that job reads the disk when it starts, after
+# whatever event is being handled now. The job drops its marks as its first act (claim_files).
+_QUEUED_PREFIX = "memoryd:queued:"
+# Drop the marks that still name this job (a later job may have taken a file over since).
+_CLAIM = """
+for i, f in ipairs(ARGV) do
+    if i > 1 and redis.call('HGET', KEYS[1], f) == ARGV[1] then redis.call('HDEL', KEYS[1], f) end
+end
+return 0
+"""
 
 
 async def enqueue_index(
@@ -129,40 +108,50 @@ async def enqueue_index(
     generation: int = 0,
 ) -> list[tuple[Job, int]]:
     """Enqueue `index_files` jobs of up to `batch` files; returns each job with its file count.
-    `fresh` (an explicit sync) always runs, so its report describes this run, not a kept one.
-    `generation` > 0: a worker's follow-up for files that kept changing while it read them.
 
-    arq refuses an id while a job with it is queued, running, or its result is kept. Only a job
-    that has not started yet reads the disk after this call, so only then is the refusal
-    harmless; a running or finished namesake may have read an older state (A -> B -> A), and a
-    new generation of the id is enqueued instead. A change is never dropped."""
-    jobs = []
-    for start in range(0, len(paths), batch):
-        part = list(paths[start : start + batch])
-        if fresh:
-            job_id = f"index:{project_id}:{uuid.uuid4().hex}"
-        else:
-            job_id = await asyncio.to_thread(index_job_id, project_id, root, part)
-        job = await _enqueue(redis, job_id, project_id, root, part, generation)
-        if job is None:
-            waiting = Job(job_id, redis, _queue_name=JOBS_QUEUE)
-            if await waiting.status() in (JobStatus.queued, JobStatus.deferred):
-                job = waiting
-            else:
-                job_id = f"{job_id}:{uuid.uuid4().hex[:12]}"
-                job = await _enqueue(redis, job_id, project_id, root, part, generation)
-                assert job is not None  # fresh unique id: never refused
-        jobs.append((job, len(part)))
-    return jobs
+    Files already waiting in a queued job are left to it (and never read here: a job's
+    identity is a fresh id, not the files' content), so repeated events, reconciles and
+    restarts do not pile up jobs for the same files. `fresh` (an explicit `memoryd index`)
+    enqueues every file, so its report describes this run. `generation` > 0: a worker's
+    follow-up for files that kept changing while it read them."""
+    wanted = list(dict.fromkeys(paths))
+    if not fresh:
+        wanted = await _not_queued(redis, project_id, wanted)
+    queued = []
+    for start in range(0, len(wanted), batch):
+        part = wanted[start : start + batch]
+        job_id = f"index:{project_id}:{uuid.uuid4().hex}"
+        # Marks first: a mark of a job that never got enqueued names no queued job, so it is
+        # ignored; a job enqueued before its marks could start and miss dropping them.
+        await redis.hset(_QUEUED_PREFIX + project_id, mapping=dict.fromkeys(part, job_id))
+        extra = {"generation": generation} if generation else {}
+        job = await enqueue(
+            redis, jobs.INDEX_FILES, project_id, str(root), part, job_id=job_id, **extra
+        )
+        assert job is not None  # a fresh id: never refused
+        queued.append((job, len(part)))
+    return queued
 
 
-async def _enqueue(
-    redis: ArqRedis, job_id: str, project_id: str, root: Path, part: list[str], generation: int
-) -> Job | None:
-    extra = {"generation": generation} if generation else {}
-    return await enqueue(
-        redis, jobs.INDEX_FILES, project_id, str(root), part, job_id=job_id, **extra
-    )
+async def _not_queued(redis: ArqRedis, project_id: str, paths: list[str]) -> list[str]:
+    if not paths:
+        return []
+    marks = [
+        _text(m) if m is not None else None
+        for m in await redis.hmget(_QUEUED_PREFIX + project_id, paths)
+    ]
+    waiting = {
+        job_id: await Job(job_id, redis, _queue_name=JOBS_QUEUE).status()
+        in (JobStatus.queued, JobStatus.deferred)
+        for job_id in {m for m in marks if m is not None}
+    }
+    return [p for p, mark in zip(paths, marks, strict=True) if mark is None or not waiting[mark]]
+
+
+async def claim_files(redis: ArqRedis, project_id: str, paths: Sequence[str], job_id: str) -> None:
+    """A starting index job takes its files off the queued marks (before it reads any)."""
+    if paths:
+        await redis.eval(_CLAIM, 1, _QUEUED_PREFIX + project_id, job_id, *paths)
 
 
 async def enqueue(

@@ -29,8 +29,8 @@ class SearchResult:
         return {k: v for k, v in asdict(self).items() if v is not None or k in _ALWAYS}
 
     def line(self) -> str:
-        """The CLI's plain output: `path:start-end  score  name` for code."""
-        if self.kind == "code":
+        """The CLI's plain output: `path:start-end  score  name` for code and docs."""
+        if self.path is not None:
             where = f"{self.path}:{self.start_line}-{self.end_line}"
             return f"{where}  {self.score:.4f}  {self.name or '-'}"
         where = self.session if self.seq is None else f"{self.session}#{self.seq}"

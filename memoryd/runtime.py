@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
+import uuid
 from typing import Any
 
 from arq import ArqRedis, Worker
@@ -19,15 +19,16 @@ from memoryd import metrics, queue
 from memoryd.config import Settings
 from memoryd.embedded import (
     EmbeddedRedis,
+    daemon_lock_path,
     daemon_pid,
     prepare_data_dir,
-    remove_pidfile,
     socket_alive,
     stop_orphan,
-    write_pidfile,
 )
 from memoryd.embedding import Embedder
 from memoryd.errors import MemorydError
+from memoryd.indexsync import IndexSync
+from memoryd.liveness import HeldLock
 from memoryd.migrate import migrate
 from memoryd.store import Store
 
@@ -35,16 +36,20 @@ log = logging.getLogger(__name__)
 
 
 class Runtime:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, embedder: Embedder | None = None) -> None:
+        """`embedder`: a model already loaded (the tests share one); `serve` loads it otherwise."""
+        if embedder is not None and embedder.model != settings.model:
+            raise ValueError(f"embedder runs {embedder.model}, settings say {settings.model}")
         self.settings = settings
         self.redis_service: EmbeddedRedis | None = None
         self.redis: ArqRedis | None = None
         self.store: Store | None = None
-        self.embedder: Embedder | None = None
+        self.embedder = embedder
+        self.search: IndexSync | None = None
         self.workers: list[Worker] = []
         self._tasks: list[asyncio.Task[Any]] = []
-        self._pidfile = False
-        self._worker_key = queue.worker_key()
+        self._daemon_lock: HeldLock | None = None
+        self._worker_lock: HeldLock | None = None
 
     @property
     def serving(self) -> bool:
@@ -68,10 +73,15 @@ class Runtime:
             if not socket_alive(self.settings.redis_socket):
                 self.redis_service = EmbeddedRedis(self.settings.data_dir)
                 await asyncio.to_thread(self.redis_service.start)
-        self.redis = await queue.connect(self.settings.queue_url)
         if exclusive:
-            write_pidfile(self.settings.data_dir)
-            self._pidfile = True
+            try:
+                self._daemon_lock = HeldLock(daemon_lock_path(self.settings.data_dir))
+            except BlockingIOError:
+                raise MemorydError(
+                    f"memoryd is already running with data dir {self.settings.data_dir} "
+                    f"(pid {daemon_pid(self.settings.data_dir)}); stop it first"
+                ) from None
+        self.redis = await queue.connect(self.settings.queue_url)
         return self.redis
 
     async def serve(self, scheduled: bool = True) -> None:
@@ -86,18 +96,25 @@ class Runtime:
             s.surreal_password,
             reopen_bytes=s.db_reopen_mb << 20,
         )
-        self.embedder = await asyncio.to_thread(
-            Embedder, s.model, s.data_dir / "models", s.embed_batch_size
-        )
+        if self.embedder is None:
+            self.embedder = await asyncio.to_thread(
+                Embedder, s.model, s.data_dir / "models", s.embed_batch_size
+            )
         metrics.instrument_embedder(self.embedder)  # embed throughput; counting costs ~nothing
-        applied = await migrate(self.store, self.embedder.dim, s.data_dir / "backups")
+        applied = await migrate(self.store, s, s.data_dir / "backups")
         if applied:
             log.info("schema applied: %s", ", ".join(applied))
+        self.search = await IndexSync.open(self.store, s.data_dir, self.embedder.model)
         # Imported here: memoryd depends on workers only where it starts one.
         from workers.context import JobContext
         from workers.registry import build_workers
 
-        ctx: JobContext = {"store": self.store, "embedder": self.embedder, "settings": s}
+        ctx: JobContext = {
+            "store": self.store,
+            "embedder": self.embedder,
+            "search": self.search,
+            "settings": s,
+        }
         self.workers = build_workers(
             ctx, queue.redis_settings(self.settings.queue_url), s, scheduled
         )
@@ -107,6 +124,7 @@ class Runtime:
             freed = await queue.release_orphaned_jobs(self.redis)
             if freed:
                 log.info("%d jobs of a stopped worker will run again", freed)
+        self._worker_lock = HeldLock(s.data_dir / "run" / f"worker-{uuid.uuid4().hex}.lock")
         await self._beat()
         self._tasks = [asyncio.create_task(w.async_run()) for w in self.workers]
         self._tasks.append(asyncio.create_task(self._heartbeat()))
@@ -119,8 +137,12 @@ class Runtime:
             await self.serve(scheduled=False)
 
     async def _beat(self) -> None:
-        assert self.redis is not None
-        await self.redis.set(self._worker_key, os.getpid(), ex=queue.WORKER_KEY_TTL)
+        assert self.redis is not None and self._worker_lock is not None
+        await self.redis.set(
+            queue.worker_key(self._worker_lock.path),
+            str(self._worker_lock.path),
+            ex=queue.WORKER_KEY_TTL,
+        )
 
     async def _heartbeat(self) -> None:
         while True:
@@ -155,19 +177,26 @@ class Runtime:
                 await task
         self._tasks, self.workers = [], []
         if self.redis is not None:
-            with contextlib.suppress(Exception):
-                await self.redis.delete(self._worker_key)
+            if self._worker_lock is not None:
+                with contextlib.suppress(Exception):
+                    await self.redis.delete(queue.worker_key(self._worker_lock.path))
             await self.redis.aclose()
             self.redis = None
+        if self._worker_lock is not None:
+            self._worker_lock.release(remove=True)
+            self._worker_lock = None
+        if self.search is not None:
+            await self.search.close()
+            self.search = None
         if self.store is not None:
             await self.store.close()
             self.store = None
         if self.redis_service is not None:
             await asyncio.to_thread(self.redis_service.stop)
             self.redis_service = None
-        if self._pidfile:
-            remove_pidfile(self.settings.data_dir)
-            self._pidfile = False
+        if self._daemon_lock is not None:
+            self._daemon_lock.release()
+            self._daemon_lock = None
 
     async def __aenter__(self) -> Runtime:
         return self

@@ -1,11 +1,14 @@
-"""Which files of a repository are worth indexing: .gitignore (nested), .git/, a built-in list."""
+"""Which files of a repository are worth indexing: git's own ignore rules in a git working tree
+(every .gitignore level with negations, .git/info/exclude, core.excludesFile), the same
+.gitignore files read with pathspec in a plain directory, .git/, and a built-in list."""
 
 from __future__ import annotations
 
 import logging
 import os
 import re
-from collections.abc import Iterator
+import subprocess
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -126,9 +129,88 @@ def gitignored(root: Path, rel_path: str, is_dir: bool = False) -> bool:
     return False
 
 
+def is_git_tree(root: Path) -> bool:
+    return (root / ".git").exists()
+
+
+def _git(root: Path, *args: str, stdin: bytes | None = None) -> bytes | None:
+    """Output of a git command in `root`, or None when git cannot answer (not installed, a
+    repository it refuses): the caller then reads the .gitignore files itself."""
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), *args], input=stdin, capture_output=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("git in %s: %s; reading .gitignore files instead", root, exc)
+        return None
+    # check-ignore exits 1 when nothing is ignored.
+    if done.returncode not in (0, 1):
+        log.warning(
+            "git in %s: %s; reading .gitignore files instead",
+            root,
+            done.stderr.decode(errors="replace").strip()[:200],
+        )
+        return None
+    return done.stdout
+
+
+def _split_z(output: bytes) -> list[str]:
+    return [os.fsdecode(item) for item in output.split(b"\0") if item]
+
+
+def git_ignored(root: Path, paths: list[str]) -> set[str] | None:
+    """The paths git ignores (tracked files never are), in one `git check-ignore` for the
+    whole batch; None outside a git working tree or when git cannot answer."""
+    if not is_git_tree(root):
+        return None
+    if not paths:
+        return set()
+    out = _git(
+        root, "check-ignore", "--stdin", "-z", stdin=b"".join(os.fsencode(p) + b"\0" for p in paths)
+    )
+    return None if out is None else set(_split_z(out))
+
+
+def wanted_paths(root: Path, paths: list[str]) -> set[str]:
+    """Which of these paths (relative, '/'-separated) should be indexed at all."""
+    named = [p for p in paths if valid_name(p) and not ignored_by_name(p)]
+    ignored = git_ignored(root, named)
+    if ignored is None:
+        return {p for p in named if not gitignored(root, p)}
+    return set(named) - ignored
+
+
 def wanted(root: Path, rel_path: str) -> bool:
-    """Whether a path (relative, '/'-separated) should be indexed at all."""
-    return valid_name(rel_path) and not ignored_by_name(rel_path) and not gitignored(root, rel_path)
+    """Whether one path should be indexed (a batch: :func:`wanted_paths`, one git call)."""
+    return rel_path in wanted_paths(root, [rel_path])
+
+
+SECRET_FILE = "a secret file"
+
+
+@lru_cache(maxsize=16)
+def _secret_specs(
+    globs: tuple[str, ...],
+) -> tuple[pathspec.GitIgnoreSpec, tuple[tuple[str, pathspec.GitIgnoreSpec], ...]]:
+    every = pathspec.GitIgnoreSpec.from_lines(globs)
+    each = tuple(
+        (glob, pathspec.GitIgnoreSpec.from_lines([glob]))
+        for glob in globs
+        if glob.strip() and not glob.startswith(("!", "#"))
+    )
+    return every, each
+
+
+def secret_file(rel_path: str, globs: Sequence[str]) -> str | None:
+    """Why a file is kept out of the index as one holding secrets (`secret_files`, applied on
+    top of the ignore rules), naming the pattern that matched; None for other files."""
+    if not globs:
+        return None
+    every, each = _secret_specs(tuple(globs))
+    if not every.match_file(rel_path):
+        return None
+    glob = next((g for g, spec in each if spec.match_file(rel_path)), "?")
+    return f"{SECRET_FILE} (secret_files: {glob})"
 
 
 def _dir_wanted(root: Path, rel_dir: str) -> bool:
@@ -146,10 +228,29 @@ def _log_walk_error(exc: OSError) -> None:
 
 def walk(root: Path, under: str = "") -> Iterator[str]:
     """Relative paths of the files under root (or under its subdirectory `under`) worth
-    indexing, pruning ignored directories early. Everything that is not a directory is listed,
+    indexing. In a git working tree, what git lists (tracked files, and untracked ones it
+    does not ignore), less the built-in list. Everything that is not a directory is listed,
     symlinks to nowhere and special files included: the index job skips those with a reason."""
     root = root.resolve()
     under = under.strip("/")
+    if is_git_tree(root):
+        spec = ["--", under] if under else []
+        out = _git(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard", *spec)
+        if out is not None:
+            # A nested repository git does not descend into is listed as "dir/": not a file.
+            listed = sorted({p for p in _split_z(out) if not p.endswith("/")})
+            for rel in listed:
+                if not valid_name(rel):
+                    log.warning("skip %r: the file name is not valid UTF-8", rel)
+                elif not ignored_by_name(rel):
+                    yield rel
+            return
+    yield from _walk_plain(root, under)
+
+
+def _walk_plain(root: Path, under: str) -> Iterator[str]:
+    """A directory that is not a git working tree: its .gitignore files, read with pathspec,
+    pruning ignored directories early."""
     if under and not _dir_wanted(root, under):
         return
     start = root / under if under else root
@@ -169,7 +270,7 @@ def walk(root: Path, under: str = "") -> Iterator[str]:
             if not valid_name(rel):
                 log.warning("skip %r: the file name is not valid UTF-8", rel)
                 continue
-            if wanted(root, rel):
+            if not ignored_by_name(rel) and not gitignored(root, rel):
                 yield rel
 
 

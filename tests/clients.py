@@ -5,7 +5,8 @@ transcripts). The clients install into `.clients/` at the top of the repo (git i
 and are reused while their versions match the pins below. `ScriptedAnthropic` (Messages API,
 for Claude Code) and `ScriptedOpenAI` (Responses API, for Codex) are small servers on
 127.0.0.1 that answer from a script of canned turns and record every request body;
-`ClaudeHome` and `CodexHome` run the real clients in an isolated home against them.
+`ScriptedGemini` (Gemini API) likewise for Gemini CLI; `ClaudeHome`, `CodexHome` and
+`GeminiHome` run the real clients in an isolated home against them.
 docs/clients.md records what these clients were verified to do.
 """
 
@@ -122,6 +123,8 @@ def tool_names(body: Json) -> list[str]:
     for tool in body.get("tools") or []:
         if tool.get("type") == "namespace":
             names += [f"{tool['name']}__{inner['name']}" for inner in tool.get("tools") or []]
+        elif "functionDeclarations" in tool:  # Gemini
+            names += [declared["name"] for declared in tool["functionDeclarations"]]
         elif "name" in tool:
             names.append(tool["name"])
     return names
@@ -129,7 +132,8 @@ def tool_names(body: Json) -> list[str]:
 
 def request_text(body: Json) -> str:
     """Every text a request carries (system prompt, messages, tool results) as one string."""
-    keys = ("system", "messages", "instructions", "input")  # Messages API, then Responses API
+    # The Messages API's fields, the Responses API's, then Gemini's.
+    keys = ("system", "messages", "instructions", "input", "systemInstruction", "contents")
     return json.dumps({key: body.get(key) for key in keys})
 
 
@@ -147,6 +151,16 @@ def tool_results(body: Json) -> list[Json]:
 def function_call_outputs(body: Json) -> list[Json]:
     """The function_call_output items of a Responses-API request (Codex's tool results)."""
     return [item for item in body.get("input") or [] if item.get("type") == "function_call_output"]
+
+
+def function_responses(body: Json) -> list[Json]:
+    """The functionResponse parts of a Gemini request (its tool results), in order."""
+    return [
+        part["functionResponse"]
+        for content in body.get("contents") or []
+        for part in content.get("parts") or []
+        if "functionResponse" in part
+    ]
 
 
 @dataclass(frozen=True)
@@ -380,6 +394,31 @@ class ScriptedOpenAI(ScriptedModel):
                 {"type": "response.completed", "response": {**response, "usage": usage}},
             ]
         )
+
+
+class ScriptedGemini(ScriptedModel):
+    """The Gemini API as Gemini CLI calls it: `GOOGLE_GEMINI_BASE_URL`,
+    POST /v1beta/models/<model>:streamGenerateContent?alt=sse."""
+
+    def special(self, path: str) -> bytes | None:
+        return b'{"totalTokens": 10}' if path.endswith(":countTokens") else None
+
+    def render(self, body: Json, turn: Turn | None, number: int) -> tuple[str, bytes]:
+        if turn is not None and turn.tool is not None:
+            part: Json = {"functionCall": {"name": turn.tool, "args": turn.input}}
+        else:
+            part = {
+                "text": turn.text if turn is not None and turn.text is not None else FALLBACK_TEXT
+            }
+        chunk = {
+            "candidates": [
+                {"content": {"role": "model", "parts": [part]}, "finishReason": "STOP", "index": 0}
+            ],
+            "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5,
+                              "totalTokenCount": 15},
+            "responseId": f"resp_scripted{number:04d}",
+        }  # fmt: skip
+        return "text/event-stream", f"data: {json.dumps(chunk)}\n\n".encode()
 
 
 # --- Claude Code in an isolated home --------------------------------------------------------
@@ -688,6 +727,21 @@ class CodexHome:
 # --- Gemini CLI in an isolated home ---------------------------------------------------------
 
 
+# Gemini CLI routes each prompt through a classifier model first unless a model is named; the
+# scripted server does not play that part.
+GEMINI_MODEL = "gemini-2.5-flash"
+
+
+@dataclass
+class GeminiRun:
+    result: subprocess.CompletedProcess[str]
+    transcripts: list[Path]  # the chat files this run wrote or extended
+
+    def output(self) -> Json:
+        """The `-o json` result: session_id, response, stats."""
+        return json.loads(self.result.stdout)
+
+
 class GeminiHome:
     """A throwaway HOME for running the real `gemini` (settings in ~/.gemini/)."""
 
@@ -732,3 +786,44 @@ class GeminiHome:
             timeout=timeout,
             stdin=subprocess.DEVNULL,
         )
+
+    def transcripts(self) -> dict[Path, int]:
+        return {
+            path: path.stat().st_size
+            for path in sorted((self.gemini_dir / "tmp").glob("*/chats/session-*.json*"))
+        }
+
+    def prompt(
+        self,
+        prompt: str,
+        server: ScriptedGemini,
+        *,
+        cwd: Path,
+        extra_args: Sequence[str] = (),
+        timeout: float = 60.0,
+    ) -> GeminiRun:
+        """`gemini -p PROMPT` headless against the scripted server, every tool call approved.
+
+        Selects the API-key login in the user settings first (`security.auth.selectedType`),
+        keeping the rest: headless Gemini refuses to start without a selected login, and it
+        ignores a system defaults file under a world-writable /tmp.
+        """
+        settings = json.loads(self.settings_path.read_text()) if self.settings_path.exists() else {}
+        auth = settings.setdefault("security", {}).setdefault("auth", {})
+        auth["selectedType"] = "gemini-api-key"
+        self.settings_path.write_text(json.dumps(settings, indent=2))
+        before = self.transcripts()
+        result = subprocess.run(
+            [str(self.gemini), "-m", GEMINI_MODEL, "-p", prompt, "-o", "json", "--yolo",
+             *extra_args],
+            cwd=cwd,
+            env={**self.env(), "GOOGLE_GEMINI_BASE_URL": server.base_url,
+                 "GEMINI_API_KEY": "scripted-test-key"},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        after = self.transcripts()
+        changed = [path for path, size in after.items() if before.get(path) != size]
+        return GeminiRun(result=result, transcripts=changed)

@@ -105,12 +105,14 @@ async def _wait_live(data: Path, deadline: float) -> None:
 
 
 @pytest.fixture(scope="module")
-def daemon(arq_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+def daemon(
+    arq_tree: Path, tmp_path_factory: pytest.TempPathFactory, short_tmp: Path
+) -> Iterator[Daemon]:
     """`memoryd run` on a copy of arq's tree, with one real Claude Code session (and its
     subagent) ingested through it."""
     repo = tmp_path_factory.mktemp("agents") / "arq"
     shutil.copytree(arq_tree, repo, symlinks=True)
-    data = Path(tempfile.mkdtemp(prefix="md-", dir="/tmp"))
+    data = Path(tempfile.mkdtemp(dir=short_tmp))
     process = subprocess.Popen(
         [MEMORYD, "run", "--repo", str(repo)],
         stdout=subprocess.PIPE,

@@ -5,7 +5,8 @@ Claude Code against the scripted Messages-API server: a real tool edits a real f
 MCP server on the `mcp` SDK is registered, health-checked and called, and settings.json hooks
 put their context into the request the client sends to the model. Codex against the scripted
 Responses-API server: a command and an MCP call run, and hooks run once trusted. Gemini CLI:
-MCP registration and its folder trust. docs/clients.md says what these facts are for.
+MCP registration, its folder trust, and against the scripted Gemini API an MCP call and hooks.
+docs/clients.md says what these facts are for.
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ from tests.clients import (
     CodexHome,
     GeminiHome,
     ScriptedAnthropic,
+    ScriptedGemini,
     ScriptedOpenAI,
     function_call_outputs,
+    function_responses,
     install_clients,
     request_text,
     text,
@@ -168,6 +171,12 @@ def test_scripted_server_matches_turns_answers_strays_and_stops_at_its_bound() -
         assert server.unused_turns == []
         assert [r.answered_by is not None for r in server.requests] == [False, True, True, False]
         assert server.main_requests == [main, {**main, "stream": True}]
+    # A turn with its own `when` answers the requests it picks, side requests included.
+    titled = [text("done"), text("A title", when=lambda body: body["max_tokens"] == 1)]
+    with ScriptedAnthropic(titled) as server:
+        assert json.loads(post(server, quota)[1])["content"][0]["text"] == "A title"
+        assert json.loads(post(server, main)[1])["content"][0]["text"] == "done"
+        assert server.unused_turns == []
     # Past its time limit the server refuses everything, scripted or not.
     with ScriptedAnthropic([text("never sent")], time_limit=0) as late:
         assert post(late, main)[0] == 529
@@ -529,6 +538,47 @@ def test_gemini_mcp_add_writes_user_settings_and_list_connects_only_in_a_trusted
     trusted = gemini.run("mcp", "list", cwd=repo)
     assert trusted.returncode == 0
     assert trusted.stderr == f"Configured MCP servers:\n\n✓ {shown} - Connected\n"
+
+
+@pytest.mark.e2e
+def test_gemini_headless_calls_an_mcp_tool_and_its_hooks_add_context(
+    gemini: GeminiHome, echo_server: list[str], repo: Path, tmp_path: Path, hook_command: str
+) -> None:
+    assert gemini.run("mcp", "add", "-s", "user", "echo", *echo_server, cwd=repo).returncode == 0
+    gemini.trust_folder(repo)
+    settings = json.loads(gemini.settings_path.read_text())
+    handler = [{"type": "command", "command": hook_command}]
+    # No matcher: Claude Code's "startup|resume|clear" (or "/startup|resume|clear/") matches no
+    # source in Gemini, and the hook would not run (docs/clients.md).
+    settings["hooks"] = {"SessionStart": [{"hooks": handler}], "BeforeAgent": [{"hooks": handler}]}
+    gemini.settings_path.write_text(json.dumps(settings))
+    script = [tool_use("mcp_echo_echo", {"text": "hello"}), text("It echoed.")]
+    with ScriptedGemini(script) as server:
+        run = gemini.prompt("echo hello", server, cwd=repo)
+    assert run.result.returncode == 0, run.result.stderr
+    assert run.output()["response"] == "It echoed."
+    first, second = server.main_requests
+    # MCP tools are named mcp_<server>_<tool>; Gemini wraps their output as untrusted.
+    assert "mcp_echo_echo" in tool_names(first)
+    [response] = function_responses(second)
+    assert (response["name"], response["response"]) == (
+        "mcp_echo_echo",
+        {"output": "<untrusted_context>\nechoed:OLLEH\n</untrusted_context>"},
+    )
+    sent = request_text(first)
+    assert "<hook_context>MARKER-123 from SessionStart</hook_context>" in sent
+    assert "<hook_context>MARKER-123 from BeforeAgent</hook_context>" in sent
+    [transcript] = run.transcripts
+    session = run.output()["session_id"]
+    start, before_agent = hook_events(tmp_path)
+    common = {"session_id": session, "transcript_path": str(transcript), "cwd": str(repo)}
+    assert start == {**common, "hook_event_name": "SessionStart", "source": "startup",
+                     "timestamp": start["timestamp"]}  # fmt: skip
+    # BeforeAgent sees the prompt with the SessionStart context already put in front of it.
+    assert before_agent == {
+        **common, "hook_event_name": "BeforeAgent", "timestamp": before_agent["timestamp"],
+        "prompt": "<hook_context>MARKER-123 from SessionStart</hook_context>\n\necho hello",
+    }  # fmt: skip
 
 
 def test_without_node_the_client_tests_skip_and_say_why(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,6 +15,7 @@ import pytest
 from memoryd import doctor
 from memoryd.config import Settings
 from memoryd.embedded import socket_alive
+from memoryd.embedding import Embedder
 from memoryd.errors import MemorydError
 from memoryd.runtime import Runtime
 from memoryd.store import Store
@@ -108,8 +109,10 @@ async def test_a_locked_database_with_nobody_serving_says_what_to_do(data_dir: P
     assert doctor.exit_code(checks) == 1
 
 
-async def test_an_existing_database_opens_and_reports_its_schema(data_dir: Path) -> None:
-    rt = Runtime(settings_for(data_dir))
+async def test_an_existing_database_opens_and_reports_its_schema(
+    data_dir: Path, embedder: Embedder
+) -> None:
+    rt = Runtime(settings_for(data_dir), embedder)
     try:
         await rt.start_queue(exclusive=True)
         await rt.serve()  # creates and migrates the database, then goes away

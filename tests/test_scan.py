@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from pathlib import Path
 
 import pytest
 
-from memoryd.queue import index_job_id
-from memoryd.scan import editor_temp, read_source, walk, wanted
+from memoryd.config import DEFAULT_SECRET_FILES
+from memoryd.scan import editor_temp, read_source, secret_file, walk, wanted, wanted_paths
+from tests.conftest import git
 from workers.indexing import plan_file
 
 
@@ -109,32 +109,6 @@ def test_read_source_flags_what_it_cannot_index() -> None:
     assert not read_source("# café\n".encode()).replaced
 
 
-def test_job_ids_follow_content_not_time(tmp_path: Path) -> None:
-    (tmp_path / "a.py").write_text("one\n")
-    first = index_job_id("p", tmp_path, ["a.py"])
-    os.utime(tmp_path / "a.py", ns=(1, 1))
-    assert index_job_id("p", tmp_path, ["a.py"]) == first  # same content: one job
-    (tmp_path / "a.py").write_text("two\n")
-    assert index_job_id("p", tmp_path, ["a.py"]) != first
-    (tmp_path / "a.py").unlink()
-    gone = index_job_id("p", tmp_path, ["a.py"])
-    assert gone == index_job_id("p", tmp_path, ["a.py"]) != first
-
-
-def test_job_id_of_a_fifo_does_not_block(tmp_path: Path) -> None:
-    os.mkfifo(tmp_path / "pipe.py")
-    done = threading.Event()
-    ids: list[str] = []
-
-    def compute() -> None:
-        ids.append(index_job_id("p", tmp_path, ["pipe.py"]))
-        done.set()
-
-    threading.Thread(target=compute, daemon=True).start()
-    assert done.wait(10), "opening a FIFO blocked"
-    assert ids[0].startswith("index:p:")
-
-
 PYTHON = '''class Basket:
     """A basket of fruit, weighed before it is sold at the market stall."""
 
@@ -184,3 +158,73 @@ def test_a_split_function_links_every_piece_to_its_symbol() -> None:
     assert len(plan.chunks) > 1
     assert [s["key"] for s in plan.symbols] == ["p:pipe.py#long_pipeline"]
     assert {c.get("symbol_id") for c in plan.chunks} == {plan.symbols[0]["entity_id"]}
+
+
+def test_a_git_tree_follows_gits_own_rules(tmp_path: Path) -> None:
+    """Every .gitignore level with a deeper negation, .git/info/exclude, core.excludesFile,
+    and tracked files that an ignore pattern would match: what git lists, nothing else."""
+    root = tmp_path / "repo"
+    _tree(
+        root,
+        {
+            ".gitignore": "*.gen.py\n",
+            "a.py": "",
+            "keep/.gitignore": "!wanted.gen.py\n",
+            "keep/wanted.gen.py": "",
+            "keep/other.gen.py": "",
+            "local_only.py": "",
+            "personal.py": "",
+            "tracked.gen.py": "",
+            "package-lock.json": "{}",
+        },
+    )
+    excludes = tmp_path / "global-excludes"
+    excludes.write_text("personal.py\n")
+    git(root, "init", "-q", "-b", "main")
+    git(root, "config", "core.excludesFile", str(excludes))
+    (root / ".git" / "info" / "exclude").write_text("local_only.py\n")
+    git(root, "add", "-f", "tracked.gen.py")
+    expected = [
+        ".gitignore",
+        "a.py",
+        "keep/.gitignore",
+        "keep/wanted.gen.py",
+        "tracked.gen.py",  # tracked: git ignores no tracked file
+    ]
+    assert list(walk(root)) == expected
+    assert list(walk(root, under="keep")) == ["keep/.gitignore", "keep/wanted.gen.py"]
+    candidates = [*expected, "keep/other.gen.py", "local_only.py", "personal.py", "gone.gen.py"]
+    assert wanted_paths(root, candidates) == set(expected)
+
+
+@pytest.mark.parametrize(
+    ("path", "pattern"),
+    [
+        (".env", ".env"),
+        ("services/api/.env.production", ".env.*"),
+        ("deploy/prod.env", "*.env"),
+        ("certs/tls.key", "*.key"),
+        ("keys/id_ed25519", "id_ed25519"),
+        ("home/.aws/credentials", "**/.aws/credentials"),
+        ("infra/gcp-service-account-ci.json", "*service-account*.json"),
+        ("terraform/prod.tfstate", "*.tfstate"),
+        ("android/release.keystore", "*.keystore"),
+        ("config/credentials.json", "credentials.json"),
+    ],
+)
+def test_secret_files_name_the_pattern_that_matched(path: str, pattern: str) -> None:
+    assert secret_file(path, DEFAULT_SECRET_FILES) == f"a secret file (secret_files: {pattern})"
+
+
+@pytest.mark.parametrize(
+    "path", ["config.py", "keys/id_ed25519.pub", "src/env/settings.py", "environment.ts", "a.json"]
+)
+def test_other_files_are_not_secret_files(path: str) -> None:
+    assert secret_file(path, DEFAULT_SECRET_FILES) is None
+
+
+def test_secret_files_can_except_and_be_emptied() -> None:
+    globs = [*DEFAULT_SECRET_FILES, "!.env.example"]
+    assert secret_file(".env.example", globs) is None
+    assert secret_file(".env.local", globs) == "a secret file (secret_files: .env.*)"
+    assert secret_file(".env", []) is None

@@ -1,9 +1,9 @@
 """Forgetting: `forget(ids)` and the one deletion path under it.
 
 Everything memoryd removes on request goes through :func:`forget_rows` with a set of row
-references: the database rows (and their edges, derived goals, orphaned entities) first, then
-every derived index. Forgetting whole sessions, projects or paths (the privacy work) resolves
-them to row references and calls the same function.
+references: the database rows (and their edges, derived goals, orphaned entities) and then the
+derived search indexes, under the index writer's lock. Forgetting whole sessions, projects or
+paths (the privacy work) resolves them to row references and calls the same function.
 """
 
 from __future__ import annotations
@@ -39,14 +39,9 @@ async def forget(ctx: JobContext, ids: list[str]) -> dict[str, Any]:
 
 
 async def forget_rows(ctx: JobContext, refs: Sequence[Ref]) -> dict[str, int]:
-    """THE deletion path (see the module's docstring). Returns rows removed per table."""
-    removed = await ctx["store"].forget_records(refs)
-    await forget_in_derived_indexes(ctx, refs)
+    """THE deletion path (see the module's docstring): the rows leave the database and the
+    derived search indexes together (memoryd.indexsync). Returns rows removed per table."""
+    removed: dict[str, int] = {}
+    for ref in await ctx["search"].forget(refs):
+        removed[ref.table] = removed.get(ref.table, 0) + 1
     return removed
-
-
-async def forget_in_derived_indexes(ctx: JobContext, refs: Sequence[Ref]) -> None:
-    """Where deletion from the derived search indexes (full-text and vector, built from the
-    database) belongs: every forgotten row must leave them too. Today search runs on the
-    database's own indexes, which the delete above already updated."""
-    del ctx, refs

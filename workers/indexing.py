@@ -38,10 +38,12 @@ from memoryd.ids import (
     symbol_entity_id,
     symbol_key,
 )
-from memoryd.scan import read_source, wanted
+from memoryd.indexsync import IndexSync
+from memoryd.scan import SECRET_FILE, read_source, secret_file, wanted_paths
 from memoryd.store import QueryFailed
 from workers.chunking import chunk_text, language_for_path
 from workers.context import JobContext
+from workers.redact import SecretMemory, redact
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +82,12 @@ def plan_file(
 ) -> FilePlan:
     """Chunk a file and give each chunk a deterministic id: project + path + content hash
     (+ occurrence number, so two identical chunks in one file stay two rows). Chunks of a named
-    definition also point at its symbol entity."""
+    definition also point at its symbol entity.
+
+    The file's secrets are redacted before it is cut, so no chunk, vector or search index ever
+    holds one; redaction keeps every line where it was, so line numbers are the file's own. A
+    value found once is redacted wherever else it appears in the file."""
+    text = redact(text, SecretMemory(rel_path))
     language = language_for_path(rel_path)
     seen: dict[str, int] = {}
     rows = []
@@ -196,14 +203,21 @@ class _Look:
     replaced: bool = False
 
 
-def _trusted(previous: dict[str, Any] | None, info: os.stat_result, max_bytes: int) -> bool:
+def _trusted(
+    previous: dict[str, Any] | None, info: os.stat_result, max_bytes: int, secret: str | None
+) -> bool:
     """The stored state still describes the file: same size and mtime, and the outcome could
-    not differ (a file that was unreadable or too large is looked at again)."""
+    not differ (a file that was unreadable or too large is looked at again, and so is one whose
+    `secret_files` verdict changed: `secret` is the current one)."""
     if not previous or previous["status"] == "deleted":
         return False
     if previous["size"] != info.st_size or previous["mtime_ns"] != info.st_mtime_ns:
         return False
     reason = previous.get("reason") or ""
+    if previous["status"] == "skipped" and reason.startswith(SECRET_FILE):
+        return reason == secret
+    if secret is not None:
+        return False
     if previous["status"] == "skipped" and reason.startswith("unreadable"):
         return False  # permissions are fixed without touching mtime
     return not (reason.startswith("too large") and info.st_size <= max_bytes)
@@ -216,9 +230,12 @@ def _look(
     project_id: str,
     max_bytes: int,
     max_chars: int,
+    wanted: bool,
+    secret_globs: list[str],
 ) -> _Look:
-    """Everything this job does with one file on disk (runs in a thread)."""
-    if not wanted(root, rel):
+    """Everything this job does with one file on disk (runs in a thread). `wanted`: the
+    ignore rules keep it (decided for the whole job at once)."""
+    if not wanted:
         return _Look(rel, "ignored")
     path = root / rel
     if _points_outside(root, path):
@@ -231,8 +248,11 @@ def _look(
         return _Look(rel, "skipped", reason=_unreadable(exc))
     if stat.S_ISDIR(info.st_mode):  # the file was replaced by a directory: the file is gone
         return _Look(rel, "vanished", reason="a directory now")
-    if _trusted(previous, info, max_bytes):
+    secret = secret_file(rel, secret_globs)
+    if _trusted(previous, info, max_bytes, secret):
         return _Look(rel, "unchanged", info)
+    if secret is not None:  # never opened
+        return _Look(rel, "skipped", info, reason=secret)
     started = time.time_ns()
     try:
         _check(info, max_bytes)
@@ -403,6 +423,8 @@ async def index_files(
     started = time.perf_counter()
     settings = ctx["settings"]
     root_path = Path(root)
+    if "redis" in ctx:
+        await queue.claim_files(ctx["redis"], project_id, paths, ctx["job_id"])
     report = IndexReport(files=len(paths))
     pending = list(dict.fromkeys(paths))
     for round_number in range(_ROUNDS):
@@ -436,6 +458,7 @@ async def index_files(
                 root_path,
                 pending,
                 settings.index_batch_files,
+                fresh=True,
                 generation=generation + 1,
             )
             report.requeued = len(pending)
@@ -462,6 +485,7 @@ async def _index_round(
 ) -> list[_Look]:
     store, embedder, settings = ctx["store"], ctx["embedder"], ctx["settings"]
     states = await store.code_file_states(project_id, paths)
+    keep = await asyncio.to_thread(wanted_paths, root, paths)
     looks: list[_Look] = []
     groups: dict[str, _Rows] = {}
     for rel in paths:
@@ -474,6 +498,8 @@ async def _index_round(
             project_id,
             settings.max_file_bytes,
             settings.chunk_max_chars,
+            rel in keep,
+            settings.secret_files,
         )
         looks.append(look)
         _log_look(look, previous)
@@ -494,14 +520,16 @@ async def _index_round(
     await _attach_vectors(store, embedder, chunks, report)
     report.chunks += len(chunks)
     if groups:
-        report.retired += await _write(store, project_id, groups, report)
+        report.retired += await _write(ctx["search"], project_id, groups, report)
     return looks
 
 
-async def _write(store: Any, project_id: str, groups: dict[str, _Rows], report: IndexReport) -> int:
-    """The whole batch in one transaction. Should the database refuse it (a statement error,
-    not a lost connection: that fails the job, and arq retries it), file by file, so one bad
-    file costs only itself."""
+async def _write(
+    search: IndexSync, project_id: str, groups: dict[str, _Rows], report: IndexReport
+) -> int:
+    """The whole batch in one transaction, then in the search indexes. Should the database
+    refuse it (a statement error, not a lost connection: that fails the job, and arq retries
+    it), file by file, so one bad file costs only itself."""
 
     def merged(parts: list[_Rows]) -> tuple[Any, ...]:
         return (
@@ -517,9 +545,10 @@ async def _write(store: Any, project_id: str, groups: dict[str, _Rows], report: 
     while batches:
         batch = batches.pop()
         try:
-            retired += await store.write_file_index(
+            written = await search.write_file_index(
                 project_id, *merged([rows for _, rows in batch])
             )
+            retired += len(written.retired)
         except QueryFailed as exc:
             if len(batch) == 1:
                 log.warning("cannot store %s: %s", batch[0][0], exc)

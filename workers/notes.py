@@ -72,8 +72,8 @@ async def remember(
         raise InvalidRequest("an empty note remembers nothing")
     if len(text) > MAX_NOTE_CHARS:
         raise InvalidRequest(f"a note holds at most {MAX_NOTE_CHARS} characters")
-    store, embedder = ctx["store"], ctx["embedder"]
-    projects = [(p["id"], p["root"]) for p in await store.projects()]
+    embedder = ctx["embedder"]
+    projects = [(p["id"], p["root"]) for p in await ctx["store"].projects()]
     entities = await asyncio.to_thread(named_files, text, files, cwd, projects)
     [vector] = await asyncio.to_thread(embedder.embed, [text[:EMBED_CHARS]])
     at = datetime.now(UTC)
@@ -82,7 +82,7 @@ async def remember(
     session = Ref("session", session_id)
     memory = Ref("memory", memory_id)
     project = Ref("project", project_id) if project_id else None
-    seq = await store.write_note(
+    seq = await ctx["search"].write_note(
         {
             "id": session,
             "data": {"agent": NOTES_AGENT, "project": project, "cwd": cwd, "started_at": at},

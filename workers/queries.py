@@ -25,15 +25,20 @@ async def search(
     project: str | None,
     kind: str,
     as_of: str | None = None,
+    path: str | None = None,
+    language: str | None = None,
 ) -> list[dict[str, Any]]:
     results = await search_module.search(
         ctx["store"],
         ctx["embedder"],
+        ctx["search"].index,
         query,
         limit=limit,
         project=project,
         kind=kind,
         as_of=datetime.fromisoformat(as_of) if as_of else None,
+        path=path,
+        language=language,
     )
     return [r.as_dict() for r in results]
 
@@ -129,7 +134,7 @@ async def get(ctx: JobContext, ids: list[str], max_chars: int) -> list[dict[str,
             found[(table, key_of(row["id"]))] = shape(plain(row), share)
     records, missing = [], []
     for given, (table, key) in zip(ids, wanted, strict=True):
-        match = [found[(t, key)] for t in agent.ID_TABLES.values() if (t, key) in found]
+        match = [found[(t, key)] for t in agent.TABLE_PREFIXES if (t, key) in found]
         match = [m for m in match if table is None or agent.parse_id(m["id"])[0] == table]
         if match:
             records.append(match[0])

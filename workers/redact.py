@@ -4,8 +4,16 @@ Two layers, each replacing a secret with ``[REDACTED:<type>]``:
 
 1. A reviewed regex set run over the whole text, catching what detect-secrets misses in free
    text: ``sk-``/``sk-ant-`` keys, GitHub/GitLab/Slack/AWS tokens, JWTs, PEM private key blocks,
-   ``PASSWORD=``-style ``.env`` lines, bearer tokens, ``user:password@`` in URLs.
+   ``PASSWORD=``-style ``.env`` lines, bearer tokens, ``user:password@`` in URLs, and values of
+   a known shape with no label at all (an AWS secret access key, the first body line of a
+   private key).
 2. detect-secrets' own detector plugins, run line by line.
+
+A :class:`SecretMemory` adds a third: values found before in the same context (a transcript, a
+file) are redacted wherever they appear again, labelled or not.
+
+A redaction never changes the number of lines: a secret spanning lines (a PEM block) is
+replaced by its marker followed by the same newlines, so code chunks keep their line numbers.
 
 Speed: a regex (or plugin) only runs when a literal it needs occurs in the text (plain
 substring tests, which are very fast), so ordinary text costs a few substring scans per rule.
@@ -15,11 +23,17 @@ hashes, content hashes and base64 test data, and would destroy useful text.
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
+
+import blake3
+
+from memoryd.scan import secret_file
 
 REDACTED = "[REDACTED:{}]"
 _MARK = "[REDACTED:"
@@ -38,7 +52,8 @@ class Finding:
 class _Rule:
     type: str
     pattern: re.Pattern[str]
-    # The rule runs only if one of these occurs in the text (lower-cased when ``fold``).
+    # The rule runs only if one of these occurs in the text (lower-cased when ``fold``);
+    # a rule with none always runs.
     triggers: tuple[str, ...]
     fold: bool = False
     group: int = 0  # the capture group holding the secret (0 = whole match)
@@ -46,6 +61,40 @@ class _Rule:
     keep: Callable[[re.Match[str]], bool] | None = None
 
 
+# What a PEM body may hold between its BEGIN and END lines: base64, header lines (Proc-Type,
+# DEK-Info), and the quotes and escaped newlines of a key written as a JSON or code string.
+_PEM_BODY = r"[A-Za-z0-9+/=\s:,\\\"'-]"
+# A block cut before its END line (truncated output): the body lines that follow BEGIN.
+_PEM_CUT = r"(?:(?:\\n|[\s\"'])+(?:[A-Za-z0-9+/]{16,}={0,2}|(?:Proc-Type|DEK-Info):[^\n\"']*))*"
+_HEX = re.compile(r"[0-9a-fA-F]+")
+_LOWER_RUN = re.compile(r"[a-z]{9}")
+
+
+def _entropy(text: str) -> float:
+    n = len(text)
+    return -sum(c / n * math.log2(c / n) for c in Counter(text).values())
+
+
+def _random_40(value: str) -> bool:
+    """Whether 40 base64 characters look random (an AWS secret key), not a word or a hash.
+
+    Of random ones, about 1% fail: fewer than two digits (0.5%), a run of nine lower-case
+    letters (0.8%), entropy under 4.2 bits (none in 100,000). Identifiers and paths have runs
+    of lower-case letters and few digits; a git SHA is hex.
+    """
+    return (
+        any(c.isupper() for c in value)
+        and any(c.islower() for c in value)
+        and sum(c.isdigit() for c in value) >= 2
+        and not _HEX.fullmatch(value)
+        and not _LOWER_RUN.search(value)
+        and _entropy(value) >= 4.2
+    )
+
+
+_OPERATOR = re.compile(r"[\"']?[ \t]*(?::=|=|:)[ \t]*$")
+_STYLE_WORD = r"(?:(?:bg|border):)?#[0-9a-fA-F]{3,8}|[a-z]+"
+_STYLE = re.compile(rf"(?:{_STYLE_WORD})(?:\s+(?:{_STYLE_WORD}))*")
 _CODE_VALUE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+|.*[()\[\]].*")
 _IDENTIFIER = re.compile(r"[A-Za-z_]+")
 _PLACEHOLDERS = frozenset({"none", "null", "true", "false", "undefined", "nil", "required"})
@@ -58,12 +107,34 @@ def _not_literal(m: re.Match[str]) -> bool:
     if not v or v.startswith(("$", "%", "{", "<", "[REDACTED")) or v.lower() in _PLACEHOLDERS:
         return True
     if value[0] in "'\"":
-        return False  # a quoted literal is data
-    # Expressions such as os.environ["X"], self.token, get_token(), settings.SECRET
-    if _CODE_VALUE.fullmatch(v):
+        # A quoted literal is data, unless it is a colour or style (`Token: "bold #f8f8f2"`).
+        return "#" in v and _STYLE.fullmatch(v) is not None
+    # What ends a word in code or prose: `token=True`, f(x=x), {"k": value}.
+    bare = v.strip("`").rstrip(".)]}`")
+    if bare.lower() in _PLACEHOLDERS:
         return True
-    # A bare word (`apiKey: string`, `token = value`) is code unless written .env style: KEY=word
-    return bool(_IDENTIFIER.fullmatch(v)) and not re.search(r"\w=$", m.group(0)[: -len(value)])
+    # Expressions such as os.environ["X"], self.token, get_token(), settings.SECRET
+    if _CODE_VALUE.fullmatch(bare):
+        return True
+    if not _IDENTIFIER.fullmatch(bare):
+        return False
+    # A bare word (`apiKey: string`, `token = value`, `f(password=password)`) is code unless
+    # written .env style: a line of its own, `[export ]KEY=word`, not `name=name`.
+    text = m.string
+    key_start = m.start()
+    while key_start > 0 and (text[key_start - 1].isalnum() or text[key_start - 1] in "_.-"):
+        key_start -= 1
+    key = _OPERATOR.sub("", text[key_start : m.start(1)])
+    line_start = text.rfind("\n", 0, key_start) + 1
+    line_end = text.find("\n", m.end())
+    before = text[line_start:key_start].strip()
+    after = text[m.end() : line_end if line_end >= 0 else len(text)].strip()
+    env_style = (
+        re.search(r"\w=$", m.group(0)[: -len(value)]) is not None
+        and before in ("", "export")
+        and (not after or after.startswith("#"))
+    )
+    return not env_style or bare.lower() == key.lower()
 
 
 _ENV_KEYWORDS = (
@@ -88,10 +159,21 @@ _RULES: tuple[_Rule, ...] = (
         "private-key",
         re.compile(
             r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
-            r"(?:.*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|[A-Za-z0-9+/=\s:,-]*)",
-            re.S,
+            rf"(?:{_PEM_BODY}*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|{_PEM_CUT})"
         ),
         ("PRIVATE KEY",),
+    ),
+    # A private key's body without its BEGIN line: the DER start of PKCS#1/PKCS#8 (version 0),
+    # encrypted PKCS#8, SEC1 EC and OpenSSH keys, and the body lines that follow it.
+    # Certificates and public keys start otherwise (MII..CC / MII..ANBg) and are kept.
+    _Rule(
+        "private-key",
+        re.compile(
+            r"(?<![A-Za-z0-9+/])(?:MII[A-Za-z0-9+/]{3}IBA[AD]|MII[A-Za-z0-9+/]{5}BgkqhkiG9w0BBQ"
+            r"|MHcCAQEE|MC4CAQAwBQYDK2Vw|b3BlbnNzaC1rZXktdjE)[A-Za-z0-9+/]{16,}={0,2}"
+            r"(?:[ \t]*\r?\n[ \t]*[A-Za-z0-9+/]{16,}={0,2})*"
+        ),
+        ("MII", "MHcCAQEE", "MC4CAQAw", "b3BlbnNzaC1rZXktdjE"),
     ),
     _Rule(
         "anthropic-key",
@@ -118,7 +200,18 @@ _RULES: tuple[_Rule, ...] = (
         re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16}\b"),
         ("AKIA", "ASIA", "ABIA", "ACCA", "A3T"),
     ),
-    _Rule("slack-token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), ("xox",)),
+    # An AWS secret access key: 40 characters of base64 with no label and no prefix.
+    _Rule(
+        "aws-secret-key",
+        re.compile(r"(?<![\w/+.-])[A-Za-z0-9/+]{40}(?![\w/+=-])"),
+        (),
+        keep=lambda m: not _random_40(m.group(0)),
+    ),
+    _Rule(
+        "slack-token",
+        re.compile(r"\b(?:xox[abposre]-[A-Za-z0-9-]{10,}|xapp-\d-[A-Za-z0-9-]{20,})"),
+        ("xox", "xapp-"),
+    ),
     _Rule(
         "slack-webhook",
         re.compile(r"https://hooks\.slack\.com/services/T\w+/B\w+/\w+"),
@@ -127,8 +220,8 @@ _RULES: tuple[_Rule, ...] = (
     _Rule("google-api-key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}"), ("AIza",)),
     _Rule(
         "stripe-key",
-        re.compile(r"\b(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{16,}"),
-        ("_live_", "_test_"),
+        re.compile(r"\b(?:(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{16,}|whsec_[0-9A-Za-z]{24,})"),
+        ("_live_", "_test_", "whsec_"),
     ),
     _Rule("huggingface-token", re.compile(r"\bhf_[A-Za-z0-9]{30,}"), ("hf_",)),
     _Rule("npm-token", re.compile(r"\bnpm_[A-Za-z0-9]{36}\b"), ("npm_",)),
@@ -140,11 +233,12 @@ _RULES: tuple[_Rule, ...] = (
     ),
     _Rule(
         "bearer-token",
-        re.compile(r"(?i)\b(?:bearer|token)\s+([A-Za-z0-9._~+/-]{16,}=*)"),
+        re.compile(r"(?i)\b(?:bearer|token)[ \t]+([A-Za-z0-9._~+/-]{16,}=*)"),
         ("bearer", "token "),
         fold=True,
         group=1,
-        keep=lambda m: m.group(1).isalpha(),  # "token for the" is prose, not a credential
+        # "token for the", "token set_active_token(...)": prose and code have no digits
+        keep=lambda m: not any(c.isdigit() for c in m.group(1)),
     ),
     _Rule(
         "basic-auth",
@@ -265,18 +359,28 @@ def _slug(secret_type: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", secret_type.lower()).strip("-")
 
 
-def redact(text: str) -> str:
+def redact(text: str, memory: SecretMemory | None = None) -> str:
     """Return ``text`` with every secret found replaced by ``[REDACTED:<type>]``."""
-    return redact_with_findings(text)[0]
+    return redact_with_findings(text, memory)[0]
 
 
-def redact_with_findings(text: str) -> tuple[str, list[Finding]]:
-    """Redact ``text``; also return what was found (types and original positions)."""
+def redact_with_findings(
+    text: str, memory: SecretMemory | None = None
+) -> tuple[str, list[Finding]]:
+    """Redact ``text``; also return what was found (types and original positions).
+
+    With a ``memory``, what is found is remembered, and values remembered before (in this text
+    or an earlier one) are redacted too.
+    """
     if not text or len(text) < 8:
         return text, []
     lower = text.lower()
     spans = _regex_spans(text, lower)
     spans = _merge(spans + _plugin_spans(text, lower, spans))
+    if memory is not None:
+        for f in spans:
+            memory.remember(text[f.start : f.end], f.type)
+        spans = _merge(spans + memory.spans(text))
     if not spans:
         return text, []
     parts: list[str] = []
@@ -284,6 +388,7 @@ def redact_with_findings(text: str) -> tuple[str, list[Finding]]:
     for f in spans:
         parts.append(text[last : f.start])
         parts.append(REDACTED.format(f.type))
+        parts.append("\n" * text.count("\n", f.start, f.end))  # line numbers stay put
         last = f.end
     parts.append(text[last:])
     return "".join(parts), spans
@@ -293,7 +398,7 @@ def _regex_spans(text: str, lower: str) -> list[Finding]:
     found: list[Finding] = []
     for rule in _RULES:
         haystack = lower if rule.fold else text
-        if not any(t in haystack for t in rule.triggers):
+        if rule.triggers and not any(t in haystack for t in rule.triggers):
             continue
         for m in rule.pattern.finditer(text):
             value = m.group(rule.group)
@@ -322,16 +427,20 @@ def _plugin_spans(text: str, lower_text: str, known: list[Finding]) -> list[Find
         lower = line.lower()
         for plugin in plugins:
             if plugin.trigger(line, lower):
-                for secret in _plugin_matches(plugin.detector, line):
+                for secret in _plugin_matches(plugin, line):
                     found.extend(_locate(secret, line, start, plugin.type, known))
     return found
 
 
-def _plugin_matches(detector: Any, line: str) -> Iterable[str]:
+def _plugin_matches(plugin: _Plugin, line: str) -> Iterable[str]:
     try:
-        return [s for s in detector.analyze_string(line) if isinstance(s, str) and len(s) >= 4]
+        found = [s for s in plugin.detector.analyze_string(line) if isinstance(s, str)]
     except Exception:  # a third-party plugin failing must never lose the transcript
         return []
+    # The keyword plugin takes any quoted string after a keyword: `secret_type = 'AWS Access
+    # Key'` is a name. Quoted secrets with spaces are the regex layer's (env-secret).
+    words = plugin.type == "secret-keyword"
+    return [s for s in found if len(s) >= 4 and not (words and any(c.isspace() for c in s))]
 
 
 def _locate(secret: str, line: str, base: int, type_: str, known: list[Finding]) -> list[Finding]:
@@ -360,3 +469,198 @@ def _merge(spans: list[Finding]) -> list[Finding]:
             continue
         merged.append(f)
     return merged
+
+
+# ------------------------------------------------------------------------------------------
+# Values seen before
+
+# Shorter values are not remembered: they would match ordinary words.
+_MIN_REMEMBERED = 8
+# A PEM block is remembered line by line (a body line may be pasted alone later).
+_MIN_LINE = 16
+# Where a remembered value may start and end inside a text: whitespace-separated words, and
+# the pieces of a word between quotes, brackets, `=`, `:`, `,`, `;` and `@` (`KEY=value`,
+# `"value",`, `user:value@host`).
+_WORD = re.compile(r"\S+")
+_PIECE = re.compile(r"[^\s\"'`,;:=@<>()\[\]{}]+")
+_TRAILING = ".,;:!?)]}>\"'`"
+_LEADING = "([{<\"'`"
+
+
+def _memorable(value: str) -> bool:
+    """A value worth redacting wherever it appears again: long enough, not a plain word."""
+    if len(value) < _MIN_REMEMBERED or any(c.isspace() for c in value) or _MARK in value:
+        return False
+    return len(value) >= 16 or not value.isalpha()
+
+
+class SecretMemory:
+    """Fingerprints of the secret values redacted so far in one context (a transcript's
+    parser state, one file), so that a value once found is redacted wherever it shows up
+    again: a password repeated alone, a PEM body line pasted without its BEGIN line.
+
+    Only fingerprints are kept, never the values: a transcript's memory is saved with its
+    parser state in the cursor row, in the database. A fingerprint is the value's length and
+    32 bits of a BLAKE3 hash keyed by a salt of the context (``salt``: e.g. the transcript's
+    path), so the same secret fingerprints differently in two transcripts, and 32 bits cannot
+    confirm a guess: of the values with a password's usual ~40 bits of entropy some 2^8 share
+    one fingerprint, and a random token cannot be recovered at all. A word of ordinary text
+    matches by chance with odds of about 1 in 4 billion per remembered value of its length.
+    """
+
+    def __init__(self, salt: str, fingerprints: Mapping[str, str] | None = None) -> None:
+        self._key = blake3.blake3(salt.encode("utf-8", "surrogatepass")).digest()
+        # fingerprint -> the type of secret it was found as (for the marker)
+        self.fingerprints: dict[str, str] = dict(fingerprints or {})
+        self._lengths = {int(fp.split(":", 1)[0]) for fp in self.fingerprints}
+
+    def _fingerprint(self, value: str) -> str:
+        digest = blake3.blake3(value.encode("utf-8", "surrogatepass"), key=self._key)
+        return f"{len(value)}:{digest.hexdigest()[:8]}"
+
+    def remember(self, value: str, type_: str) -> None:
+        lines = value.splitlines()
+        if len(lines) > 1:
+            # A block: its body lines, not the BEGIN/END lines everyone's keys share.
+            candidates = [line.strip(" \t\"'\\,") for line in lines if "-----" not in line]
+            candidates = [c.removesuffix("\\n") for c in candidates]
+            values = [c for c in candidates if len(c) >= _MIN_LINE]
+        else:
+            values = [value.strip()]
+        for v in values:
+            if _memorable(v):
+                self.fingerprints.setdefault(self._fingerprint(v), type_)
+                self._lengths.add(len(v))
+
+    def spans(self, text: str) -> list[Finding]:
+        """Where remembered values occur in ``text``."""
+        if not self.fingerprints:
+            return []
+        found: dict[tuple[int, int], str] = {}
+        for start, end in self._candidates(text):
+            if (start, end) in found or end - start not in self._lengths:
+                continue
+            type_ = self.fingerprints.get(self._fingerprint(text[start:end]))
+            if type_ is not None:
+                found[(start, end)] = type_
+        return [Finding(type_, start, end) for (start, end), type_ in found.items()]
+
+    @staticmethod
+    def _candidates(text: str) -> Iterable[tuple[int, int]]:
+        for pattern in (_WORD, _PIECE):
+            for m in pattern.finditer(text):
+                start, end = m.span()
+                yield start, end
+                word = m.group()
+                inner = word.lstrip(_LEADING).rstrip(_TRAILING)
+                if inner and inner != word:
+                    left = start + len(word) - len(word.lstrip(_LEADING))
+                    yield left, left + len(inner)
+                trimmed = word.rstrip(_TRAILING)
+                if trimmed and trimmed != word:
+                    yield start, start + len(trimmed)
+
+
+# ------------------------------------------------------------------------------------------
+# Scrubbing rows stored before (a migration step)
+
+# Text fields that may hold a secret, per table, as memoryd stores them.
+SCRUB_FIELDS: dict[str, tuple[str, ...]] = {
+    "code_chunk": ("content",),
+    "memory": ("content",),
+    "goal": ("intent",),
+    "summary": ("text",),
+    "session": ("description",),
+    "entity": ("name", "aliases"),
+    "reads": ("detail",),
+    "modifies": ("detail",),
+    "executes": ("detail",),
+    "mentions": ("detail",),
+    "spawned": ("detail",),
+    "triggered": ("message",),
+    "denied": ("message",),
+    "transcript_cursor": ("state",),
+}
+# Tables whose vector is computed from the scrubbed text: it was computed from the secret too.
+_EMBEDDED = frozenset({"code_chunk", "memory", "goal"})
+
+
+@dataclass(slots=True)
+class Scrubbed:
+    """What scrubbing one table's rows asks of the database.
+
+    ``updates``: per changed row, its ``id`` and the new values of the fields that changed;
+    for tables with vectors also ``embedding: None`` (the vector was computed from the secret;
+    with ``embedding_model`` kept, the reembed task computes it again from the redacted text),
+    and for code chunks the new ``content_hash``.
+    ``deletes``: ids of code chunks of files ``secret_files`` keeps out of the index now.
+    ``reindex``: (project, path) of code files with a changed chunk: resetting their
+    ``file_state`` (``hash = NONE, mtime_ns = 0``) makes the next reconcile cut them again from
+    the redacted file, as fresh indexing does (chunk boundaries can move).
+    """
+
+    updates: list[dict[str, Any]]
+    deletes: list[Any]
+    reindex: set[tuple[Any, str]]
+
+
+def scrub_rows(
+    table: str, rows: Iterable[Mapping[str, Any]], secret_globs: Iterable[str] = ()
+) -> Scrubbed:
+    """Redact rows stored by an earlier memoryd with today's detector (pure: rows in, changes
+    out). Rows of one file (code chunks) or one session (memories) share a
+    :class:`SecretMemory`, in file or session order, as when they were first written."""
+    out = Scrubbed([], [], set())
+    fields = SCRUB_FIELDS.get(table, ())
+    globs = list(secret_globs)
+    memories: dict[str, SecretMemory] = {}
+    for row in sorted(rows, key=_row_order):
+        if table == "code_chunk" and secret_file(str(row.get("path", "")), globs):
+            out.deletes.append(row["id"])
+            continue
+        group = _group(table, row)
+        memory = memories.setdefault(group, SecretMemory(group)) if group else None
+        patch: dict[str, Any] = {}
+        for name in fields:
+            value = row.get(name)
+            scrubbed = _scrub_value(value, memory)
+            if scrubbed != value:
+                patch[name] = scrubbed
+        if not patch:
+            continue
+        if table in _EMBEDDED:
+            patch["embedding"] = None
+        if table == "code_chunk":
+            content = patch["content"].encode("utf-8", "surrogatepass")
+            patch["content_hash"] = blake3.blake3(content).hexdigest()
+            out.reindex.add((row.get("project"), str(row.get("path"))))
+        out.updates.append({"id": row["id"], **patch})
+    return out
+
+
+def _row_order(row: Mapping[str, Any]) -> tuple[str, str, int, int]:
+    return (
+        str(row.get("session") or row.get("project") or ""),
+        str(row.get("path") or ""),
+        int(row.get("start_line") or 0),
+        int(row.get("seq") or 0),
+    )
+
+
+def _group(table: str, row: Mapping[str, Any]) -> str:
+    if table == "code_chunk":
+        return str(row.get("path") or "")
+    if table == "memory":
+        return str(row.get("session") or "")
+    return ""
+
+
+def _scrub_value(value: Any, memory: SecretMemory | None) -> Any:
+    """Strings redacted; lists and objects (aliases, a parser state) walked."""
+    if isinstance(value, str):
+        return redact(value, memory)
+    if isinstance(value, list):
+        return [_scrub_value(v, memory) for v in value]
+    if isinstance(value, dict):
+        return {k: _scrub_value(v, memory) for k, v in value.items()}
+    return value

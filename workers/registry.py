@@ -59,6 +59,7 @@ FUNCTIONS: dict[JobSpec, JobFunction] = {
     jobs.DECAY: maintenance.decay,
     jobs.PRUNE: maintenance.prune,
     jobs.REEMBED: maintenance.reembed,
+    jobs.REINDEX: maintenance.reindex,
     jobs.SEARCH: queries.search,
     jobs.STATUS: queries.status,
     jobs.REGISTER_PROJECT: queries.register_project,

@@ -12,8 +12,9 @@ from memoryd.store.forget import ForgetQueries
 from memoryd.store.maintenance import MaintenanceQueries
 from memoryd.store.notes import NoteQueries
 from memoryd.store.recall import RecallQueries
+from memoryd.store.rewrite import RewriteQueries
 from memoryd.store.schema import SCHEMA_DIR, VECTOR_TABLES, SchemaQueries
-from memoryd.store.search import SearchHit, SearchQueries
+from memoryd.store.search import SearchQueries
 from memoryd.store.status import StatusQueries
 from memoryd.store.transcripts import TranscriptQueries
 from memoryd.store.views import ViewQueries
@@ -29,6 +30,7 @@ class Store(
     NoteQueries,
     ForgetQueries,
     MaintenanceQueries,
+    RewriteQueries,
     StatusQueries,
     StoreBase,
 ):
@@ -40,7 +42,6 @@ __all__ = [
     "VECTOR_TABLES",
     "QueryFailed",
     "Ref",
-    "SearchHit",
     "Store",
     "key_of",
     "now",

@@ -7,6 +7,7 @@ from typing import Any
 
 from memoryd.store.base import StoreBase, to_record, to_records
 from memoryd.store.entities import UPSERT_ENTITIES
+from memoryd.store.search import BUMP_GENERATION, returned
 
 
 class NoteQueries(StoreBase):
@@ -16,11 +17,11 @@ class NoteQueries(StoreBase):
         memory: dict[str, Any],
         entities: list[dict[str, Any]],
         mentions: list[dict[str, Any]],
-    ) -> int:
+    ) -> tuple[int, int]:
         """Upsert the notes session and the memory (the next seq of that session; the same
         note remembered again keeps its seq and is written afresh), its entities and MENTIONS
-        edges. Returns the memory's seq."""
-        await self.query(
+        edges. Returns the memory's seq and the search generation after it."""
+        result = await self.query(
             f"""
             BEGIN;
             UPSERT $notes.id MERGE $notes.data;
@@ -30,6 +31,8 @@ class NoteQueries(StoreBase):
             UPDATE $memory.id SET seq = $seq;
             {UPSERT_ENTITIES}
             INSERT RELATION INTO mentions $mentions ON DUPLICATE KEY UPDATE out = $input.out;
+            {BUMP_GENERATION}
+            RETURN {{ generation: $generation, seq: $seq }};
             COMMIT;
             """,
             {
@@ -39,5 +42,5 @@ class NoteQueries(StoreBase):
                 "mentions": to_records(mentions),
             },
         )
-        seq = await self.query("SELECT VALUE seq FROM $id", {"id": to_record(memory["id"])})
-        return int(seq[0][0])
+        done = returned(result)
+        return int(done["seq"]), int(done["generation"])

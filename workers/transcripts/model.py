@@ -11,10 +11,13 @@ A parser is fed complete lines from a stored byte offset and returns a :class:`P
     - :class:`Memory`: one observation (prompt, assistant text, tool call, tool result, error,
       summary). ``content`` is redacted and capped; base64 media and thinking text are dropped.
     - :class:`Goal`: what the user asked for (the first real prompt of a session).
-    - :class:`Action`: a verb edge ``READS``/``MODIFIES``/``EXECUTES`` from a tool-call memory to
-      an :class:`~workers.entities.Entity` (file, command, url, tool). Emitted once the call's
-      outcome is known (``"ok"``/``"error"``), so it never needs retracting. ``outcome`` is
-      what the agent reported: a pipeline's exit status is its last command's.
+    - :class:`Action`: a verb edge ``READS``/``MODIFIES``/``EXECUTES``/``MENTIONS`` from a
+      tool-call memory to an :class:`~workers.entities.Entity` (file, command, url, tool).
+      Emitted once the call's outcome is known (``"ok"``/``"error"``), so it never needs
+      retracting. ``outcome`` is what the agent reported: a pipeline's exit status is its last
+      command's. ``via`` says where the access was seen: ``"tool"`` (the agent's own tool:
+      Read, Edit, apply_patch, Bash for EXECUTES) or ``"shell"`` for the edges a shell command
+      line implies (``cat f`` READS f, ``> f`` MODIFIES f, ``pytest f`` MENTIONS f).
     - :class:`Triggered`: a failed call → an error entity (signature key).
     - :class:`Denied`: a call the user rejected or a permission rule blocked → its target. Not a
       failure and not a verb edge: a denied call gets no READS/MODIFIES/EXECUTES.
@@ -40,15 +43,30 @@ An id may occur twice (a Codex edge stated by two result events): writes are ups
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+import shlex
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from memoryd import vocabulary
 from memoryd.ids import stable_id
-from workers.entities import URL, Entity, Project, ProjectsLike, as_projects, canonical_tool
-from workers.redact import redact
+from workers.entities import (
+    NAME,
+    READ,
+    URL,
+    WRITE,
+    Entity,
+    Project,
+    ProjectsLike,
+    as_projects,
+    canonical_commands,
+    canonical_file,
+    canonical_tool,
+    files_in_command,
+    guess_home,
+)
+from workers.redact import SecretMemory, redact
 from workers.transcripts.lines import Skipped
 
 # Caps on stored text. Embedding models read ~256 tokens; the rest is for display and BM25.
@@ -58,11 +76,14 @@ CAP_TOOL_OUTPUT = 4_000  # tool results and errors
 CAP_GOAL = 2_000
 CAP_DETAIL = 1_000  # command lines / change summaries on edges
 
-READS, MODIFIES, EXECUTES = (
+READS, MODIFIES, EXECUTES, MENTIONS = (
     vocabulary.READS.name,
     vocabulary.MODIFIES.name,
     vocabulary.EXECUTES.name,
+    vocabulary.MENTIONS.name,
 )
+# Provenance of an edge read off a shell command line rather than the agent's own tool.
+SHELL = vocabulary.VIA_SHELL
 OK, ERROR, PENDING = "ok", "error", "pending"
 USER_REJECTED, PERMISSION_DENIED = "user_rejected", "permission_denied"
 
@@ -80,15 +101,20 @@ class Source:
     ``projects``: watched projects as ``Project`` or ``(project_id, root)`` pairs.
     ``subagent_meta``: the parsed ``agent-<id>.meta.json`` next to a Claude Code 2.1.2+ subagent
     transcript (``{agentType, description, worktreePath?}``), if the caller read it.
+    ``home``: the home directory of whoever wrote the transcript, for ``~`` in commands
+    (guessed from ``path`` when not given; a session's cwd may tell it later).
     """
 
     path: str
     projects: tuple[Project, ...] = ()
     subagent_meta: dict[str, Any] | None = None
+    home: str | None = None
 
     def __post_init__(self) -> None:
         # Accept (project_id, root) pairs too; frozen, hence object.__setattr__.
         object.__setattr__(self, "projects", as_projects(self.projects))
+        if self.home is None:
+            object.__setattr__(self, "home", guess_home(self.path))
 
     @classmethod
     def of(
@@ -179,6 +205,8 @@ class Action:
     outcome: str  # ok | error (| pending, only in ParseResult.pending)
     exit_code: int | None = None
     detail: str = ""  # the command line, or what the change was
+    # where the access was seen: the agent's own tool, or (SHELL) a shell command line
+    via: str = vocabulary.VIA_TOOL
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +271,22 @@ class Target:
     verb: str
     entity: Entity
     detail: str = ""
+    via: str = vocabulary.VIA_TOOL
+
+
+def shell_targets(command: str | Sequence[str], cwd: str | None, source: Source) -> list[Target]:
+    """A shell command's targets: EXECUTES per program run, and the files it reads, writes or
+    only names (READS / MODIFIES / MENTIONS, marked ``via=SHELL``), resolved where it ran."""
+    line = command if isinstance(command, str) else shlex.join(command)
+    detail = line[:CAP_DETAIL]
+    targets = [Target(EXECUTES, e, detail) for e in canonical_commands(command)]
+    home = source.home or guess_home(cwd)
+    for use in files_in_command(line, cwd, source.projects, home):
+        targets.append(Target(_SHELL_VERBS[use.access], use.entity, detail, SHELL))
+    return targets
+
+
+_SHELL_VERBS = {READ: READS, WRITE: MODIFIES, NAME: MENTIONS}
 
 
 @dataclass
@@ -253,6 +297,11 @@ class ParserState:
     ``pending``: per transcript call id, a call whose result has not been seen.
     ``links``: namespaced lookups (``shell:<id>``/``proc:<n>`` → call id, ``chain:<uuid>`` →
     sidechain root, ``spawn:<hash>`` → Task call id). ``context``: per-agent scalars.
+    ``secrets``: fingerprints of the secret values redacted so far in this transcript, so a
+    value found once is redacted wherever it appears again, in later batches too. The state is
+    stored in the cursor row, in the database: it holds fingerprints only, never a value (see
+    :class:`~workers.redact.SecretMemory`). One transcript file is one session, or a session
+    with its inline subagents: remembering per file covers the session.
     """
 
     agent: str
@@ -261,6 +310,7 @@ class ParserState:
     pending: dict[str, dict[str, Any]] = field(default_factory=dict)
     links: dict[str, str] = field(default_factory=dict)
     context: dict[str, Any] = field(default_factory=dict)
+    secrets: dict[str, str] = field(default_factory=dict)
     version: int = STATE_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -280,6 +330,7 @@ class ParserState:
             pending={k: _deep(v) for k, v in self.pending.items()},
             links=dict(self.links),
             context=_deep(self.context),
+            secrets=dict(self.secrets),
             version=self.version,
         )
 
@@ -327,16 +378,16 @@ def clean_text(text: str) -> str:
     return text.replace("\x00", "").replace("\r\n", "\n")
 
 
-def safe_text(text: str, cap: int) -> str:
-    """Redact and cap text for storage.
+def safe_text(text: str, cap: int, memory: SecretMemory | None = None) -> str:
+    """Redact and cap text for storage (``memory``: values found before in the transcript).
 
     Only about twice the cap is redacted (a MB of tool output costs no more than 8 KB); a
     secret cut by that first trim can only sit beyond ``cap`` and is dropped by the second.
     """
     text = clean_text(text)
     if len(text) > cap:
-        return redact(text[: cap * 2])[:cap].rstrip() + " …[truncated]"
-    return redact(text)
+        return redact(text[: cap * 2], memory)[:cap].rstrip() + " …[truncated]"
+    return redact(text, memory)
 
 
 def norm_time(value: Any) -> str | None:
@@ -356,11 +407,19 @@ def norm_time(value: Any) -> str | None:
 
 
 def _target_json(t: Target) -> dict[str, Any]:
-    return {"verb": t.verb, "entity": asdict(t.entity), "detail": t.detail}
+    return {"verb": t.verb, "entity": asdict(t.entity), "detail": t.detail, "via": t.via}
 
 
 def _targets_from_json(items: list[dict[str, Any]]) -> list[Target]:
-    return [Target(t["verb"], Entity(**t["entity"]), t.get("detail", "")) for t in items]
+    return [
+        Target(
+            t["verb"],
+            Entity(**t["entity"]),
+            t.get("detail", ""),
+            t.get("via") or vocabulary.VIA_TOOL,
+        )
+        for t in items
+    ]
 
 
 def _action(call: dict[str, Any], target: Target, outcome: str, exit_code: int | None) -> Action:
@@ -376,19 +435,21 @@ def _action(call: dict[str, Any], target: Target, outcome: str, exit_code: int |
         outcome=outcome,
         exit_code=exit_code,
         detail=target.detail,
+        via=target.via,
     )
 
 
-def safe_target(t: Target) -> Target:
+def safe_target(t: Target, memory: SecretMemory | None = None) -> Target:
     """A target with its entity and detail redacted (details hold command lines)."""
-    return Target(t.verb, safe_entity(t.entity), safe_text(t.detail, CAP_DETAIL))
+    entity = safe_entity(t.entity, memory)
+    return Target(t.verb, entity, safe_text(t.detail, CAP_DETAIL, memory), t.via)
 
 
-def safe_entity(e: Entity) -> Entity:
+def safe_entity(e: Entity, memory: SecretMemory | None = None) -> Entity:
     """Redact the parts of an entity that keep free text (raw alias; URL key; error name)."""
-    raw = safe_text(e.raw, CAP_DETAIL)
-    key = redact(e.key) if e.kind == URL else e.key
-    name = safe_text(e.name, 200)
+    raw = safe_text(e.raw, CAP_DETAIL, memory)
+    key = redact(e.key, memory) if e.kind == URL else e.key
+    name = safe_text(e.name, 200, memory)
     if (raw, key, name) == (e.raw, e.key, e.name):
         return e
     return replace(e, raw=raw, key=key, name=name)
@@ -408,6 +469,13 @@ class Emitter:
         self.events: list[Event] = []
         self.skipped: list[Skipped] = []
         self._touched: list[str] = []
+        # Shares the state's dict: what is found is saved with the state.
+        self.secrets = SecretMemory(source.path, state.secrets)
+        state.secrets = self.secrets.fingerprints
+
+    def safe(self, text: str, cap: int) -> str:
+        """Redacted and capped, with what this transcript revealed before."""
+        return safe_text(text, cap, self.secrets)
 
     # -- sessions ---------------------------------------------------------------------------
 
@@ -443,6 +511,11 @@ class Emitter:
                 return p.id
         return None
 
+    def file(self, path: str | None, cwd: str | None) -> Entity | None:
+        """The file entity a tool's path argument names, ``~`` expanded with the writer's home."""
+        home = self.source.home or guess_home(cwd)
+        return canonical_file(path, cwd, self.projects, home=home)
+
     def has_goal(self, session_id: str) -> bool:
         return bool(self.state.sessions.get(session_id, {}).get("has_goal"))
 
@@ -464,7 +537,7 @@ class Emitter:
         media: tuple[Media, ...] = (),
     ) -> Memory | None:
         """Emit a memory; empty content (with no media) is not worth one."""
-        text = safe_text(content, cap).strip()
+        text = self.safe(content, cap).strip()
         if not text and not media:
             return None
         mem = Memory(
@@ -489,7 +562,7 @@ class Emitter:
 
     def goal(self, session_id: str, intent: str, memory: Memory | None) -> None:
         """Record the session's goal, once per session."""
-        text = safe_text(intent, CAP_GOAL).strip()
+        text = self.safe(intent, CAP_GOAL).strip()
         if not text or memory is None or self.has_goal(session_id):
             return
         self.state.sessions[session_id]["has_goal"] = True
@@ -497,7 +570,7 @@ class Emitter:
         self.events.append(Goal(goal_id, session_id, text, memory.id, memory.event_time))
 
     def summary(self, leaf_uuid: str, text: str, offset: int) -> None:
-        clean = safe_text(text, CAP_GOAL).strip()
+        clean = self.safe(text, CAP_GOAL).strip()
         if leaf_uuid and clean:
             self.events.append(Summary(stable_id("summary", leaf_uuid), leaf_uuid, clean, offset))
 
@@ -517,12 +590,16 @@ class Emitter:
         """Register a tool call; its edges are emitted when :meth:`resolve` learns the outcome.
         ``extra``: parser-specific JSON data kept with the pending call."""
         self.state.pending[call_id] = {
-            "extra": extra or {},
+            # A parser's extras may hold free text (a Task's description): the state is stored.
+            "extra": {
+                k: self.safe(v, CAP_DETAIL) if isinstance(v, str) else v
+                for k, v in (extra or {}).items()
+            },
             "session_id": session_id,
             "memory_id": memory_id,
             "tool": tool,
             "event_time": event_time,
-            "targets": [_target_json(safe_target(t)) for t in targets],
+            "targets": [_target_json(safe_target(t, self.secrets)) for t in targets],
         }
 
     def resolve(
@@ -545,7 +622,7 @@ class Emitter:
         if call is None:
             return False
         targets = [t for t in _targets_from_json(call["targets"]) if t.verb != replace_verb]
-        targets += [safe_target(t) for t in extra]
+        targets += [safe_target(t, self.secrets) for t in extra]
         if denial:
             self._denied(call, targets, denial, message)
             return True
@@ -558,7 +635,9 @@ class Emitter:
     def _denied(
         self, call: dict[str, Any], targets: list[Target], reason: str, message: str
     ) -> None:
-        entities = [t.entity for t in targets] or [safe_entity(canonical_tool(call["tool"]))]
+        entities = [t.entity for t in targets] or [
+            safe_entity(canonical_tool(call["tool"]), self.secrets)
+        ]
         seen: set[tuple[str, str]] = set()
         for e in entities:
             if (e.kind, e.key) in seen:
@@ -573,7 +652,7 @@ class Emitter:
                     tool=call["tool"],
                     event_time=call.get("event_time"),
                     reason=reason,
-                    message=safe_text(message, CAP_DETAIL),
+                    message=self.safe(message, CAP_DETAIL),
                 )
             )
 
@@ -586,7 +665,7 @@ class Emitter:
     ) -> None:
         if error is None:
             return
-        error = safe_entity(error)
+        error = safe_entity(error, self.secrets)
         self.events.append(
             Triggered(
                 id=stable_id("TRIGGERED", call["memory_id"], error.key),
@@ -596,7 +675,9 @@ class Emitter:
                 tool=call["tool"],
                 event_time=call.get("event_time"),
                 exit_code=exit_code,
-                message=safe_text(message, CAP_DETAIL),
+                # the failure as it appeared (the line its signature was read from), not the
+                # whole output: the memory holds that
+                message=error.raw or self.safe(message, CAP_DETAIL),
             )
         )
 
@@ -615,7 +696,7 @@ class Emitter:
         call = {"session_id": session_id, "memory_id": memory_id, "tool": tool}
         call["event_time"] = event_time
         for t in targets:
-            self.events.append(_action(call, safe_target(t), outcome, exit_code))
+            self.events.append(_action(call, safe_target(t, self.secrets), outcome, exit_code))
 
     def spawned(
         self,
@@ -637,14 +718,15 @@ class Emitter:
                 agent_id=agent_id,
                 event_time=event_time,
                 agent_type=agent_type,
-                description=safe_text(description, CAP_DETAIL) if description else None,
+                description=self.safe(description, CAP_DETAIL) if description else None,
             )
         )
 
     # -- reporting --------------------------------------------------------------------------
 
     def skip(self, offset: int, reason: str, excerpt: str = "") -> None:
-        self.skipped.append(Skipped(offset, reason, safe_text(excerpt, 80)))
+        # A reason may quote the record (its type, an exception's text): it is logged.
+        self.skipped.append(Skipped(offset, self.safe(reason, 300), self.safe(excerpt, 80)))
 
     def result(self) -> ParseResult:
         sessions = tuple(self._session_info(sid) for sid in self._touched)

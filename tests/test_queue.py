@@ -1,0 +1,46 @@
+"""Index jobs and the files they carry: no file is read to name a job, and a file already
+waiting in a queued job is not queued again (the queue does not snowball)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from memoryd import queue
+from memoryd.runtime import Runtime
+from tests.conftest import settings_for
+
+
+async def _files(job: object) -> list[str]:
+    info = await job.info()  # type: ignore[attr-defined]
+    assert info is not None
+    return list(info.args[2])
+
+
+async def test_waiting_files_are_not_queued_twice_until_their_job_starts(data_dir: Path) -> None:
+    root = data_dir / "repo"  # never read: enqueueing touches no file
+    async with Runtime(settings_for(data_dir)) as rt:
+        redis = await rt.start_queue()  # no worker: jobs stay queued
+        [(first, n)] = await queue.enqueue_index(redis, "p", root, ["a.py", "b.py"], 32)
+        assert n == 2 and await _files(first) == ["a.py", "b.py"]
+
+        [(second, n)] = await queue.enqueue_index(redis, "p", root, ["a.py", "c.py", "c.py"], 32)
+        assert n == 1 and await _files(second) == ["c.py"]
+        assert await queue.enqueue_index(redis, "p", root, ["b.py"], 32) == []
+
+        # An explicit `memoryd index` wants a report on every file it names.
+        [(fresh, n)] = await queue.enqueue_index(redis, "p", root, ["a.py"], 32, fresh=True)
+        assert n == 1 and fresh.job_id != first.job_id
+
+        # The first job starts: its files leave the marks (a.py now belongs to `fresh`).
+        await queue.claim_files(redis, "p", ["a.py", "b.py"], first.job_id)
+        [(again, n)] = await queue.enqueue_index(redis, "p", root, ["a.py", "b.py"], 32)
+        assert n == 1 and await _files(again) == ["b.py"]
+
+        # A mark naming a job that is not waiting (lost, aborted, done) holds nothing back.
+        await redis.hset("memoryd:queued:p", "d.py", "index:p:gone")
+        [(recovered, n)] = await queue.enqueue_index(redis, "p", root, ["d.py"], 32)
+        assert n == 1 and await _files(recovered) == ["d.py"]
+
+        # Batches of at most `batch` files, each its own job.
+        batches = await queue.enqueue_index(redis, "q", root, [f"{i}.py" for i in range(5)], 2)
+        assert [n for _, n in batches] == [2, 2, 1]
