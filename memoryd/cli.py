@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from memoryd import client, jobs, logs, metrics, projects, queue, service_manager
+from memoryd import agent_cli, client, jobs, logs, metrics, projects, queue, service_manager
 from memoryd import doctor as doctor_checks
 from memoryd.client import Client
 from memoryd.config import Settings, config_file, load_settings
@@ -612,6 +612,10 @@ def doctor(
         print(doctor_checks.render(checks))
     raise typer.Exit(doctor_checks.exit_code(checks))
 
+
+app.command()(agent_cli.mcp)
+app.command()(agent_cli.integrate)
+app.add_typer(agent_cli.hook_app, name="hook")
 
 service_app = typer.Typer(
     help="Run memoryd as a user service (systemd on Linux, launchd on macOS).",

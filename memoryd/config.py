@@ -174,6 +174,13 @@ class Settings(BaseSettings):
     # Cron expressions per task; tasks not named keep their default schedule.
     maintenance_schedule: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_SCHEDULE))
 
+    # Agent hooks (memoryd/hooks.py): the most context one hook injects, how long it may take
+    # before it gives up and injects nothing, and how long a session's record of what was
+    # injected is kept after its last use.
+    hook_max_chars: int = Field(2000, ge=200, le=20000)
+    hook_timeout_seconds: float = Field(1.5, gt=0, le=30)
+    hook_state_days: float = Field(7.0, gt=0)
+
     @field_validator("half_life_days", mode="after")
     @classmethod
     def _positive_half_lives(cls, value: dict[str, float]) -> dict[str, float]:

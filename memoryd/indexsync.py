@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from memoryd.searchindex import Doc, SearchIndex, chunk_kind, micros
-from memoryd.store import Store
+from memoryd.store import Ref, Store
 from memoryd.store.code import FileIndexWrite
 
 log = logging.getLogger(__name__)
@@ -203,6 +203,38 @@ class IndexSync:
                 await asyncio.to_thread(self.index.delete, table, keys)
 
             await self._follow(generation, update)
+
+    async def write_note(
+        self,
+        session: dict[str, Any],
+        memory: dict[str, Any],
+        entities: list[dict[str, Any]],
+        mentions: list[dict[str, Any]],
+    ) -> int:
+        """An agent's note (memoryd.store.notes); returns its seq."""
+        async with self._lock:
+            seq, generation = await self.store.write_note(session, memory, entities, mentions)
+
+            async def update() -> None:
+                await self._reread("memory", [memory["id"].key])
+
+            await self._follow(generation, update)
+            return seq
+
+    async def forget(self, refs: Sequence[Ref]) -> list[Ref]:
+        """Forgotten rows leave the database (memoryd.store.forget) and the indexes; returns
+        the rows deleted (derived goals and orphaned entities included)."""
+        async with self._lock:
+            gone, generation = await self.store.forget_records(refs)
+
+            async def update() -> None:
+                for table in SEARCHED_TABLES:
+                    keys = [ref.key for ref in gone if ref.table == table]
+                    if keys:
+                        await asyncio.to_thread(self.index.delete, table, keys)
+
+            await self._follow(generation, update)
+            return gone
 
     async def set_vectors(self, table: str, vectors: dict[str, list[float]], model: str) -> None:
         async with self._lock:

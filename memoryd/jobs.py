@@ -51,6 +51,14 @@ STORED_PATHS = _query("stored_paths")
 HISTORY = _query("history")
 SESSION = _query("session")
 PIN = _query("pin")
+PROJECTS = _query("projects")
+SESSION_PROJECTS = _query("session_projects")
+GET = _query("get")
+TIMELINE = _query("timeline")
+RECENT_ACTIVITY = _query("recent_activity")
+# Agent-written memories are small and interactive: they run on the query queue.
+REMEMBER = _query("remember")
+FORGET = _query("forget")
 
 ALL = (
     INDEX_FILES,
@@ -66,4 +74,11 @@ ALL = (
     HISTORY,
     SESSION,
     PIN,
+    PROJECTS,
+    SESSION_PROJECTS,
+    GET,
+    TIMELINE,
+    RECENT_ACTIVITY,
+    REMEMBER,
+    FORGET,
 )

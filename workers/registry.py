@@ -16,7 +16,7 @@ from memoryd.config import SCHEDULE_OFF, Settings, parse_schedule
 from memoryd.errors import Failure, JobFailed, MemorydError
 from memoryd.jobs import JOBS_QUEUE, QUERY_QUEUE, JobSpec
 from memoryd.metrics import JobFunction
-from workers import maintenance, queries
+from workers import forget, maintenance, notes, queries
 from workers.context import JobContext
 from workers.indexing import index_files
 from workers.ingest import ingest_transcript
@@ -67,6 +67,13 @@ FUNCTIONS: dict[JobSpec, JobFunction] = {
     jobs.HISTORY: queries.history,
     jobs.SESSION: queries.session,
     jobs.PIN: queries.pin,
+    jobs.PROJECTS: queries.projects,
+    jobs.SESSION_PROJECTS: queries.session_projects,
+    jobs.GET: queries.get,
+    jobs.TIMELINE: queries.timeline,
+    jobs.RECENT_ACTIVITY: queries.recent_activity,
+    jobs.REMEMBER: notes.remember,
+    jobs.FORGET: forget.forget,
 }
 
 

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from memoryd.store.base import QueryFailed, Ref, StoreBase, key_of, now, plain
 from memoryd.store.code import CodeQueries
+from memoryd.store.forget import ForgetQueries
 from memoryd.store.maintenance import MaintenanceQueries
+from memoryd.store.notes import NoteQueries
+from memoryd.store.recall import RecallQueries
 from memoryd.store.rewrite import RewriteQueries
 from memoryd.store.schema import SCHEMA_DIR, VECTOR_TABLES, SchemaQueries
 from memoryd.store.search import SearchQueries
@@ -23,6 +26,9 @@ class Store(
     TranscriptQueries,
     SearchQueries,
     ViewQueries,
+    RecallQueries,
+    NoteQueries,
+    ForgetQueries,
     MaintenanceQueries,
     RewriteQueries,
     StatusQueries,
