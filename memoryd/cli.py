@@ -2,30 +2,34 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
 import re
-import signal
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from memoryd import client, jobs, logs, metrics, projects, queue, service_manager
-from memoryd import doctor as doctor_checks
-from memoryd.client import Client
-from memoryd.config import Settings, config_file, load_settings
+# Only what every command needs is imported here: `memoryd --help` and the commands that ask
+# the daemon must not pay for the model, the database SDK, watchers or rich's progress bars.
+# Each command imports the rest where it uses it.
+from memoryd import jobs, logs
 from memoryd.errors import MemorydError
-from memoryd.runtime import Runtime
 from memoryd.vocabulary import SEARCH_KINDS_BY_NAME
-from memoryd.watch.repos import RepoWatcher
-from memoryd.watch.transcripts import TranscriptWatcher, transcript_files
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from memoryd import metrics, projects
+    from memoryd.client import Client
+    from memoryd.config import Settings
+    from memoryd.runtime import Runtime
+    from memoryd.watch.repos import RepoWatcher
+    from memoryd.watch.transcripts import TranscriptWatcher
 
 app = typer.Typer(
     name="memoryd",
@@ -33,7 +37,6 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-err = Console(stderr=True)
 log = logging.getLogger("memoryd")
 T = TypeVar("T")
 
@@ -61,6 +64,13 @@ LogFormat = Annotated[
 ]
 
 
+@cache
+def _err() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
 def _setup_logging(level: str = "INFO", fmt: str = "auto") -> None:
     try:
         logs.setup(level, fmt)
@@ -74,6 +84,8 @@ def _daemon_umask() -> None:
 
 
 def _settings(**overrides: Any) -> Settings:
+    from memoryd.config import load_settings
+
     try:
         return load_settings(**overrides)
     except MemorydError as exc:
@@ -88,11 +100,13 @@ def _client(data_dir: Path | None, redis_url: str | None, surreal_url: str | Non
 
 
 def _fail(exc: BaseException) -> None:
-    err.print(f"[bold red]memoryd:[/] {exc}", highlight=False, soft_wrap=True)
+    _err().print(f"[bold red]memoryd:[/] {exc}", highlight=False, soft_wrap=True)
     raise typer.Exit(1)
 
 
 def _run(main: Callable[[], Awaitable[T]]) -> T:
+    import asyncio
+
     try:
         return asyncio.run(main())
     except MemorydError as exc:
@@ -102,7 +116,9 @@ def _run(main: Callable[[], Awaitable[T]]) -> T:
 
 def _with_client(settings: Settings, work: Callable[[Client], Awaitable[T]]) -> T:
     """Run `work` with a client of the running daemon, or, when none serves the queue, of a
-    worker started in this process for the length of the command."""
+    worker started in this process for the length of the command (only then are the model and
+    the database loaded)."""
+    from memoryd import client
 
     async def main() -> T:
         async with client.connect(settings, serve=True) as memoryd:
@@ -113,6 +129,9 @@ def _with_client(settings: Settings, work: Callable[[Client], Awaitable[T]]) -> 
 
 async def _until_signal(*waitables: Awaitable[Any]) -> None:
     """Wait for SIGINT/SIGTERM (or for one of `waitables` to end)."""
+    import asyncio
+    import signal
+
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -132,6 +151,9 @@ async def _until_signal(*waitables: Awaitable[Any]) -> None:
 async def _start_watchers(
     redis: Any, settings: Settings, watched: list[projects.Project]
 ) -> list[RepoWatcher | TranscriptWatcher]:
+    from memoryd.watch.repos import RepoWatcher
+    from memoryd.watch.transcripts import TranscriptWatcher
+
     repos = RepoWatcher(redis, watched, settings.debounce_seconds, settings.index_batch_files)
     transcripts = TranscriptWatcher(redis, settings.transcript_roots, settings.debounce_seconds)
     await repos.start()
@@ -142,6 +164,8 @@ async def _start_watchers(
 async def _start_metrics(rt: Runtime) -> metrics.Endpoint | None:
     """The Prometheus endpoint when `metrics_port` is set; lag needs the database (not the
     watcher alone), queue depth only Redis."""
+    from memoryd import metrics
+
     s = rt.settings
     return await metrics.start(
         s.metrics_port, s.metrics_host, rt.redis, rt.store, s.transcript_roots
@@ -170,6 +194,9 @@ def run(
     )
     _setup_logging("INFO", log_format or settings.log_format)
     _daemon_umask()
+    from memoryd import projects
+    from memoryd.runtime import Runtime
+
     watched = [projects.resolve(p) for p in settings.repos] if settings.repos else []
 
     async def main() -> None:
@@ -202,6 +229,7 @@ def worker(
     settings = _settings(data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url)
     _setup_logging("INFO", log_format or settings.log_format)
     _daemon_umask()
+    from memoryd.runtime import Runtime
 
     async def main() -> None:
         async with Runtime(settings) as rt:
@@ -229,6 +257,9 @@ def watch(
     settings = _settings(data_dir=data_dir, redis_url=redis_url, extra_repos=repo)
     _setup_logging("INFO", log_format or settings.log_format)
     _daemon_umask()
+    from memoryd import projects
+    from memoryd.runtime import Runtime
+
     watched = [projects.resolve(p) for p in settings.repos]
 
     async def main() -> None:
@@ -257,6 +288,8 @@ def index(
     as_json: AsJson = False,
 ) -> None:
     """Index a repository once, through the queue, with a progress bar."""
+    from memoryd import projects
+
     settings = _client(data_dir, redis_url, surreal_url)
     try:
         project = projects.resolve(path)
@@ -273,7 +306,7 @@ def index(
     if as_json:
         print(json.dumps(totals))
     else:
-        err.print(
+        _err().print(
             f"indexed {project.root} as {project.id}: {totals['files']} files "
             f"({totals['indexed']} indexed, {totals['unchanged']} unchanged, "
             f"{totals['skipped']} skipped, {totals['removed']} removed), "
@@ -283,11 +316,15 @@ def index(
 
 async def _follow(jobs: list[tuple[Any, int]], settings: Settings, quiet: bool) -> dict[str, Any]:
     """Wait for index jobs with a progress bar over files; sum their reports."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from memoryd import queue
+
     keys = ("files", "indexed", "unchanged", "skipped", "removed", "chunks", "embedded", "retired")
     totals: dict[str, Any] = dict.fromkeys(keys, 0)
     totals["skips"] = {}
     columns = (TextColumn("indexing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err, disable=quiet or not err.is_terminal) as bar:
+    with Progress(*columns, console=_err(), disable=quiet or not _err().is_terminal) as bar:
         task = bar.add_task("files", total=sum(n for _, n in jobs))
         for job, count in jobs:
             report = await queue.wait_for(job, timeout=settings.job_timeout_seconds)
@@ -326,7 +363,7 @@ def search(
         print(json.dumps({"query": query, "results": [r.as_dict() for r in results]}, indent=2))
         return
     if not results:
-        err.print("no results")
+        _err().print("no results")
     for r in results:
         print(r.line())
 
@@ -340,6 +377,8 @@ def ingest(
     as_json: AsJson = False,
 ) -> None:
     """Ingest agent transcripts once (agent detected from content), through the queue."""
+    from memoryd.watch.transcripts import transcript_files
+
     settings = _client(data_dir, redis_url, surreal_url)
     for path in paths:
         if not path.exists():
@@ -561,7 +600,9 @@ def doctor(
     check: Annotated[
         list[str] | None,
         typer.Option(
-            "--check", help=f"Run only this check (repeatable): {', '.join(doctor_checks.CHECKS)}."
+            "--check",
+            help="Run only this check (repeatable): data_dir, redis, database, model, repos, "
+            "transcripts or inotify.",
         ),
     ] = None,
     repo: Repos = None,
@@ -571,6 +612,8 @@ def doctor(
     as_json: AsJson = False,
 ) -> None:
     """Check the setup (Redis, database, model, watched paths, inotify) and say what to fix."""
+    from memoryd import doctor as doctor_checks
+
     _setup_logging("WARNING")
     settings = _settings(
         data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url, extra_repos=repo
@@ -592,7 +635,7 @@ app.add_typer(service_app, name="service")
 
 def _report(lines: list[str], ok: bool) -> None:
     for line in lines:
-        err.print(line, highlight=False, soft_wrap=True)
+        _err().print(line, highlight=False, soft_wrap=True)
     if not ok:
         raise typer.Exit(1)
 
@@ -612,6 +655,9 @@ def service_install(
     ] = None,
 ) -> None:
     """Write the unit (or plist) for this memoryd and data dir, enable and start it."""
+    from memoryd import service_manager
+    from memoryd.config import config_file
+
     settings = _settings(data_dir=data_dir)
     try:
         kind = service_manager.platform_kind()
@@ -626,6 +672,8 @@ def service_install(
 @service_app.command("uninstall")
 def service_uninstall() -> None:
     """Stop and disable the service and remove its file (the data dir is kept)."""
+    from memoryd import service_manager
+
     try:
         report = service_manager.uninstall(service_manager.platform_kind())
     except MemorydError as exc:
@@ -637,6 +685,8 @@ def service_uninstall() -> None:
 @service_app.command("status")
 def service_status(as_json: AsJson = False) -> None:
     """Whether the service is installed, which memoryd it runs, and its state."""
+    from memoryd import service_manager
+
     try:
         state = service_manager.status(service_manager.platform_kind())
     except MemorydError as exc:

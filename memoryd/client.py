@@ -116,20 +116,37 @@ async def connect(settings: Settings, *, serve: bool = False) -> AsyncIterator[C
     start the private Redis, the database and a worker in this process for the length of the
     block instead of failing. Agents' processes (MCP, hooks) never do that: a daemon in an
     agent's process tree would die with the session and fight the service for the database."""
-    if serve:
-        from memoryd.runtime import Runtime  # loads the model and the database SDK
+    redis = await _daemon_queue(settings)
+    if redis is None:
+        if not serve:
+            raise DaemonUnavailable(NOT_RUNNING)
+        # Only now: it loads the model and the database SDK (seconds), which a command that
+        # a running daemon answers never needs.
+        from memoryd.runtime import Runtime
 
         async with Runtime(settings) as rt:
-            redis = await rt.start_queue()
+            served = await rt.start_queue()
             await rt.serve_if_needed()
-            yield Client(redis, settings)
+            yield Client(served, settings)
         return
-    if settings.embedded_redis and not settings.redis_socket.exists():
-        raise DaemonUnavailable(NOT_RUNNING)
-    redis = await queue.connect(settings.queue_url)
     try:
-        if await queue.live_workers(redis) == 0:
-            raise DaemonUnavailable(NOT_RUNNING)
         yield Client(redis, settings)
     finally:
         await redis.aclose()
+
+
+async def _daemon_queue(settings: Settings) -> ArqRedis | None:
+    """A connection to the queue a live worker serves, or None when nothing serves it. An
+    external Redis that cannot be reached is an error (nothing here could start it)."""
+    if settings.embedded_redis and not settings.redis_socket.exists():
+        return None
+    try:
+        redis = await queue.connect(settings.queue_url)
+    except DaemonUnavailable:
+        if settings.embedded_redis:
+            return None  # the socket of a private Redis that is gone
+        raise
+    if await queue.live_workers(redis) == 0:
+        await redis.aclose()
+        return None
+    return redis

@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from cron_converter import Cron
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
@@ -76,6 +75,8 @@ def parse_schedule(text: str) -> dict[str, set[int] | None]:
             f"{text!r}: expected 5 fields (minute hour day month weekday) or 6 (seconds first)"
         )
     seconds = fields.pop(0) if len(fields) == 6 else "0"
+    from cron_converter import Cron  # only a configured schedule is parsed: not on every start
+
     try:
         # Seconds take the minutes' range, so the minute parser reads them.
         [second, *_] = Cron(f"{seconds} * * * *").to_list()

@@ -29,9 +29,10 @@ class SearchResult:
         return {k: v for k, v in asdict(self).items() if v is not None or k in _ALWAYS}
 
     def line(self) -> str:
-        """The CLI's plain output: `path:start-end  score  name` for code."""
+        """The CLI's plain output: `project  path:start-end  score  name` for code (the
+        project, since one path can exist in every indexed repository)."""
         if self.kind == "code":
-            where = f"{self.path}:{self.start_line}-{self.end_line}"
+            where = f"{self.project or '-'}  {self.path}:{self.start_line}-{self.end_line}"
             return f"{where}  {self.score:.4f}  {self.name or '-'}"
         where = self.session if self.seq is None else f"{self.session}#{self.seq}"
         return f"{where}  {self.score:.4f}  {self.name}: {self.text}"
