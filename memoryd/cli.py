@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import re
+import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from functools import cache
@@ -299,7 +300,7 @@ def index(
 
     async def work(memoryd: Client) -> dict[str, Any]:
         jobs = await projects.sync(memoryd.redis, project, settings.index_batch_files, fresh=True)
-        return await _follow(jobs, settings, quiet=as_json)
+        return await _follow(jobs, settings, project.id, quiet=as_json)
 
     totals = _with_client(settings, work)
     totals = {"project": project.id, "root": str(project.root), **totals}
@@ -309,29 +310,58 @@ def index(
         _err().print(
             f"indexed {project.root} as {project.id}: {totals['files']} files "
             f"({totals['indexed']} indexed, {totals['unchanged']} unchanged, "
-            f"{totals['skipped']} skipped, {totals['removed']} removed), "
+            f"{totals['skipped']} skipped, {totals['removed']} removed, "
+            f"{totals['untracked']} untracked), "
             f"{totals['chunks']} chunks, {totals['embedded']} embedded"
         )
 
 
-async def _follow(jobs: list[tuple[Any, int]], settings: Settings, quiet: bool) -> dict[str, Any]:
-    """Wait for index jobs with a progress bar over files; sum their reports."""
+async def _follow(
+    jobs: list[tuple[Any, int]], settings: Settings, project_id: str, quiet: bool
+) -> dict[str, Any]:
+    """Wait for index jobs, sum their reports, and show how far they got: a progress bar on a
+    terminal, else (a log, CI, a pipe) a line every `progress_seconds`."""
+    import asyncio
+    import time
+
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from memoryd import queue
 
-    keys = ("files", "indexed", "unchanged", "skipped", "removed", "chunks", "embedded", "retired")
+    keys = (
+        *("files", "indexed", "unchanged", "skipped", "removed", "untracked"),
+        *("chunks", "embedded", "retired"),
+    )
     totals: dict[str, Any] = dict.fromkeys(keys, 0)
     totals["skips"] = {}
+    total = sum(n for _, n in jobs)
+    started = time.monotonic()
+
+    async def lines() -> None:
+        while True:
+            await asyncio.sleep(settings.progress_seconds)
+            print(
+                f"indexing {project_id}: {totals['files']}/{total} files, "
+                f"{totals['chunks']} chunks, {time.monotonic() - started:.0f}s",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    terminal = _err().is_terminal
+    ticker = None if terminal else asyncio.create_task(lines())
     columns = (TextColumn("indexing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=_err(), disable=quiet or not _err().is_terminal) as bar:
-        task = bar.add_task("files", total=sum(n for _, n in jobs))
-        for job, count in jobs:
-            report = await queue.wait_for(job, timeout=settings.job_timeout_seconds)
-            for key in keys:
-                totals[key] += report[key]
-            totals["skips"].update(report["skips"])
-            bar.advance(task, count)
+    try:
+        with Progress(*columns, console=_err(), disable=quiet or not terminal) as bar:
+            task = bar.add_task("files", total=total)
+            for job, count in jobs:
+                report = await queue.wait_for(job, timeout=settings.job_timeout_seconds)
+                for key in keys:
+                    totals[key] += report[key]
+                totals["skips"].update(report["skips"])
+                bar.advance(task, count)
+    finally:
+        if ticker is not None:
+            ticker.cancel()
     return totals
 
 
@@ -590,9 +620,44 @@ def status(
         print(f"  {table:<14}{n}")
     print(f"  {'valid chunks':<14}{info['valid_chunks']}")
     for p in info["projects"]:
-        print(f"project       {p['id']}  {p['root']}")
+        print(f"project       {p['id']}  {p['root']}  {_progress_line(p['index'])}")
+        if p["index"] and p["index"]["last_error"]:
+            print(f"              last error: {_one_line(p['index']['last_error'])}")
     for task, run in info["maintenance"].items():
-        print(f"last {task:<9}{run['finished_at']}  {json.dumps(run['result'])[:100]}")
+        print(f"last {task:<9}{run['finished_at']}  {_summary(run['result'])}")
+
+
+def _progress_line(index: dict[str, Any] | None) -> str:
+    """`ready 120/120 files, 950 chunks, <start> .. <end>` (or `indexing … since <start>`)."""
+    if index is None:
+        return "not indexed yet"
+    done = f"{index['state']} {index['files_done']}/{index['files_total']} files"
+    when = (
+        f"{index['started_at']} .. {index['finished_at']}"
+        if index["finished_at"]
+        else f"since {index['started_at']}"
+    )
+    return f"{done}, {index['chunks']} chunks, {when}"
+
+
+def _summary(result: Any, width: int = 100) -> str:
+    """A maintenance result on one line: `key value` pairs (nested keys dotted), cut after the
+    last pair that fits, never inside one."""
+
+    def pairs(value: Any, prefix: str = "") -> list[str]:
+        if isinstance(value, dict):
+            return [p for k, v in value.items() for p in pairs(v, f"{prefix}{k}.")]
+        if isinstance(value, list):
+            return [f"{prefix[:-1]} [{len(value)}]"]
+        return [f"{prefix[:-1]} {value}"]
+
+    line = ""
+    for pair in pairs(result) if isinstance(result, dict) else [str(result)]:
+        more = f"{line}, {pair}" if line else pair
+        if len(more) > width:
+            return f"{line}, …" if line else pair[: width - 1] + "…"
+        line = more
+    return line
 
 
 @app.command()

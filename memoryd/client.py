@@ -19,7 +19,7 @@ from arq import ArqRedis
 from memoryd import jobs, queue
 from memoryd.config import Settings, config_file
 from memoryd.errors import DaemonUnavailable, InvalidRequest
-from memoryd.results import FileHistory, PinResult, SearchResult, SessionReplay
+from memoryd.results import FileHistory, PinResult, ProjectProgress, SearchResult, SessionReplay
 
 NOT_RUNNING = (
     "memoryd is not running: start it with `memoryd service install` (a user service) "
@@ -81,6 +81,11 @@ class Client:
         job = await queue.enqueue(self.redis, spec, **kwargs)
         assert job is not None  # no job id given: never refused
         result: dict[str, Any] = await queue.wait_for(job, self.settings.job_timeout_seconds)
+        return result
+
+    async def index_progress(self) -> list[ProjectProgress]:
+        """Each project and how far its last whole-project index got."""
+        result: list[ProjectProgress] = await self._call(jobs.INDEX_PROGRESS)
         return result
 
     async def daemon_running(self) -> bool:

@@ -152,6 +152,8 @@ class Settings(BaseSettings):
     secret_files: list[str] = Field(default_factory=lambda: list(DEFAULT_SECRET_FILES))
     debounce_seconds: float = Field(0.3, ge=0)
     job_timeout_seconds: int = Field(1800, ge=10)
+    # `memoryd index` off a terminal (a log, CI): a progress line this often.
+    progress_seconds: float = Field(5.0, gt=0)
     # Prometheus endpoint: off unless a port is set (0: any free port). Loopback by default;
     # a container that must be scraped from its network sets metrics_host = "0.0.0.0".
     metrics_port: int | None = Field(None, ge=0, le=65535)

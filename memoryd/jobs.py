@@ -50,6 +50,7 @@ STORED_PATHS = _query("stored_paths")
 HISTORY = _query("history")
 SESSION = _query("session")
 PIN = _query("pin")
+INDEX_PROGRESS = _query("index_progress")
 
 ALL = (
     INDEX_FILES,
@@ -64,4 +65,5 @@ ALL = (
     HISTORY,
     SESSION,
     PIN,
+    INDEX_PROGRESS,
 )

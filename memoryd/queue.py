@@ -6,7 +6,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -106,6 +106,8 @@ async def enqueue_index(
     batch: int,
     fresh: bool = False,
     generation: int = 0,
+    progress: str | None = None,
+    before: Callable[[int], Awaitable[None]] | None = None,
 ) -> list[tuple[Job, int]]:
     """Enqueue `index_files` jobs of up to `batch` files; returns each job with its file count.
 
@@ -113,10 +115,14 @@ async def enqueue_index(
     identity is a fresh id, not the files' content), so repeated events, reconciles and
     restarts do not pile up jobs for the same files. `fresh` (an explicit `memoryd index`)
     enqueues every file, so its report describes this run. `generation` > 0: a worker's
-    follow-up for files that kept changing while it read them."""
+    follow-up for files that kept changing while it read them. `progress`: the whole-project
+    sync the jobs belong to (each counts its files into it); `before` is told how many files
+    are about to be enqueued, before the first job is."""
     wanted = list(dict.fromkeys(paths))
     if not fresh:
         wanted = await _not_queued(redis, project_id, wanted)
+    if before is not None:
+        await before(len(wanted))
     queued = []
     for start in range(0, len(wanted), batch):
         part = wanted[start : start + batch]
@@ -124,7 +130,9 @@ async def enqueue_index(
         # Marks first: a mark of a job that never got enqueued names no queued job, so it is
         # ignored; a job enqueued before its marks could start and miss dropping them.
         await redis.hset(_QUEUED_PREFIX + project_id, mapping=dict.fromkeys(part, job_id))
-        extra = {"generation": generation} if generation else {}
+        extra: dict[str, Any] = {"generation": generation} if generation else {}
+        if progress is not None:
+            extra["progress"] = progress
         job = await enqueue(
             redis, jobs.INDEX_FILES, project_id, str(root), part, job_id=job_id, **extra
         )

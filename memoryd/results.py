@@ -130,6 +130,26 @@ class SessionReplay(SessionSummary, total=False):
     subagents: list[Subagent]
 
 
+class IndexProgress(TypedDict):
+    """The last whole-project sync of a project (`memoryd index`, the daemon's start): state
+    is indexing, ready or failed; times are ISO-8601 UTC."""
+
+    state: str
+    files_done: int
+    files_total: int
+    chunks: int
+    started_at: str
+    finished_at: str | None
+    last_error: str | None
+
+
+class ProjectProgress(TypedDict):
+    id: str
+    name: str
+    root: str
+    index: IndexProgress | None  # None: registered, never synced as a whole
+
+
 class PinResult(TypedDict):
     memory: str
     pinned: bool

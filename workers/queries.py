@@ -40,9 +40,7 @@ async def status(ctx: JobContext) -> dict[str, Any]:
     return {
         "counts": await store.counts(),
         "valid_chunks": await store.valid_chunk_count(),
-        "projects": [
-            {"id": p["id"], "name": p["name"], "root": p["root"]} for p in await store.projects()
-        ],
+        "projects": await project_progress(store),
         "schema_version": await store.schema_version(),
         "maintenance": {task: plain(run) for task, run in (await store.last_maintenance()).items()},
         "model": ctx["embedder"].model,
@@ -60,9 +58,36 @@ async def status(ctx: JobContext) -> dict[str, Any]:
     }
 
 
-async def register_project(ctx: JobContext, project_id: str, fields: dict[str, Any]) -> str:
+async def register_project(
+    ctx: JobContext,
+    project_id: str,
+    fields: dict[str, Any],
+    run: str | None = None,
+    files_total: int = 0,
+) -> str:
+    """Record a project; `run`: a whole-project sync of `files_total` files starts."""
     await ctx["store"].upsert_project(project_id, fields)
+    if run is not None:
+        await ctx["store"].start_progress(project_id, run, files_total)
     return project_id
+
+
+async def index_progress(ctx: JobContext) -> list[dict[str, Any]]:
+    """Each project with the progress of its last whole-project sync."""
+    return await project_progress(ctx["store"])
+
+
+async def project_progress(store: Any) -> list[dict[str, Any]]:
+    progress = await store.index_progress()
+    return [
+        {
+            "id": p["id"],
+            "name": p["name"],
+            "root": p["root"],
+            "index": plain(progress[p["id"]]) if p["id"] in progress else None,
+        }
+        for p in await store.projects()
+    ]
 
 
 async def stored_paths(ctx: JobContext, project_id: str) -> list[str]:

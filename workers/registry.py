@@ -66,6 +66,7 @@ FUNCTIONS: dict[JobSpec, JobFunction] = {
     jobs.HISTORY: queries.history,
     jobs.SESSION: queries.session,
     jobs.PIN: queries.pin,
+    jobs.INDEX_PROGRESS: queries.index_progress,
 }
 
 

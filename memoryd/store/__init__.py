@@ -9,6 +9,7 @@ from __future__ import annotations
 from memoryd.store.base import QueryFailed, Ref, StoreBase, key_of, now, plain
 from memoryd.store.code import CodeQueries
 from memoryd.store.maintenance import MaintenanceQueries
+from memoryd.store.progress import ProgressQueries
 from memoryd.store.schema import SCHEMA_DIR, VECTOR_TABLES, SchemaQueries
 from memoryd.store.search import SearchHit, SearchQueries
 from memoryd.store.status import StatusQueries
@@ -23,6 +24,7 @@ class Store(
     SearchQueries,
     ViewQueries,
     MaintenanceQueries,
+    ProgressQueries,
     StatusQueries,
     StoreBase,
 ):
