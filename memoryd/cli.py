@@ -436,6 +436,8 @@ def ingest(
             f"{r['path']}: {r['agent'] or '?'}, {r['lines']} lines, {r['memories']} memories, "
             f"{edges}, {r['skipped']} lines skipped{note}"
         )
+        for session_id in r["session_ids"]:
+            print(f"  session {session_id}")
     print(f"{totals['files']} files: {totals['memories']} memories added or updated")
 
 

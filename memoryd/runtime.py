@@ -99,6 +99,9 @@ class Runtime:
                 Embedder, s.model, s.data_dir / "models", s.embed_batch_size
             )
         metrics.instrument_embedder(self.embedder)  # embed throughput; counting costs ~nothing
+        # The model's memory is not the database's: counted as its growth, it made the first
+        # check reopen the database for nothing.
+        self.store.rebase_memory()
         applied = await migrate(self.store, self.embedder.dim, s.data_dir / "backups")
         if applied:
             log.info("schema applied: %s", ", ".join(applied))
