@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -25,6 +26,10 @@ from memoryd.liveness import holder
 # A process serving the queues refreshes its key; clients look for one before waiting on jobs.
 WORKER_KEY_PREFIX = "memoryd:worker:"
 WORKER_KEY_TTL = 10
+# A repository watcher announces the roots it watches under this prefix (refreshed well within
+# the TTL), so `doctor` run from another shell checks what the daemon watches.
+WATCHING_KEY_PREFIX = "memoryd:watching:"
+WATCHING_KEY_TTL = 30
 # A maintenance task's run holds this lock (plus the task name) while it runs.
 MAINTENANCE_LOCK_PREFIX = "memoryd:lock:"
 
@@ -63,6 +68,22 @@ def _dead_here(key: str, lock: str | None) -> bool:
     if host != socket.gethostname() or not lock or not lock.startswith("/"):
         return False
     return holder(Path(lock)) is None
+
+
+def watching_key() -> str:
+    """A watcher's own key for the roots it announces."""
+    return f"{WATCHING_KEY_PREFIX}{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+async def announce_watching(redis: ArqRedis, key: str, roots: Sequence[Path]) -> None:
+    await redis.set(key, json.dumps([str(r) for r in roots]), ex=WATCHING_KEY_TTL)
+
+
+async def watched_roots(redis: ArqRedis) -> list[Path]:
+    """The repository roots the running watchers announce."""
+    keys = [key async for key in redis.scan_iter(match=f"{WATCHING_KEY_PREFIX}*")]
+    values = await redis.mget(keys) if keys else []
+    return sorted({Path(root) for value in values if value for root in json.loads(value)})
 
 
 async def live_workers(redis: ArqRedis) -> int:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -72,13 +73,21 @@ def _first_int(path: Path, prefix: str = "") -> int | None:
 
 
 def engine_memory_bytes() -> int | None:
-    """The memory the engine sizes itself by: the machine's, or a smaller container limit.
-    None where /proc is not there (macOS)."""
+    """The memory the engine sizes itself by: the machine's, or a smaller container limit
+    (Linux). Without /proc (macOS) the machine's memory as sysconf gives it; None where
+    neither is known."""
     kib = _first_int(_MEMINFO, "MemTotal:")
     if kib is None:
-        return None
+        return _physical_memory()
     limits = [n for path in _CGROUP_LIMITS if (n := _first_int(path)) is not None and n > 0]
     return min([kib * 1024, *limits])
+
+
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):  # no sysconf, or not these names
+        return None
 
 
 def reopen_threshold(configured: int, total_memory: int | None) -> int:
