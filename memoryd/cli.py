@@ -312,7 +312,9 @@ def index(
             f"({totals['indexed']} indexed, {totals['unchanged']} unchanged, "
             f"{totals['skipped']} skipped, {totals['removed']} removed, "
             f"{totals['untracked']} untracked), "
-            f"{totals['chunks']} chunks, {totals['embedded']} embedded"
+            f"{totals['chunks']} chunks, {totals['embedded']} embedded",
+            soft_wrap=True,  # one line in a log, however narrow the terminal is thought to be
+            highlight=False,
         )
 
 
@@ -634,12 +636,18 @@ def _progress_line(index: dict[str, Any] | None) -> str:
     if index is None:
         return "not indexed yet"
     done = f"{index['state']} {index['files_done']}/{index['files_total']} files"
+    started = _short_time(index["started_at"])
     when = (
-        f"{index['started_at']} .. {index['finished_at']}"
+        f"{started} .. {_short_time(index['finished_at'])}"
         if index["finished_at"]
-        else f"since {index['started_at']}"
+        else f"since {started}"
     )
     return f"{done}, {index['chunks']} chunks, {when}"
+
+
+def _short_time(iso: str) -> str:
+    """`2026-11-23T11:36:59.611335Z` as `2026-11-23 11:36:59Z`: seconds are enough here."""
+    return datetime.fromisoformat(iso).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def _summary(result: Any, width: int = 100) -> str:

@@ -17,6 +17,8 @@ from memoryd import client, projects, queue, scan
 from memoryd.runtime import Runtime
 from tests.conftest import MEMORYD
 
+WHEN = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ"
+
 
 async def test_a_sync_reports_its_progress_and_logs_once_when_done(
     stack: Runtime, arq_tree: Path, caplog: pytest.LogCaptureFixture
@@ -114,7 +116,7 @@ def test_index_prints_progress_lines_off_a_terminal(data_dir: Path, arq_tree: Pa
     n = report["files"]
     assert re.search(
         rf"^project +{report['project']}  {re.escape(str(arq_tree))}  ready {n}/{n} files, "
-        rf"{report['chunks']} chunks, \S+ \.\. \S+$",
+        rf"{report['chunks']} chunks, {WHEN} \.\. {WHEN}$",
         status.stdout,
         re.M,
     ), status.stdout
