@@ -620,6 +620,8 @@ def status(
         print(f"database size {info['database_bytes'] / 1e6:.1f} MB")
     for root, lag in info["transcript_lag"].items():
         print(f"transcripts   {root}: {lag['bytes']} bytes in {lag['files']} files not ingested")
+    ago = info["counted_seconds_ago"]
+    print(f"rows          {'counted now' if ago < 1 else f'counted {ago:.0f}s ago'}")
     for table, n in info["counts"].items():
         print(f"  {table:<14}{n}")
     print(f"  {'valid chunks':<14}{info['valid_chunks']}")

@@ -107,9 +107,15 @@ class Runtime:
             log.info("schema applied: %s", ", ".join(applied))
         # Imported here: memoryd depends on workers only where it starts one.
         from workers.context import JobContext
+        from workers.queries import Counted
         from workers.registry import build_workers
 
-        ctx: JobContext = {"store": self.store, "embedder": self.embedder, "settings": s}
+        ctx: JobContext = {
+            "store": self.store,
+            "embedder": self.embedder,
+            "settings": s,
+            "status_counts": Counted(),
+        }
         self.workers = build_workers(
             ctx, queue.redis_settings(self.settings.queue_url), s, scheduled
         )

@@ -3,11 +3,13 @@ error, stored by the jobs of a whole-project sync and shown by `status` and the 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 import re
 import subprocess
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -16,6 +18,7 @@ import pytest
 from memoryd import client, projects, queue, scan
 from memoryd.runtime import Runtime
 from tests.conftest import MEMORYD
+from workers.queries import Counted
 
 WHEN = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ"
 
@@ -120,3 +123,32 @@ def test_index_prints_progress_lines_off_a_terminal(data_dir: Path, arq_tree: Pa
         status.stdout,
         re.M,
     ), status.stdout
+
+
+async def test_status_counts_a_big_database_in_the_background() -> None:
+    """Row counts are scans: once counting is slow, status answers from the last count (saying
+    how old it is) and counts again in the background when that is older than max_age."""
+    calls: list[float] = []
+
+    async def count(seconds: float) -> dict[str, int]:
+        calls.append(seconds)
+        await asyncio.sleep(seconds)
+        return {"n": len(calls)}
+
+    small = Counted(max_age=60)
+    assert (await small.get(lambda: count(0)))["n"] == 1
+    assert (await small.get(lambda: count(0)))["n"] == 2  # cheap: counted every time
+
+    big = Counted(max_age=0.2)
+    first = await big.get(lambda: count(0.1))  # nothing counted yet: this call waits
+    assert first["n"] == 3 and first["counted_seconds_ago"] < 0.2
+    started = time.monotonic()
+    again = await big.get(lambda: count(0.1))
+    assert again["n"] == 3 and time.monotonic() - started < 0.05  # young enough: as it was
+    await asyncio.sleep(0.25)
+    stale = await big.get(lambda: count(0.1))
+    assert stale["n"] == 3 and stale["counted_seconds_ago"] >= 0.2  # answered at once…
+    assert (await big.get(lambda: count(0.1)))["n"] == 3  # …one refresh under way, not two
+    await asyncio.sleep(0.2)
+    assert (await big.get(lambda: count(0.1)))["n"] == 4
+    assert len(calls) == 4

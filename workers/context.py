@@ -11,16 +11,18 @@ if TYPE_CHECKING:
     from memoryd.config import Settings
     from memoryd.embedding import Embedder
     from memoryd.store import Store
+    from workers.queries import Counted
 
 
 class JobContext(TypedDict, total=False):
-    """``store``, ``embedder`` and ``settings`` are set by the runtime that serves the queues
-    (memoryd/runtime.py); ``redis``, ``job_id``, ``job_try`` and ``enqueue_time`` by arq for
-    each run."""
+    """``store``, ``embedder``, ``settings`` and ``status_counts`` are set by the runtime that
+    serves the queues (memoryd/runtime.py); ``redis``, ``job_id``, ``job_try`` and
+    ``enqueue_time`` by arq for each run."""
 
     store: Store
     embedder: Embedder
     settings: Settings
+    status_counts: Counted
     redis: ArqRedis
     job_id: str
     job_try: int
