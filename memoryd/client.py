@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 from collections.abc import AsyncIterator
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from arq import ArqRedis
@@ -140,10 +142,22 @@ async def connect(settings: Settings, *, serve: bool = False) -> AsyncIterator[C
         await redis.aclose()
 
 
+def _listening(path: Path) -> bool:
+    """Something accepts connections on this unix socket: a socket file left by a killed Redis
+    refuses at once, where a Redis client would retry for a second."""
+    with socket.socket(socket.AF_UNIX) as probe:
+        probe.settimeout(1)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
 async def _daemon_queue(settings: Settings) -> ArqRedis | None:
     """A connection to the queue a live worker serves, or None when nothing serves it. An
     external Redis that cannot be reached is an error (nothing here could start it)."""
-    if settings.embedded_redis and not settings.redis_socket.exists():
+    if settings.embedded_redis and not _listening(settings.redis_socket):
         return None
     try:
         redis = await queue.connect(settings.queue_url)
