@@ -288,7 +288,8 @@ def index(
     surreal_url: SurrealUrl = None,
     as_json: AsJson = False,
 ) -> None:
-    """Index a repository once, through the queue, with a progress bar."""
+    """Index a repository once, through the queue: a progress bar, or a line every few seconds
+    when not on a terminal."""
     from memoryd import projects
 
     settings = _client(data_dir, redis_url, surreal_url)
@@ -383,7 +384,8 @@ def search(
     surreal_url: SurrealUrl = None,
     as_json: AsJson = False,
 ) -> None:
-    """Hybrid search (vector k-NN + BM25, reciprocal rank fusion): `path:start-end  score  name`."""
+    """Hybrid search (vector k-NN + BM25, reciprocal rank fusion): `project  path:start-end  score
+    name` lines."""
     settings = _client(data_dir, redis_url, surreal_url)
 
     when = _timestamp(as_of) if as_of else None
