@@ -124,7 +124,7 @@ def test_run_watches_serves_and_stops_cleanly(
             found = memoryd(
                 "search", "striped_zebra_counter", "--data-dir", str(data_dir), "--limit", "1"
             )
-            if found.stdout.startswith("zebra_module.py:1-2"):
+            if found.stdout.split("  ")[1:2] == ["zebra_module.py:1-2"]:
                 break
             time.sleep(1)
         else:

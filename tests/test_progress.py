@@ -86,6 +86,16 @@ async def test_progress_counts_only_its_own_run_and_keeps_the_error(stack: Runti
     assert (p2["state"], p2["files_done"]) == ("failed", 4)
     assert p2["last_error"] == "JobFailed: the database went away"
 
+    # Jobs finishing at once (the engine refuses one of two concurrent writes of a row):
+    # every one counts, and exactly one sees the sync finish.
+    await store.start_progress("p3", "run-e", 128)
+    ends = await asyncio.gather(
+        *(store.advance_progress("p3", "run-e", 2, 1, None) for _ in range(64))
+    )
+    assert sum(end is not None for end in ends) == 1
+    p3 = (await store.index_progress())["p3"]
+    assert (p3["state"], p3["files_done"], p3["chunks"]) == ("ready", 128, 64)
+
     await store.start_progress("empty", "run-d", 0)
     assert (await store.index_progress())["empty"]["state"] == "ready"
 

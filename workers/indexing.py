@@ -441,9 +441,13 @@ async def index_files(
                 await store.fail_progress(project_id, progress, f"{type(exc).__name__}: {exc}")
         raise
     if progress is not None:
-        done = await store.advance_progress(
-            project_id, progress, report.files, report.chunks, report.last_error
-        )
+        try:
+            done = await store.advance_progress(
+                project_id, progress, report.files, report.chunks, report.last_error
+            )
+        except QueryFailed as exc:  # the files are indexed: only the account of it is lost
+            log.warning("progress of %s not counted: %s", project_id, exc)
+            done = None
         if done is not None:
             seconds = (done["finished_at"] - done["started_at"]).total_seconds()
             log.info(
