@@ -470,7 +470,7 @@ async def _index_files(
         await queue.claim_files(ctx["redis"], project_id, paths, ctx["job_id"])
     pending = list(dict.fromkeys(paths))
     report = IndexReport(files=len(pending))
-    outcomes: dict[str, str] = {}  # the last round's word on each file
+    outcomes: dict[str, str] = {}  # what became of each file, by the last round that changed it
     for round_number in range(_ROUNDS):
         looks = await _index_round(ctx, project_id, root_path, pending, report, outcomes)
         written = [look for look in looks if look.action not in ("unchanged", "ignored")]
@@ -567,7 +567,9 @@ async def _index_round(
         rows = _rows_for(project_id, look, previous)
         if rows is not None:
             groups[rel] = rows
-        outcomes[rel] = _outcome(look, rows)
+        outcome = _outcome(look, rows)
+        # A later round finding what an earlier one wrote unchanged keeps the earlier word.
+        outcomes[rel] = outcomes.get(rel, outcome) if outcome == "unchanged" else outcome
         if look.action == "skipped":
             report.skips[rel] = look.reason or "skipped"
         else:
