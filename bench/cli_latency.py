@@ -1,6 +1,6 @@
 """How long the CLI takes, end to end, as a user runs it against a running daemon.
 
-    .venv/bin/python bench/cli_latency.py [--rows 100000] [--runs 7]
+    .venv/bin/python -m bench.cli_latency [--rows 100000] [--runs 7]
 
 1. build: a fresh data dir under /tmp gets at least `--rows` rows: synthetic Python files
    (functions and classes of varied size), chunked by the real chunker (`plan_file`) and

@@ -7,10 +7,23 @@ import subprocess
 import sys
 
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from memoryd import agent_metrics, metrics
 from memoryd.runtime import Runtime
-from tests.test_metrics import scrape, value
+
+
+def exported(name: str, **labels: str) -> float:
+    """One sample of what the daemon's endpoint serves (its registry, rendered as a scrape)."""
+    text = generate_latest(metrics.REGISTRY).decode()
+    [found] = [
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name and s.labels == labels
+    ]
+    return float(found)
 
 
 def test_importing_it_loads_nothing_heavy() -> None:
@@ -47,17 +60,12 @@ async def test_calls_are_counted_timed_and_exported(
     assert lines[2].startswith("hook session-start: error: KeyError in ")
     assert lines[3] == "hook prompt: ok in 300 ms"
 
-    endpoint = metrics.serve_http(0, "127.0.0.1")
-    try:
-        await metrics.Sampler(stack.redis, queues=[]).sample_once()
-        samples = scrape(endpoint.url)
-    finally:
-        await endpoint.close()
+    await metrics.Sampler(stack.redis, queues=[]).sample_once()
     total = "memoryd_agent_calls_total"
-    assert value(samples, total, surface="mcp", call="search", outcome="ok") == 2
-    assert value(samples, total, surface="hook", call="session-start", outcome="error") == 1
+    assert exported(total, surface="mcp", call="search", outcome="ok") == 2
+    assert exported(total, surface="hook", call="session-start", outcome="error") == 1
     seconds = "memoryd_agent_call_seconds"
-    assert value(samples, f"{seconds}_count", surface="hook", call="prompt") == 1
-    assert value(samples, f"{seconds}_sum", surface="hook", call="prompt") == 0.3
-    assert value(samples, f"{seconds}_bucket", surface="hook", call="prompt", le="0.25") == 0
-    assert value(samples, f"{seconds}_bucket", surface="hook", call="prompt", le="0.5") == 1
+    assert exported(f"{seconds}_count", surface="hook", call="prompt") == 1
+    assert exported(f"{seconds}_sum", surface="hook", call="prompt") == 0.3
+    assert exported(f"{seconds}_bucket", surface="hook", call="prompt", le="0.25") == 0
+    assert exported(f"{seconds}_bucket", surface="hook", call="prompt", le="0.5") == 1
