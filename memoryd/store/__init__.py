@@ -11,6 +11,7 @@ from memoryd.store.code import CodeQueries
 from memoryd.store.forget import ForgetQueries
 from memoryd.store.maintenance import MaintenanceQueries
 from memoryd.store.notes import NoteQueries
+from memoryd.store.progress import ProgressQueries
 from memoryd.store.recall import RecallQueries
 from memoryd.store.rewrite import RewriteQueries
 from memoryd.store.schema import SCHEMA_DIR, VECTOR_TABLES, SchemaQueries
@@ -31,6 +32,7 @@ class Store(
     ForgetQueries,
     MaintenanceQueries,
     RewriteQueries,
+    ProgressQueries,
     StatusQueries,
     StoreBase,
 ):
