@@ -1,4 +1,4 @@
-"""Indexing progress per project (schema/004_index_progress.surql): started by a whole-project
+"""Indexing progress per project (schema/007_index_progress.surql): started by a whole-project
 sync, advanced by each of its index jobs, read by `status`.
 
 Two workers finishing jobs of one sync write the same row at once; the engine refuses one of
