@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import signal
+import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -508,6 +509,37 @@ def pin(
     settings = _client(data_dir, redis_url, surreal_url)
     done = _with_client(settings, lambda memoryd: memoryd.pin(memory_id, not unpin))
     print(f"{done['memory']}: {'pinned' if done['pinned'] else 'unpinned'}")
+
+
+@app.command("export")
+def export_graph(
+    project: Annotated[
+        str | None, typer.Option(help="Only this project (id, name or root).")
+    ] = None,
+    data_dir: DataDir = None,
+    redis_url: RedisUrl = None,
+    surreal_url: SurrealUrl = None,
+) -> None:
+    """Write records, edges and entities to stdout as JSON lines (vectors are re-embeddable)."""
+    settings = _client(data_dir, redis_url, surreal_url)
+    rows = _with_client(settings, lambda memoryd: memoryd.export(sys.stdout.buffer, project))
+    err.print(f"{rows} rows exported")
+
+
+@app.command("import")
+def import_graph(
+    file: Annotated[Path, typer.Argument(help="A `memoryd export` file (or a .jsonl.zst backup).")],
+    data_dir: DataDir = None,
+    redis_url: RedisUrl = None,
+    surreal_url: SurrealUrl = None,
+    as_json: AsJson = False,
+) -> None:
+    """Load an export into this data dir; `reembed` gives the rows their vectors back."""
+    settings = _client(data_dir, redis_url, surreal_url)
+    if not file.is_file():
+        _fail(MemorydError(f"{file} is not a file"))
+    counts = _with_client(settings, lambda memoryd: memoryd.import_file(file))
+    print(json.dumps(counts, indent=2) if as_json else f"imported {json.dumps(counts)}")
 
 
 @app.command()

@@ -9,16 +9,19 @@ raised (NotFound, InvalidRequest…), or DaemonUnavailable when nothing serves t
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 from collections.abc import AsyncIterator
 from datetime import datetime
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 from arq import ArqRedis
 
 from memoryd import jobs, queue
 from memoryd.config import Settings, config_file
 from memoryd.errors import DaemonUnavailable, InvalidRequest
+from memoryd.export import read_jsonl, write_jsonl
 from memoryd.results import FileHistory, PinResult, SearchResult, SessionReplay
 
 NOT_RUNNING = (
@@ -83,6 +86,26 @@ class Client:
         result: dict[str, Any] = await queue.wait_for(job, self.settings.job_timeout_seconds)
         return result
 
+    async def export(self, out: IO[bytes], project: str | None = None) -> int:
+        """Write the graph (or one project's part of it) to `out` as JSON lines
+        (memoryd/export.py), a page per query, so no table is ever held whole; returns the
+        rows written."""
+        scope = await self._call(jobs.EXPORT_TABLES, project)
+        return await write_jsonl(_Pages(self, scope["project"]), out, scope["tables"])
+
+    async def import_file(self, path: Path, batch: int = 500) -> dict[str, int]:
+        """Load an export (plain or zstd) into this daemon's database, a batch of rows per
+        job; rows per table. Rows come without vectors: `reembed` gives them back."""
+        counts: dict[str, int] = {}
+        for table, lines in itertools.groupby(read_jsonl(path), key=lambda line: line["table"]):
+            rows = (line["row"] for line in lines)
+            while chunk := list(itertools.islice(rows, batch)):
+                job = await queue.enqueue(self.redis, jobs.IMPORT_ROWS, table, chunk)
+                assert job is not None  # no job id given: never refused
+                done = await queue.wait_for(job, self.settings.job_timeout_seconds)
+                counts[str(table)] = counts.get(str(table), 0) + done
+        return counts
+
     async def daemon_running(self) -> bool:
         return await queue.live_workers(self.redis) > 0
 
@@ -108,6 +131,23 @@ class Client:
             },
             **info,
         }
+
+
+class _Pages:
+    """The daemon's tables as memoryd.export reads them: each page one query job."""
+
+    def __init__(self, client: Client, project: str | None) -> None:
+        self.client = client
+        self.project = project
+
+    async def table_names(self) -> list[str]:
+        raise AssertionError("the export names its tables")
+
+    async def rows_after(self, table: str, after: str | None, batch: int) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = await self.client._call(
+            jobs.EXPORT_PAGE, table, after, batch, self.project
+        )
+        return rows
 
 
 @contextlib.asynccontextmanager

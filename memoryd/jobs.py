@@ -41,6 +41,7 @@ INGEST_TRANSCRIPT = _work("ingest_transcript")
 DECAY = _work("decay")
 PRUNE = _work("prune")
 REEMBED = _work("reembed")
+IMPORT_ROWS = _work("import_rows")
 MAINTENANCE = {job.name: job for job in (DECAY, PRUNE, REEMBED)}
 
 SEARCH = _query("search")
@@ -50,6 +51,8 @@ STORED_PATHS = _query("stored_paths")
 HISTORY = _query("history")
 SESSION = _query("session")
 PIN = _query("pin")
+EXPORT_TABLES = _query("export_tables")
+EXPORT_PAGE = _query("export_page")
 
 ALL = (
     INDEX_FILES,
@@ -64,4 +67,7 @@ ALL = (
     HISTORY,
     SESSION,
     PIN,
+    IMPORT_ROWS,
+    EXPORT_TABLES,
+    EXPORT_PAGE,
 )

@@ -13,6 +13,7 @@ from memoryd.store.schema import SCHEMA_DIR, VECTOR_TABLES, SchemaQueries
 from memoryd.store.search import SearchHit, SearchQueries
 from memoryd.store.status import StatusQueries
 from memoryd.store.transcripts import TranscriptQueries
+from memoryd.store.transfer import TransferQueries
 from memoryd.store.views import ViewQueries
 
 
@@ -23,6 +24,7 @@ class Store(
     SearchQueries,
     ViewQueries,
     MaintenanceQueries,
+    TransferQueries,
     StatusQueries,
     StoreBase,
 ):
