@@ -543,6 +543,40 @@ def import_graph(
 
 
 @app.command()
+def forget(
+    session: Annotated[
+        str | None, typer.Option(help="A session id (or its unique prefix).")
+    ] = None,
+    project: Annotated[str | None, typer.Option(help="A project id, name or root.")] = None,
+    path: Annotated[str | None, typer.Option(help="A glob of absolute file paths.")] = None,
+    before: Annotated[
+        str | None, typer.Option(help="Everything before this ISO-8601 time.")
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only show what would go.")] = False,
+    data_dir: DataDir = None,
+    redis_url: RedisUrl = None,
+    surreal_url: SurrealUrl = None,
+    as_json: AsJson = False,
+) -> None:
+    """Remove records, their edges and vectors for good; a forgotten session never comes back."""
+    given = {k: v for k, v in (("session", session), ("project", project), ("path", path),
+                                ("before", before)) if v is not None}  # fmt: skip
+    if len(given) != 1:
+        _fail(MemorydError("give exactly one of --session, --project, --path, --before"))
+    [(scope, value)] = given.items()
+    if scope == "path" and not value.startswith(("/", "*")):
+        value = os.path.abspath(value)
+    settings = _client(data_dir, redis_url, surreal_url)
+    done = _with_client(settings, lambda memoryd: memoryd.forget_scope(scope, value, dry_run))
+    if as_json:
+        print(json.dumps(done, indent=2))
+        return
+    verb = "would remove" if dry_run else "removed"
+    counts = ", ".join(f"{t} {n}" for t, n in sorted(done["removed"].items())) or "nothing"
+    print(f"{verb}: {counts}")
+
+
+@app.command()
 def status(
     data_dir: DataDir = None,
     redis_url: RedisUrl = None,

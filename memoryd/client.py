@@ -106,6 +106,14 @@ class Client:
                 counts[str(table)] = counts.get(str(table), 0) + done
         return counts
 
+    async def forget_scope(self, scope: str, value: str, dry_run: bool = False) -> dict[str, Any]:
+        """Forget a session, project, path glob or everything before a time (see
+        workers/privacy.py): rows removed per table (to remove, with `dry_run`)."""
+        job = await queue.enqueue(self.redis, jobs.FORGET_SCOPE, scope, value, dry_run)
+        assert job is not None  # no job id given: never refused
+        result: dict[str, Any] = await queue.wait_for(job, self.settings.job_timeout_seconds)
+        return result
+
     async def daemon_running(self) -> bool:
         return await queue.live_workers(self.redis) > 0
 

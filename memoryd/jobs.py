@@ -42,6 +42,7 @@ DECAY = _work("decay")
 PRUNE = _work("prune")
 REEMBED = _work("reembed")
 IMPORT_ROWS = _work("import_rows")
+FORGET_SCOPE = _work("forget_scope")
 MAINTENANCE = {job.name: job for job in (DECAY, PRUNE, REEMBED)}
 
 SEARCH = _query("search")
@@ -68,6 +69,7 @@ ALL = (
     SESSION,
     PIN,
     IMPORT_ROWS,
+    FORGET_SCOPE,
     EXPORT_TABLES,
     EXPORT_PAGE,
 )

@@ -7,12 +7,14 @@ and the one-transaction write of rows plus the new offset.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -384,7 +386,9 @@ async def _ingest(ctx: JobContext, path: str) -> IngestReport:
             lines, next_offset = await asyncio.to_thread(_read_batch, path, offset, compressed)
             if not lines:
                 break
-            result = await asyncio.to_thread(parser.parse, lines, state, source)
+            result = await _without_forgotten(
+                store, await asyncio.to_thread(parser.parse, lines, state, source)
+            )
             rows = await asyncio.to_thread(rows_for, result, path, last, projects)
             await _embed(embedder, rows)
             state = result.state
@@ -422,6 +426,45 @@ async def _ingest(ctx: JobContext, path: str) -> IngestReport:
         report.seconds,
     )
     return report
+
+
+def is_forgotten(forgotten: set[str], session_id: str | None) -> bool:
+    """A forgotten session, or a subagent of one ("<parent>:agent-…")."""
+    return session_id is not None and (
+        session_id in forgotten or session_id.partition(":")[0] in forgotten
+    )
+
+
+async def _without_forgotten(store: Any, result: ParseResult) -> ParseResult:
+    """The parse (and the parser's state) without the sessions `memoryd forget` removed: a
+    transcript tailed or read again never brings them back."""
+    ids = {info.session_id for info in result.sessions}
+    ids |= {sid for e in result.events if (sid := getattr(e, "session_id", None))}
+    forgotten = await store.forgotten_sessions(ids | {sid.partition(":")[0] for sid in ids})
+    if not forgotten:
+        return result
+
+    gone = functools.partial(is_forgotten, forgotten)
+
+    state = result.state
+    return replace(
+        result,
+        events=tuple(e for e in result.events if not gone(getattr(e, "session_id", None))),
+        sessions=tuple(info for info in result.sessions if not gone(info.session_id)),
+        state=ParserState.from_json(scrub_state({"parser": state.to_json()}, gone)["parser"]),
+    )
+
+
+def scrub_state(saved: dict[str, Any], gone: Callable[[str], bool]) -> dict[str, Any]:
+    """A cursor's saved state without what it kept of forgotten sessions (their fields, their
+    calls waiting for a result, their latest memory)."""
+    parser = dict(saved["parser"])
+    parser["sessions"] = {k: v for k, v in parser["sessions"].items() if not gone(k)}
+    parser["pending"] = {
+        k: v for k, v in parser["pending"].items() if not gone(v.get("session_id"))
+    }
+    last = {k: v for k, v in saved.get("last", {}).items() if not gone(k)}
+    return {**saved, "parser": parser, "last": last}
 
 
 def _cursor(

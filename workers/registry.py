@@ -16,7 +16,7 @@ from memoryd.config import SCHEDULE_OFF, Settings, parse_schedule
 from memoryd.errors import Failure, JobFailed, MemorydError
 from memoryd.jobs import JOBS_QUEUE, QUERY_QUEUE, JobSpec
 from memoryd.metrics import JobFunction
-from workers import maintenance, queries, transfer
+from workers import maintenance, privacy, queries, transfer
 from workers.context import JobContext
 from workers.indexing import index_files
 from workers.ingest import ingest_transcript
@@ -67,6 +67,7 @@ FUNCTIONS: dict[JobSpec, JobFunction] = {
     jobs.SESSION: queries.session,
     jobs.PIN: queries.pin,
     jobs.IMPORT_ROWS: transfer.import_rows,
+    jobs.FORGET_SCOPE: privacy.forget_scope,
     jobs.EXPORT_TABLES: transfer.export_tables,
     jobs.EXPORT_PAGE: transfer.export_page,
 }

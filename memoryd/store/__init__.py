@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from memoryd.store.base import QueryFailed, Ref, StoreBase, key_of, now, plain
 from memoryd.store.code import CodeQueries
+from memoryd.store.forget import ForgetQueries
 from memoryd.store.maintenance import MaintenanceQueries
+from memoryd.store.privacy import PrivacyQueries
 from memoryd.store.schema import SCHEMA_DIR, VECTOR_TABLES, SchemaQueries
 from memoryd.store.search import SearchHit, SearchQueries
 from memoryd.store.status import StatusQueries
@@ -24,6 +26,8 @@ class Store(
     SearchQueries,
     ViewQueries,
     MaintenanceQueries,
+    ForgetQueries,
+    PrivacyQueries,
     TransferQueries,
     StatusQueries,
     StoreBase,
