@@ -148,6 +148,13 @@ async def _start_metrics(rt: Runtime) -> metrics.Endpoint | None:
     )
 
 
+def _watched(settings: Settings) -> list[projects.Project]:
+    """The configured repos but those the config keeps out (`exclude`, `include`)."""
+    return [
+        projects.resolve(p, settings.remembers) for p in settings.repos if settings.remembers(p)
+    ]
+
+
 def _describe(rt: Runtime) -> str:
     s = rt.settings
     redis = (
@@ -170,7 +177,7 @@ def run(
     )
     _setup_logging("INFO", log_format or settings.log_format)
     _daemon_umask()
-    watched = [projects.resolve(p) for p in settings.repos] if settings.repos else []
+    watched = _watched(settings)
 
     async def main() -> None:
         async with Runtime(settings) as rt:
@@ -229,7 +236,7 @@ def watch(
     settings = _settings(data_dir=data_dir, redis_url=redis_url, extra_repos=repo)
     _setup_logging("INFO", log_format or settings.log_format)
     _daemon_umask()
-    watched = [projects.resolve(p) for p in settings.repos]
+    watched = _watched(settings)
 
     async def main() -> None:
         async with Runtime(settings) as rt:
@@ -259,7 +266,7 @@ def index(
     """Index a repository once, through the queue, with a progress bar."""
     settings = _client(data_dir, redis_url, surreal_url)
     try:
-        project = projects.resolve(path)
+        project = projects.resolve(path, settings.remembers)
     except MemorydError as exc:
         _fail(exc)
         raise
@@ -596,6 +603,13 @@ def status(
     print(f"surrealdb     {info['surreal']} ({info['surreal_mode']})")
     print(f"daemon        {'running' if info['daemon_running'] else 'not running'}")
     print(f"model         {info['model']}")
+    kept = info["remembered"]
+    print(
+        "agents        "
+        + ", ".join(f"{a} {'on' if on else 'off'}" for a, on in kept["agents"].items())
+    )
+    for label in ("transcripts", "repos", "exclude", "include"):
+        print(f"{label:<14}{', '.join(kept[label]) or '-'}")
     waiting = sum(info["waiting_for_reembed"].values())
     print(f"re-embedding  {waiting} rows wait for the configured model")
     print(f"schema        {info['schema_version']}")

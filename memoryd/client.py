@@ -19,7 +19,7 @@ from typing import IO, Any
 from arq import ArqRedis
 
 from memoryd import jobs, queue
-from memoryd.config import Settings, config_file
+from memoryd.config import Settings, config_file, default_transcripts
 from memoryd.errors import DaemonUnavailable, InvalidRequest
 from memoryd.export import read_jsonl, write_jsonl
 from memoryd.results import FileHistory, PinResult, SearchResult, SessionReplay
@@ -131,6 +131,13 @@ class Client:
             "surreal": s.database_url,
             "surreal_mode": "embedded" if s.embedded_db else "server",
             "daemon_running": daemon,
+            "remembered": {
+                "agents": {agent: s.follows(agent) for agent in default_transcripts()},
+                "transcripts": [str(p) for p in s.transcript_roots],
+                "repos": [str(p) for p in s.repos if s.remembers(p)],
+                "exclude": s.exclude,
+                "include": s.include,
+            },
             "queue": {
                 "jobs": await queue.queue_depth(self.redis, jobs.JOBS_QUEUE),
                 "queries": await queue.queue_depth(self.redis, jobs.QUERY_QUEUE),

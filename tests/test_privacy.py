@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
+from tests.conftest import MEMORYD, git_init
 from tests.test_ingest import SMALL, cli
 from tests.test_transfer import two_dirs  # noqa: F401  (a fixture)
 
@@ -39,3 +42,49 @@ def test_a_private_span_is_stored_nowhere(
     assert any(b"[PRIVATE] Thanks." in path.read_bytes() for path in files)
     for path in files:
         assert SECRET.encode() not in path.read_bytes(), path
+
+
+def memoryd(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
+    env |= {"MEMORYD_CONFIG": str(config), "MEMORYD_TRANSCRIPTS": "[]"}
+    return subprocess.run([MEMORYD, *args], capture_output=True, text=True, timeout=600, env=env)
+
+
+def test_excluded_repos_paths_and_sessions_never_reach_the_database(
+    two_dirs: tuple[Path, Path],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    data = two_dirs[0]
+    hidden, shown = tmp_path / "hidden", tmp_path / "shown"
+    (shown / "vault").mkdir(parents=True)
+    hidden.mkdir()
+    (hidden / "c.py").write_text("def hidden_function_qq7():\n    return 1\n")
+    (shown / "a.py").write_text("def visible_function():\n    return 2\n")
+    (shown / "vault" / "b.py").write_text("def vaulted_function_zx9():\n    return 3\n")
+    for repo in (hidden, shown):
+        git_init(repo)
+    # The transcript's session ran in /src/experiments/claude_p.
+    exclude = [str(hidden), str(shown / "vault"), "/src/experiments/*"]
+    config = tmp_path / "memoryd.toml"
+    config.write_text(f"exclude = {json.dumps(exclude)}\nagents = {{ codex = false }}\n")
+
+    refused = memoryd(config, "index", str(hidden), "--data-dir", str(data))
+    assert refused.returncode == 1 and "excluded by the config" in refused.stderr
+    done = memoryd(config, "index", str(shown), "--data-dir", str(data), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["indexed"] == 1
+    done = memoryd(config, "ingest", str(SMALL), "--data-dir", str(data), "--json")
+    [report] = json.loads(done.stdout)["reports"]
+    assert report["lines"] > 0 and report["memories"] == 0 and report["sessions"] == 0
+
+    status = json.loads(memoryd(config, "status", "--data-dir", str(data), "--json").stdout)
+    assert status["remembered"]["exclude"] == exclude
+    assert status["remembered"]["agents"] == {"claude-code": True, "codex": False}
+    assert status["counts"]["session"] == 0 and status["counts"]["memory"] == 0
+    assert status["counts"]["file_state"] == 1 and status["counts"]["project"] == 1
+    exported = memoryd(config, "export", "--data-dir", str(data)).stdout
+    assert "visible_function" in exported
+    for word in ("hidden_function_qq7", "vaulted_function_zx9", "vault/b.py", "Haiku model"):
+        assert word not in exported
+        for path in (p for p in data.rglob("*") if p.is_file()):
+            assert word.encode() not in path.read_bytes(), (word, path)

@@ -485,6 +485,8 @@ async def _index_round(
     store, embedder, settings = ctx["store"], ctx["embedder"], ctx["settings"]
     states = await store.code_file_states(project_id, paths)
     keep = await asyncio.to_thread(wanted_paths, root, paths)
+    # What the config keeps out (`exclude`, `include`) is never read: as if ignored.
+    keep = {rel for rel in keep if settings.remembers(root / rel)}
     looks: list[_Look] = []
     groups: dict[str, _Rows] = {}
     for rel in paths:

@@ -369,8 +369,12 @@ async def _ingest(ctx: JobContext, path: str) -> IngestReport:
         agent = (cursor or {}).get("agent") if saved else None
         agent = agent or detect_agent(await asyncio.to_thread(_head, path, compressed), path)
         report.agent = agent
-        if agent is None:
-            report.note = "not a transcript format memoryd knows; skipped"
+        if agent is None or not ctx["settings"].follows(agent):
+            report.note = (
+                "not a transcript format memoryd knows; skipped"
+                if agent is None
+                else f"{agent} transcripts are not followed (config `agents`); skipped"
+            )
             log.warning("ingest %s: %s", path, report.note)
             await store.write_transcript_batch(
                 {}, _cursor(path, info, None, info.st_size, None, 0, report.note)
@@ -386,8 +390,8 @@ async def _ingest(ctx: JobContext, path: str) -> IngestReport:
             lines, next_offset = await asyncio.to_thread(_read_batch, path, offset, compressed)
             if not lines:
                 break
-            result = await _without_forgotten(
-                store, await asyncio.to_thread(parser.parse, lines, state, source)
+            result = await _remembered(
+                ctx, await asyncio.to_thread(parser.parse, lines, state, source)
             )
             rows = await asyncio.to_thread(rows_for, result, path, last, projects)
             await _embed(embedder, rows)
@@ -428,38 +432,47 @@ async def _ingest(ctx: JobContext, path: str) -> IngestReport:
     return report
 
 
-def is_forgotten(forgotten: set[str], session_id: str | None) -> bool:
+def is_forgotten(forgotten: set[str] | frozenset[str], session_id: str | None) -> bool:
     """A forgotten session, or a subagent of one ("<parent>:agent-…")."""
     return session_id is not None and (
         session_id in forgotten or session_id.partition(":")[0] in forgotten
     )
 
 
-async def _without_forgotten(store: Any, result: ParseResult) -> ParseResult:
-    """The parse (and the parser's state) without the sessions `memoryd forget` removed: a
-    transcript tailed or read again never brings them back."""
+async def _remembered(ctx: JobContext, result: ParseResult) -> ParseResult:
+    """The parse (and the parser's state) without the sessions `memoryd forget` removed (a
+    transcript tailed or read again never brings them back) and those started in a folder
+    the config keeps out (`exclude`, `include`)."""
     ids = {info.session_id for info in result.sessions}
     ids |= {sid for e in result.events if (sid := getattr(e, "session_id", None))}
-    forgotten = await store.forgotten_sessions(ids | {sid.partition(":")[0] for sid in ids})
-    if not forgotten:
+    forgotten = await ctx["store"].forgotten_sessions(ids | {s.partition(":")[0] for s in ids})
+    cwd = {info.session_id: info.cwd for info in result.sessions}
+    cwd |= {k: v.get("cwd") for k, v in result.state.sessions.items()}
+    excluded = {sid for sid in ids if not ctx["settings"].remembers(cwd.get(sid))}
+    if not forgotten and not excluded:
         return result
 
-    gone = functools.partial(is_forgotten, forgotten)
-
-    state = result.state
+    gone = functools.partial(is_forgotten, forgotten | excluded)
+    # An excluded session keeps its entry in the parser's state: its folder is how the next
+    # batch knows it (a Codex transcript names its folder once, at the start).
+    scrubbed = scrub_state({"parser": result.state.to_json()}, gone, keep=frozenset(excluded))
     return replace(
         result,
         events=tuple(e for e in result.events if not gone(getattr(e, "session_id", None))),
         sessions=tuple(info for info in result.sessions if not gone(info.session_id)),
-        state=ParserState.from_json(scrub_state({"parser": state.to_json()}, gone)["parser"]),
+        state=ParserState.from_json(scrubbed["parser"]),
     )
 
 
-def scrub_state(saved: dict[str, Any], gone: Callable[[str], bool]) -> dict[str, Any]:
-    """A cursor's saved state without what it kept of forgotten sessions (their fields, their
-    calls waiting for a result, their latest memory)."""
+def scrub_state(
+    saved: dict[str, Any], gone: Callable[[str], bool], keep: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    """A cursor's saved state without what it kept of forgotten sessions (their fields but
+    those of `keep`, their calls waiting for a result, their latest memory)."""
     parser = dict(saved["parser"])
-    parser["sessions"] = {k: v for k, v in parser["sessions"].items() if not gone(k)}
+    parser["sessions"] = {
+        k: v for k, v in parser["sessions"].items() if not gone(k) or is_forgotten(keep, k)
+    }
     parser["pending"] = {
         k: v for k, v in parser["pending"].items() if not gone(v.get("session_id"))
     }

@@ -61,6 +61,8 @@ async def status(ctx: JobContext) -> dict[str, Any]:
 
 
 async def register_project(ctx: JobContext, project_id: str, fields: dict[str, Any]) -> str:
+    if not ctx["settings"].remembers(fields["root"]):
+        raise InvalidRequest(f"{fields['root']} is excluded by the config (`exclude`/`include`)")
     await ctx["store"].upsert_project(project_id, fields)
     return project_id
 
