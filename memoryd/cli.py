@@ -583,6 +583,55 @@ def forget(
     print(f"{verb}: {counts}")
 
 
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@app.command()
+def pause(
+    for_: Annotated[
+        str | None,
+        typer.Option("--for", help="How long: 90s, 30m, 2h, 1d (default: until resume)."),
+    ] = None,
+    data_dir: DataDir = None,
+    redis_url: RedisUrl = None,
+    surreal_url: SurrealUrl = None,
+) -> None:
+    """Stop capture (transcripts and code): nothing new is remembered; search goes on."""
+    seconds = None
+    if for_ is not None:
+        number, unit = for_[:-1], for_[-1:]
+        if unit not in _UNITS or not number.isdigit() or int(number) == 0:
+            _fail(MemorydError(f"--for: expected a duration such as 90s, 30m, 2h, 1d: {for_!r}"))
+        seconds = int(number) * _UNITS[unit]
+    settings = _client(data_dir, redis_url, surreal_url)
+    _with_client(settings, lambda memoryd: memoryd.pause(seconds))
+    print(f"capture paused{f' for {for_}' if for_ else ''}; `memoryd resume` turns it on again")
+
+
+@app.command()
+def resume(
+    catch_up: Annotated[
+        bool, typer.Option("--catch-up", help="Read what transcripts gained while paused.")
+    ] = False,
+    data_dir: DataDir = None,
+    redis_url: RedisUrl = None,
+    surreal_url: SurrealUrl = None,
+    as_json: AsJson = False,
+) -> None:
+    """Turn capture on again; what happened while paused is skipped unless --catch-up."""
+    settings = _client(data_dir, redis_url, surreal_url)
+    done = _with_client(settings, lambda memoryd: memoryd.resume(catch_up))
+    if as_json:
+        print(json.dumps(done, indent=2))
+    elif done["paused_since"] is None:
+        print("capture was not paused")
+    else:
+        print(
+            f"capture resumed (paused since {done['paused_since']}): {done['caught_up']} "
+            f"transcripts caught up, {done['skipped']} skipped to their end"
+        )
+
+
 @app.command()
 def status(
     data_dir: DataDir = None,
@@ -602,6 +651,8 @@ def status(
     print(f"redis         {info['redis']} ({info['redis_mode']})")
     print(f"surrealdb     {info['surreal']} ({info['surreal_mode']})")
     print(f"daemon        {'running' if info['daemon_running'] else 'not running'}")
+    if info["paused_since"]:
+        print(f"capture       paused since {info['paused_since']} (`memoryd resume`)")
     print(f"model         {info['model']}")
     kept = info["remembered"]
     print(

@@ -114,6 +114,29 @@ class Client:
         result: dict[str, Any] = await queue.wait_for(job, self.settings.job_timeout_seconds)
         return result
 
+    async def pause(self, seconds: int | None = None) -> None:
+        """Stop capture (for `seconds`, or until resume); search goes on."""
+        await queue.pause(self.redis, seconds)
+
+    async def resume(self, catch_up: bool = False) -> dict[str, Any]:
+        """Capture on again. `catch_up`: read what the transcripts gained meanwhile; else it
+        is skipped (the cursors of transcripts changed since the pause move to their ends)."""
+        since = await queue.resume(self.redis)
+        if since is None:
+            return {"paused_since": None, "caught_up": 0, "skipped": 0}
+        changed = _changed_since(self.settings.transcript_roots, since.timestamp())
+        if catch_up:
+            # Fresh jobs: a job of the same file and size that ran during the pause (and
+            # left the file alone) would otherwise stand for this one.
+            waiting = await queue.enqueue_ingest(self.redis, changed, fresh=True)
+            for job in waiting:
+                await queue.wait_for(job, self.settings.job_timeout_seconds)
+            return {"paused_since": since.isoformat(), "caught_up": len(changed), "skipped": 0}
+        job = await queue.enqueue(self.redis, jobs.SKIP_TRANSCRIPTS, changed)
+        assert job is not None  # no job id given: never refused
+        skipped = await queue.wait_for(job, self.settings.job_timeout_seconds)
+        return {"paused_since": since.isoformat(), "caught_up": 0, "skipped": skipped}
+
     async def daemon_running(self) -> bool:
         return await queue.live_workers(self.redis) > 0
 
@@ -131,6 +154,9 @@ class Client:
             "surreal": s.database_url,
             "surreal_mode": "embedded" if s.embedded_db else "server",
             "daemon_running": daemon,
+            "paused_since": since.isoformat()
+            if (since := await queue.paused_since(self.redis))
+            else None,
             "remembered": {
                 "agents": {agent: s.follows(agent) for agent in default_transcripts()},
                 "transcripts": [str(p) for p in s.transcript_roots],
@@ -146,6 +172,17 @@ class Client:
             },
             **info,
         }
+
+
+def _changed_since(roots: list[Path], since: float) -> list[str]:
+    from memoryd.watch.transcripts import transcript_files  # the watcher's own listing
+
+    changed = []
+    for path in transcript_files(roots):
+        with contextlib.suppress(OSError):  # gone meanwhile: nothing to read or skip
+            if os.stat(path).st_mtime >= since:
+                changed.append(path)
+    return changed
 
 
 class _Pages:

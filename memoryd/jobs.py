@@ -43,6 +43,7 @@ PRUNE = _work("prune")
 REEMBED = _work("reembed")
 IMPORT_ROWS = _work("import_rows")
 FORGET_SCOPE = _work("forget_scope")
+SKIP_TRANSCRIPTS = _work("skip_transcripts")
 MAINTENANCE = {job.name: job for job in (DECAY, PRUNE, REEMBED)}
 
 SEARCH = _query("search")
@@ -70,6 +71,7 @@ ALL = (
     PIN,
     IMPORT_ROWS,
     FORGET_SCOPE,
+    SKIP_TRANSCRIPTS,
     EXPORT_TABLES,
     EXPORT_PAGE,
 )

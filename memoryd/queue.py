@@ -27,6 +27,8 @@ WORKER_KEY_PREFIX = "memoryd:worker:"
 WORKER_KEY_TTL = 10
 # A maintenance task's run holds this lock (plus the task name) while it runs.
 MAINTENANCE_LOCK_PREFIX = "memoryd:lock:"
+# Set while capture is paused (`memoryd pause`): when it was paused; expires with `--for`.
+PAUSED_KEY = "memoryd:paused"
 
 
 def redis_settings(url: str) -> RedisSettings:
@@ -114,6 +116,8 @@ async def enqueue_index(
     restarts do not pile up jobs for the same files. `fresh` (an explicit `memoryd index`)
     enqueues every file, so its report describes this run. `generation` > 0: a worker's
     follow-up for files that kept changing while it read them."""
+    if not fresh and await paused_since(redis):
+        return []
     wanted = list(dict.fromkeys(paths))
     if not fresh:
         wanted = await _not_queued(redis, project_id, wanted)
@@ -174,11 +178,37 @@ def ingest_job_id(path: str) -> str:
     return f"ingest:{stable_id(path)}:{version}"
 
 
+async def pause(redis: ArqRedis, seconds: int | None = None) -> None:
+    """Stop capture: watchers queue nothing, index and ingest jobs write nothing; queries go
+    on. With `seconds`, capture resumes by itself then (and catches up as files change)."""
+    if not await redis.exists(PAUSED_KEY):
+        await redis.set(PAUSED_KEY, datetime.now(UTC).isoformat())
+    if seconds:
+        await redis.expire(PAUSED_KEY, seconds)
+    else:
+        await redis.persist(PAUSED_KEY)
+
+
+async def paused_since(redis: ArqRedis) -> datetime | None:
+    value = await redis.get(PAUSED_KEY)
+    return datetime.fromisoformat(_text(value)) if value else None
+
+
+async def resume(redis: ArqRedis) -> datetime | None:
+    """Capture on again; returns when it was paused (None: it was not)."""
+    since = await paused_since(redis)
+    await redis.delete(PAUSED_KEY)
+    return since
+
+
 async def enqueue_ingest(
     redis: ArqRedis, paths: Sequence[str], fresh: bool = False, from_offset: int | None = None
 ) -> list[Job]:
     """`fresh` (an explicit `memoryd ingest`) always runs, so its report is about this run.
-    `from_offset`: a worker's follow-up slice of a huge transcript, named by where it starts."""
+    `from_offset`: a worker's follow-up slice of a huge transcript, named by where it starts.
+    While capture is paused nothing but an explicit request is queued."""
+    if not fresh and await paused_since(redis):
+        return []
     queued = []
     for path in paths:
         if from_offset is not None:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 from tests.conftest import MEMORYD, git_init
-from tests.test_ingest import SMALL, cli
+from tests.test_ingest import S37, SMALL, cli
 from tests.test_transfer import two_dirs  # noqa: F401  (a fixture)
 
 SECRET = "Zebra-Quokka-7731"
@@ -44,9 +45,9 @@ def test_a_private_span_is_stored_nowhere(
         assert SECRET.encode() not in path.read_bytes(), path
 
 
-def memoryd(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def memoryd(config: Path, *args: str, transcripts: str = "[]") -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
-    env |= {"MEMORYD_CONFIG": str(config), "MEMORYD_TRANSCRIPTS": "[]"}
+    env |= {"MEMORYD_CONFIG": str(config), "MEMORYD_TRANSCRIPTS": transcripts}
     return subprocess.run([MEMORYD, *args], capture_output=True, text=True, timeout=600, env=env)
 
 
@@ -88,3 +89,46 @@ def test_excluded_repos_paths_and_sessions_never_reach_the_database(
         assert word not in exported
         for path in (p for p in data.rglob("*") if p.is_file()):
             assert word.encode() not in path.read_bytes(), (word, path)
+
+
+def test_paused_capture_ingests_nothing_and_catches_up_only_if_told(
+    two_dirs: tuple[Path, Path],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    data, folder = two_dirs[0], tmp_path / "transcripts"
+    folder.mkdir()
+    config = tmp_path / "none.toml"
+
+    def run(*args: str) -> dict:
+        done = memoryd(
+            config, *args, "--data-dir", str(data), transcripts=json.dumps([str(folder)])
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout) if "--json" in args else {"out": done.stdout}
+
+    def counts() -> dict[str, int]:
+        return run("status", "--json")["counts"]
+
+    assert "capture paused for 2h" in run("pause", "--for", "2h")["out"]
+    assert run("status", "--json")["paused_since"] is not None
+    skipped, caught = folder / S37.name, folder / SMALL.name
+    shutil.copy(S37, skipped)
+    [report] = run("ingest", str(skipped), "--json")["reports"]
+    assert report["memories"] == 0 and report["note"].startswith("capture is paused")
+    assert counts()["memory"] == 0
+
+    resumed = run("resume", "--json")
+    assert resumed["caught_up"] == 0 and resumed["skipped"] == 1
+    assert run("status", "--json")["paused_since"] is None
+    [report] = run("ingest", str(skipped), "--json")["reports"]
+    assert report["memories"] == 0 and report["note"] == "up to date"
+    assert counts()["memory"] == 0 and counts()["session"] == 0
+
+    run("pause")
+    shutil.copy(SMALL, caught)
+    resumed = run("resume", "--catch-up", "--json")
+    assert resumed["caught_up"] == 1 and resumed["skipped"] == 0
+    after = counts()
+    assert after["session"] == 1 and after["memory"] > 0
+    [report] = run("ingest", str(caught), "--json")["reports"]
+    assert report["memories"] == 0 and report["note"] == "up to date"

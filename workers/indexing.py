@@ -425,6 +425,9 @@ async def index_files(
     if "redis" in ctx:
         await queue.claim_files(ctx["redis"], project_id, paths, ctx["job_id"])
     report = IndexReport(files=len(paths))
+    if "redis" in ctx and await queue.paused_since(ctx["redis"]):
+        log.info("capture is paused: %d files of %s left alone", len(paths), project_id)
+        return report.as_dict()
     pending = list(dict.fromkeys(paths))
     for round_number in range(_ROUNDS):
         looks = await _index_round(ctx, project_id, root_path, pending, report)

@@ -343,6 +343,9 @@ async def _ingest(ctx: JobContext, path: str) -> IngestReport:
     started = time.perf_counter()
     store, embedder = ctx["store"], ctx["embedder"]
     report = IngestReport(path)
+    if "redis" in ctx and await queue.paused_since(ctx["redis"]):
+        report.note = "capture is paused (`memoryd resume`)"
+        return report
     cursor = await store.transcript_cursor(path)
     try:
         info = os.stat(path)

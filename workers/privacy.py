@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import os
 from datetime import datetime
 from typing import Any
 
@@ -64,6 +65,19 @@ async def forget_scope(
         for table, n in (await forget_rows(ctx, refs[start : start + _BATCH])).items():
             removed[table] = removed.get(table, 0) + n
     return {"dry_run": False, "sessions": sessions, "removed": removed}
+
+
+async def skip_transcripts(ctx: JobContext, paths: list[str]) -> int:
+    """`memoryd resume` without --catch-up: these transcripts' cursors to their ends."""
+    skipped = 0
+    for path in paths:
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue
+        await ctx["store"].skip_transcript(path, info.st_ino, info.st_size)
+        skipped += 1
+    return skipped
 
 
 def _per_table(refs: list[Ref]) -> dict[str, int]:

@@ -118,6 +118,20 @@ class PrivacyQueries(StoreBase):
             {"id": rid("transcript_cursor", path_key(path)), "state": state},
         )
 
+    async def skip_transcript(self, path: str, inode: int, size: int) -> None:
+        """Move a transcript's cursor to its end (what was written while capture was paused
+        is left unread); a file never read gets a cursor there."""
+        await self.query(
+            "UPSERT $id SET path = $path, inode = $inode, offset = $size, size = $size, "
+            "updated_at = time::now()",
+            {
+                "id": rid("transcript_cursor", path_key(path)),
+                "path": path,
+                "inode": inode,
+                "size": size,
+            },
+        )
+
     async def session_sources(self, sessions: Iterable[str]) -> dict[str, str | None]:
         rows = (
             await self.query(
