@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -21,6 +22,7 @@ from memoryd import client, jobs, logs, metrics, projects, queue, service_manage
 from memoryd import doctor as doctor_checks
 from memoryd.client import Client
 from memoryd.config import Settings, config_file, load_settings
+from memoryd.embedded import daemon_pid
 from memoryd.errors import MemorydError
 from memoryd.runtime import Runtime
 from memoryd.vocabulary import SEARCH_KINDS_BY_NAME
@@ -752,14 +754,37 @@ def service_install(
 
 
 @service_app.command("uninstall")
-def service_uninstall() -> None:
-    """Stop and disable the service and remove its file (the data dir is kept)."""
+def service_uninstall(
+    purge: Annotated[
+        bool, typer.Option("--purge", help="Also delete the data dir: every memory, for good.")
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask before --purge.")] = False,
+    data_dir: DataDir = None,
+) -> None:
+    """Stop and disable the service and remove its file (the data dir is kept unless --purge)."""
     try:
         report = service_manager.uninstall(service_manager.platform_kind())
     except MemorydError as exc:
         _fail(exc)
         raise
-    _report(report.lines, report.ok)
+    for line in report.lines:
+        err.print(line, highlight=False, soft_wrap=True)
+    if purge:  # whatever the service manager said: a daemon still running is refused
+        _purge(_settings(data_dir=data_dir).data_dir, yes)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def _purge(data: Path, yes: bool) -> None:
+    if not data.exists():
+        err.print(f"{data} does not exist; nothing to purge")
+        return
+    if daemon_pid(data) is not None:
+        _fail(MemorydError(f"a memoryd daemon still uses {data}: stop it, then purge again"))
+    if not yes and not typer.confirm(f"Delete {data} and everything memoryd remembers?"):
+        _fail(MemorydError("nothing deleted"))
+    shutil.rmtree(data)
+    err.print(f"removed {data}")
 
 
 @service_app.command("status")
