@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import git_init
 from tests.test_ingest import RENDERER, S37, cli
 
 
@@ -54,3 +55,31 @@ def test_export_import_gives_an_equal_graph(two_dirs: tuple[Path, Path], tmp_pat
     }
     assert statuses[0]["waiting_for_reembed"] == dict.fromkeys(had_vector, 0)
     assert statuses[1]["waiting_for_reembed"] == had_vector and had_vector["memory"] > 0
+
+
+def test_export_of_one_project(two_dirs: tuple[Path, Path], tmp_path: Path) -> None:
+    data = two_dirs[0]
+    for name in ("alpha", "beta"):
+        repo = tmp_path / name
+        repo.mkdir()
+        (repo / f"{name}.py").write_text(f"def {name}_function():\n    return 1\n")
+        (repo / "notes.md").write_text(f"# {name}\n\nAbout {name}.\n")
+        git_init(repo)
+        cli("index", str(repo), "--data-dir", str(data))
+    exported = cli("export", "--project", "alpha", "--data-dir", str(data)).stdout
+    lines = [json.loads(line) for line in exported.splitlines()]
+    per_table: dict[str, int] = {}
+    for line in lines:
+        per_table[line["table"]] = per_table.get(line["table"], 0) + 1
+    assert "beta" not in exported and "alpha_function" in exported
+    assert per_table["project"] == 1 and per_table["file_state"] == 2
+    [project] = [line["row"] for line in lines if line["table"] == "project"]
+    owned = [line["row"] for line in lines if line["table"] in ("code_chunk", "file_state")]
+    assert per_table["code_chunk"] >= 2
+    assert all(row["project"] == f"project:{project['id']}" for row in owned)
+    assert "transcript_cursor" not in per_table and "maintenance_run" not in per_table
+    dump = tmp_path / "alpha.jsonl"
+    dump.write_text(exported)
+    cli("import", str(dump), "--data-dir", str(two_dirs[1]))
+    again = cli("export", "--project", "alpha", "--data-dir", str(two_dirs[1])).stdout
+    assert again == exported
