@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from tests.conftest import MEMORYD, git_init
-from tests.test_ingest import S37, SMALL, cli
+from tests.test_ingest import RENDERER, S37, SMALL, cli
 from tests.test_transfer import two_dirs  # noqa: F401  (a fixture)
 
 SECRET = "Zebra-Quokka-7731"
@@ -132,3 +132,43 @@ def test_paused_capture_ingests_nothing_and_catches_up_only_if_told(
     assert after["session"] == 1 and after["memory"] > 0
     [report] = run("ingest", str(caught), "--json")["reports"]
     assert report["memories"] == 0 and report["note"] == "up to date"
+
+
+def test_actions_on_excluded_files_keep_their_verb_not_their_content(
+    two_dirs: tuple[Path, Path],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    data = two_dirs[0]
+    config = tmp_path / "memoryd.toml"
+    config.write_text(f"exclude = {json.dumps([RENDERER])}\n")
+    assert memoryd(config, "ingest", str(S37), "--data-dir", str(data)).returncode == 0
+    history = json.loads(
+        memoryd(config, "history", RENDERER, "--data-dir", str(data), "--json").stdout
+    )
+    [session] = history["sessions"]
+    verbs = [a["verb"] for a in session["actions"]]
+    assert verbs.count("READS") == 8 and verbs.count("MODIFIES") == 6
+
+    exported = memoryd(config, "export", "--data-dir", str(data)).stdout
+    rows = [json.loads(line) for line in exported.splitlines()]
+    [renderer] = [r["row"]["id"] for r in rows if r["row"].get("key") == RENDERER]
+    target = f"entity:{renderer}"
+    callers = {
+        r["row"]["in"]
+        for r in rows
+        if r["table"] in ("reads", "modifies", "denied") and r["row"]["out"] == target
+    }
+    memories = {f"memory:{r['row']['id']}": r["row"] for r in rows if r["table"] == "memory"}
+    assert len(callers) >= 14
+    call_ids = {memories[c].get("call_id") for c in callers}
+    assert None not in call_ids
+    results = [
+        m for m in memories.values() if m.get("call_id") in call_ids and m["kind"] != "tool_call"
+    ]
+    assert len(results) >= 14
+    for memory in [memories[c] for c in callers] + results:
+        assert memory["content"] == "[excluded]"
+    edges = [r["row"] for r in rows if r["table"] == "modifies" and r["row"]["out"] == target]
+    assert edges and all(e["detail"] == "" for e in edges)
+    kept = sum(m["content"] != "[excluded]" for m in memories.values())
+    assert kept == 282 - len(callers) - len(results)

@@ -452,6 +452,7 @@ async def _remembered(ctx: JobContext, result: ParseResult) -> ParseResult:
     cwd = {info.session_id: info.cwd for info in result.sessions}
     cwd |= {k: v.get("cwd") for k, v in result.state.sessions.items()}
     excluded = {sid for sid in ids if not ctx["settings"].remembers(cwd.get(sid))}
+    result = await _without_excluded_files(ctx, result)
     if not forgotten and not excluded:
         return result
 
@@ -465,6 +466,42 @@ async def _remembered(ctx: JobContext, result: ParseResult) -> ParseResult:
         sessions=tuple(info for info in result.sessions if not gone(info.session_id)),
         state=ParserState.from_json(scrubbed["parser"]),
     )
+
+
+EXCLUDED_CONTENT = "[excluded]"
+
+
+async def _without_excluded_files(ctx: JobContext, result: ParseResult) -> ParseResult:
+    """Actions on files the config keeps out keep their verb and target, not their content:
+    the call, its results and the edge's detail (a diff, a command line) are emptied."""
+    settings = ctx["settings"]
+    if not settings.exclude and not settings.include:
+        return result
+    roots = {p["id"]: p["root"] for p in await ctx["store"].projects()}
+
+    def hidden(entity: Entity) -> bool:
+        if entity.kind != vocabulary.FILE:
+            return False
+        project, _, rel = entity.key.partition(":")
+        path = f"{roots[project]}/{rel}" if entity.project_id in roots else entity.key
+        return not settings.remembers(path)
+
+    calls = {
+        e.memory_id for e in result.events if isinstance(e, Action | Denied) and hidden(e.entity)
+    }
+    if not calls:
+        return result
+    call_ids = {e.call_id for e in result.events if isinstance(e, Memory) and e.id in calls}
+    call_ids.discard(None)
+
+    def emptied(event: Any) -> Any:
+        if isinstance(event, Memory) and (event.id in calls or event.call_id in call_ids):
+            return replace(event, content=EXCLUDED_CONTENT)
+        if isinstance(event, Action) and event.memory_id in calls:
+            return replace(event, detail="")
+        return event
+
+    return replace(result, events=tuple(emptied(e) for e in result.events))
 
 
 def scrub_state(
