@@ -172,3 +172,30 @@ def test_actions_on_excluded_files_keep_their_verb_not_their_content(
     assert edges and all(e["detail"] == "" for e in edges)
     kept = sum(m["content"] != "[excluded]" for m in memories.values())
     assert kept == 282 - len(callers) - len(results)
+
+
+def test_search_leaves_out_what_was_stored_before_it_was_excluded(
+    two_dirs: tuple[Path, Path],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    data, repo = two_dirs[0], tmp_path / "repo"
+    (repo / "vault").mkdir(parents=True)
+    (repo / "open.py").write_text("def parse_invoice_total(lines):\n    return sum(lines)\n")
+    (repo / "vault" / "hidden.py").write_text("def parse_invoice_tax(lines):\n    return 0\n")
+    git_init(repo)
+    before, after = tmp_path / "before.toml", tmp_path / "after.toml"
+    before.write_text("")
+    after.write_text(f"exclude = {json.dumps([str(repo / 'vault'), '/src/experiments/*'])}\n")
+    assert memoryd(before, "index", str(repo), "--data-dir", str(data)).returncode == 0
+    assert memoryd(before, "ingest", str(SMALL), "--data-dir", str(data)).returncode == 0
+
+    def found(config: Path, kind: str, query: str) -> list[dict]:
+        done = memoryd(config, "search", query, "--kind", kind, "--data-dir", str(data), "--json")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)["results"]
+
+    code = ("code", "parse invoice")
+    assert {r["path"] for r in found(before, *code)} == {"open.py", "vault/hidden.py"}
+    assert {r["path"] for r in found(after, *code)} == {"open.py"}
+    memory = ("memory", "WebSearch Task tool Haiku")
+    assert found(before, *memory) and found(after, *memory) == []

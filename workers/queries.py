@@ -10,6 +10,7 @@ from memoryd import metrics, views
 from memoryd import search as search_module
 from memoryd.errors import InvalidRequest, NotFound
 from memoryd.ids import split_file_key
+from memoryd.results import SearchResult
 from memoryd.store import plain
 from workers.context import JobContext
 from workers.entities import canonical_file
@@ -23,16 +24,36 @@ async def search(
     kind: str,
     as_of: str | None = None,
 ) -> list[dict[str, Any]]:
+    settings = ctx["settings"]
+    narrowed = bool(settings.exclude or settings.include)
     results = await search_module.search(
         ctx["store"],
         ctx["embedder"],
         query,
-        limit=limit,
+        limit=limit * 2 if narrowed else limit,  # room for what the config leaves out
         project=project,
         kind=kind,
         as_of=datetime.fromisoformat(as_of) if as_of else None,
     )
-    return [r.as_dict() for r in results]
+    if narrowed:
+        results = await _remembered(ctx, results)
+    return [r.as_dict() for r in results[:limit]]
+
+
+async def _remembered(ctx: JobContext, results: list[SearchResult]) -> list[SearchResult]:
+    """Hits the config keeps out (`exclude`, `include`) left out: code by its file, memories
+    and goals by the folder their session ran in (rows stored before the rule was set)."""
+    store, settings = ctx["store"], ctx["settings"]
+    roots = {p["id"]: p["root"] for p in await store.projects()}
+    sessions = {r.session for r in results if r.session}
+    cwd = {plain(row["id"]): row.get("cwd") for row in await store.session_rows(sorted(sessions))}
+    return [
+        r
+        for r in results
+        if settings.remembers(
+            f"{roots.get(r.project or '', '')}/{r.path}" if r.path else cwd.get(r.session or "")
+        )
+    ]
 
 
 async def status(ctx: JobContext) -> dict[str, Any]:
