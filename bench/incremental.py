@@ -1,6 +1,6 @@
 """Incremental indexing on a real tree: restart, live edits, a branch switch.
 
-    .venv/bin/python bench/incremental.py [--files 2000] [--max-bytes 6000] [--edits 20]
+    .venv/bin/python -m bench.incremental [--files 2000] [--max-bytes 6000] [--edits 20]
                                           [--changed 500] [--keep]
 
 The tree is real Python source (installed packages, then the standard library), files of at most

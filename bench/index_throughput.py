@@ -1,6 +1,6 @@
 """Cold-index a real source tree and compare with the model's own throughput on the same chunks.
 
-    .venv/bin/python bench/index_throughput.py [--files 300]
+    .venv/bin/python -m bench.index_throughput [--files 300]
 
 The tree is built from installed packages' source (code nobody here wrote), copied to a temp dir
 and `git init`-ed. The whole pipeline runs as the daemon runs it: private Redis, arq worker,

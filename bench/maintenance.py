@@ -1,6 +1,6 @@
 """Maintenance at scale: decay, prune and re-embed over a database of many memories.
 
-    .venv/bin/python bench/maintenance.py [--memories 100000] [--reembed 2000] [--one-process]
+    .venv/bin/python -m bench.maintenance [--memories 100000] [--reembed 2000] [--one-process]
 
 1. build: the real Claude Code and Codex fixture sessions, parsed by the real parsers and
    `rows_for`, are replayed with fresh ids until `--memories` memories exist (so kinds, content
@@ -54,17 +54,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from fixture_rows import whole_file_rows
 
+from bench.fixture_rows import whole_file_rows
 from memoryd.config import Settings, load_settings
 from memoryd.ids import stable_id
 from memoryd.runtime import Runtime
 from memoryd.store import Ref
 from memoryd.watch.transcripts import transcript_files
+from tests.fixtures import CLAUDE, CODEX
 from workers import maintenance
 from workers.ingest import EMBED_CHARS, EMBED_KINDS
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "transcripts"
 OLD_MODEL = "bench/previous-model"
 SEED = 20261122
 YEAR = timedelta(days=365)
@@ -104,7 +104,7 @@ class Template:
 
 def load_templates() -> list[Template]:
     templates = []
-    for path in transcript_files([FIXTURES / "claude-code", FIXTURES / "codex"]):
+    for path in transcript_files([CLAUDE, CODEX]):
         found = whole_file_rows(path)
         if found is None:
             continue
@@ -549,7 +549,7 @@ def main() -> None:
             asyncio.run(run(args, work))
         else:
             for phase in ("build", "maintain"):
-                child = [sys.executable, __file__, "--phase", phase, "--work", str(work)]
+                child = [sys.executable, "-m", __spec__.name, "--phase", phase, "--work", str(work)]
                 child += ["--memories", str(args.memories), "--reembed", str(args.reembed)]
                 child += ["--stall-seconds", str(args.stall_seconds)]
                 sys.stdout.flush()

@@ -1,6 +1,6 @@
 """Transcript ingestion: throughput, append-to-visible latency, and memory on a huge transcript.
 
-    .venv/bin/python bench/transcripts.py [--size-mb 1024] [--skip a,b,c] [--appends 20]
+    .venv/bin/python -m bench.transcripts [--size-mb 1024] [--skip a,b,c] [--appends 20]
                                           [--cli-appends 3] [--stall 600]
 
 (a) throughput: every Claude Code and Codex fixture through the real queue (private Redis, arq
@@ -44,26 +44,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fixture_rows import whole_file_rows
-
+from bench.fixture_rows import whole_file_rows
 from memoryd import jobs, queue
 from memoryd.config import load_settings
 from memoryd.embedded import stop_orphan
 from memoryd.errors import NotFound
 from memoryd.runtime import Runtime
 from memoryd.watch.transcripts import transcript_files
+from tests.fixtures import CLAUDE, CODEX, S37
 from workers.transcripts import Memory, Source, parser_for, split_lines
 from workers.transcripts.claude_code import prompt_text, render_call
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "transcripts"
-CLAUDE = FIXTURES / "claude-code"
-CODEX = FIXTURES / "codex"
 # (b) follows a copy of this real session and appends to it.
-LATENCY_FIXTURE = (
-    CLAUDE
-    / "-Users-dain-workspace-claude-code-log-sample"
-    / "37f83ec9-f2ea-42a9-925e-0d5c105cb6e8.jsonl"
-)
+LATENCY_FIXTURE = S37
 MEMORYD = str(Path(sys.executable).parent / "memoryd")
 
 # (c): pairs whose result line is at least this big and whose call renders this short.
@@ -532,13 +525,14 @@ async def rss_child(path: Path, data: Path) -> dict[str, Any]:
         counts: dict[str, int] = {}
         write = rt.store.write_transcript_batch
 
-        async def recording(batch: dict[str, Any], cursor: dict[str, Any]) -> None:
-            await write(batch, cursor)
+        async def recording(batch: dict[str, Any], cursor: dict[str, Any]) -> int | None:
+            generation = await write(batch, cursor)
             if cursor["path"] == str(path):
                 for table, rows in batch.items():
                     counts[table] = counts.get(table, 0) + len(rows)
                 progress.append((time.monotonic(), cursor["offset"]))
                 print(json.dumps({"offset": cursor["offset"]}), flush=True)
+            return generation
 
         rt.store.write_transcript_batch = recording  # type: ignore[method-assign]
         restarts: list[str] = []
@@ -602,7 +596,7 @@ def run_child(path: Path, data: Path, stall: float) -> dict[str, Any]:
     """Run the ingesting process; kill it (and its private Redis) if the job makes no progress
     for `stall` seconds, and say where it stopped."""
     child = subprocess.Popen(
-        [sys.executable, __file__, "--rss-child", str(path), "--data-dir", str(data)],
+        [sys.executable, "-m", __spec__.name, "--rss-child", str(path), "--data-dir", str(data)],
         stdout=subprocess.PIPE,
         start_new_session=True,
     )

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import sys
@@ -18,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from memoryd import client, jobs, logs, metrics, projects, queue, service_manager
+from memoryd import agent_cli, client, jobs, logs, metrics, projects, queue, service_manager
 from memoryd import doctor as doctor_checks
 from memoryd.client import Client
 from memoryd.config import Settings, config_file, load_settings
@@ -318,6 +319,15 @@ def search(
     as_of: Annotated[
         str | None, typer.Option("--as-of", help="Search what was valid then (ISO-8601 time).")
     ] = None,
+    path: Annotated[
+        str | None,
+        typer.Option(
+            "--path", help="Only paths matching this glob (src/**/*.py; no '/': any directory)."
+        ),
+    ] = None,
+    language: Annotated[
+        str | None, typer.Option("--language", help="Only this language (python, markdown...).")
+    ] = None,
     data_dir: DataDir = None,
     redis_url: RedisUrl = None,
     surreal_url: SurrealUrl = None,
@@ -329,7 +339,15 @@ def search(
     when = _timestamp(as_of) if as_of else None
     results = _with_client(
         settings,
-        lambda memoryd: memoryd.search(query, kind=kind, limit=limit, project=project, as_of=when),
+        lambda memoryd: memoryd.search(
+            query,
+            kind=kind,
+            limit=limit,
+            project=project,
+            as_of=when,
+            path=path,
+            language=language,
+        ),
     )
     if as_json:
         print(json.dumps({"query": query, "results": [r.as_dict() for r in results]}, indent=2))
@@ -408,7 +426,9 @@ def history(
         print(f"  goal: {_one_line(s['goal'])}")
         print("  did:  " + ", ".join(f"{k} ×{v}" for k, v in verbs.items()))
         for e in s["errors"]:
-            print(f"  error: {_one_line(e['error'])}")
+            times = f" (×{e['count']})" if e["count"] > 1 else ""
+            message = re.sub(r"(?i)^error:\s*", "", e["message"] or e["error"])
+            print(f"  error{times}: {_one_line(message)}")
     if doc["chunks"]:
         print("\ncurrent chunks:")
         for c in doc["chunks"]:
@@ -504,6 +524,19 @@ def _run_maintenance(task: str, dry_run: bool, settings: Settings, as_json: bool
     spec = jobs.MAINTENANCE[task]
     result = _with_client(settings, lambda memoryd: memoryd.maintenance(spec, dry_run))
     print(json.dumps(result, indent=2) if as_json else f"{task}: {json.dumps(result)}")
+
+
+@app.command()
+def reindex(
+    data_dir: DataDir = None,
+    redis_url: RedisUrl = None,
+    surreal_url: SurrealUrl = None,
+    as_json: AsJson = False,
+) -> None:
+    """Rebuild the search indexes (BM25 and vectors, in the data dir) from the database."""
+    settings = _client(data_dir, redis_url, surreal_url)
+    result = _with_client(settings, lambda memoryd: memoryd.reindex())
+    print(json.dumps(result, indent=2) if as_json else f"reindex: {json.dumps(result)}")
 
 
 @app.command()
@@ -712,6 +745,10 @@ def doctor(
         print(doctor_checks.render(checks))
     raise typer.Exit(doctor_checks.exit_code(checks))
 
+
+app.command()(agent_cli.mcp)
+app.command()(agent_cli.integrate)
+app.add_typer(agent_cli.hook_app, name="hook")
 
 service_app = typer.Typer(
     help="Run memoryd as a user service (systemd on Linux, launchd on macOS).",

@@ -11,18 +11,31 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import socket
 from collections.abc import AsyncIterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
 from arq import ArqRedis
 
 from memoryd import jobs, queue
+from memoryd.agent import DEFAULT_BUDGET, Scope, resolve_scope
 from memoryd.config import Settings, config_file, default_transcripts
 from memoryd.errors import DaemonUnavailable, InvalidRequest
 from memoryd.export import read_jsonl, write_jsonl
-from memoryd.results import FileHistory, PinResult, SearchResult, SessionReplay
+from memoryd.results import (
+    FileHistory,
+    Forgotten,
+    PinResult,
+    ProjectInfo,
+    RecentActivity,
+    Record,
+    Remembered,
+    SearchResult,
+    SessionReplay,
+    Timeline,
+)
 
 NOT_RUNNING = (
     "memoryd is not running: start it with `memoryd service install` (a user service) "
@@ -49,12 +62,23 @@ class Client:
         limit: int = 10,
         project: str | None = None,
         as_of: datetime | None = None,
+        path: str | None = None,
+        language: str | None = None,
     ) -> list[SearchResult]:
-        """Hybrid search over what is valid now (or was valid `as_of`)."""
+        """Hybrid search over what is valid now (or was valid `as_of`). `path`: a glob over
+        paths within their project (`src/**/*.py`; without a `/`, the file name anywhere);
+        `language`: the chunker's language name (python, typescript, markdown...)."""
         if not query.strip():
             raise InvalidRequest("an empty query finds nothing")
         rows = await self._call(
-            jobs.SEARCH, query, limit, project, kind, as_of.isoformat() if as_of else None
+            jobs.SEARCH,
+            query,
+            limit,
+            project,
+            kind,
+            as_of.isoformat() if as_of else None,
+            path,
+            language,
         )
         return [SearchResult(**row) for row in rows]
 
@@ -78,6 +102,10 @@ class Client:
         waiting = await queue.enqueue_ingest(self.redis, paths, fresh=True)
         return [await queue.wait_for(job, self.settings.job_timeout_seconds) for job in waiting]
 
+    async def queue_ingest(self, paths: list[str]) -> None:
+        """Ingest transcript files soon, without waiting (a hook must not block the agent)."""
+        await queue.enqueue_ingest(self.redis, paths)
+
     async def maintenance(self, spec: jobs.JobSpec, dry_run: bool = False) -> dict[str, Any]:
         """Run decay, prune or reembed now (waiting for a scheduled run in progress)."""
         kwargs = {"dry_run": True} if dry_run and spec is jobs.PRUNE else {}
@@ -95,7 +123,8 @@ class Client:
 
     async def import_file(self, path: Path, batch: int = 500) -> dict[str, int]:
         """Load an export (plain or zstd) into this daemon's database, a batch of rows per
-        job; rows per table. Rows come without vectors: `reembed` gives them back."""
+        job, then the search indexes rebuilt; rows per table. Rows come without vectors:
+        `reembed` gives them back."""
         counts: dict[str, int] = {}
         for table, lines in itertools.groupby(read_jsonl(path), key=lambda line: line["table"]):
             rows = (line["row"] for line in lines)
@@ -104,12 +133,80 @@ class Client:
                 assert job is not None  # no job id given: never refused
                 done = await queue.wait_for(job, self.settings.job_timeout_seconds)
                 counts[str(table)] = counts.get(str(table), 0) + done
+        await self.reindex()  # the rows came in past the search indexes' writer
         return counts
 
     async def forget_scope(self, scope: str, value: str, dry_run: bool = False) -> dict[str, Any]:
         """Forget a session, project, path glob or everything before a time (see
         workers/privacy.py): rows removed per table (to remove, with `dry_run`)."""
         job = await queue.enqueue(self.redis, jobs.FORGET_SCOPE, scope, value, dry_run)
+        assert job is not None  # no job id given: never refused
+        result: dict[str, Any] = await queue.wait_for(job, self.settings.job_timeout_seconds)
+        return result
+
+    async def projects(self) -> list[ProjectInfo]:
+        """The watched projects."""
+        result: list[ProjectInfo] = await self._call(jobs.PROJECTS)
+        return result
+
+    async def scope(self, cwd: Path | None = None, project: str | None = None) -> Scope:
+        """The project a call is about: `project` (id, name, root or "all"), else the watched
+        project containing `cwd` (default: this process's working directory)."""
+        return resolve_scope(await self.projects(), cwd or Path.cwd(), project)
+
+    async def session_projects(self, session_ids: list[str]) -> dict[str, str | None]:
+        if not session_ids:
+            return {}
+        result: dict[str, str | None] = await self._call(jobs.SESSION_PROJECTS, session_ids)
+        return result
+
+    async def get(self, ids: list[str], max_chars: int = DEFAULT_BUDGET) -> list[Record]:
+        """Full records (code chunks with path and lines, memories with session and seq) by
+        the ids search returned, in order; together at most about `max_chars` of text."""
+        result: list[Record] = await self._call(jobs.GET, list(ids), max_chars)
+        return result
+
+    async def timeline(
+        self, anchor: str, before: int = 5, after: int = 5, max_chars: int = DEFAULT_BUDGET
+    ) -> Timeline:
+        """The events of a session around a memory (or a goal's prompt)."""
+        result: Timeline = await self._call(jobs.TIMELINE, anchor, before, after, max_chars)
+        return result
+
+    async def recent_activity(
+        self, project: str | None, since: datetime | None = None
+    ) -> RecentActivity:
+        """Sessions and goals active since `since` (default: 7 days ago) in a project (an id;
+        None: every project), the files they modified, failures not followed by a success."""
+        start = since or datetime.now(UTC) - timedelta(days=7)
+        result: RecentActivity = await self._call(jobs.RECENT_ACTIVITY, project, start.isoformat())
+        return result
+
+    async def remember(
+        self,
+        text: str,
+        kind: str = "note",
+        files: list[str] | None = None,
+        *,
+        cwd: Path | None = None,
+        project: str | None = None,
+    ) -> Remembered:
+        """Record an agent's decision, note or todo in the project's notes (pinned), linked to
+        the files it names. Relative paths are taken against `cwd` (default: this process's)."""
+        where = cwd or Path.cwd()
+        result: Remembered = await self._call(
+            jobs.REMEMBER, text, kind, list(files or []), str(where.resolve()), project
+        )
+        return result
+
+    async def forget(self, ids: list[str]) -> Forgotten:
+        """Delete memories (or goals) with their edges, from the database and every index."""
+        result: Forgotten = await self._call(jobs.FORGET, list(ids))
+        return result
+
+    async def reindex(self) -> dict[str, Any]:
+        """Rebuild the search indexes from the database; rows indexed per table."""
+        job = await queue.enqueue(self.redis, jobs.REINDEX)
         assert job is not None  # no job id given: never refused
         result: dict[str, Any] = await queue.wait_for(job, self.settings.job_timeout_seconds)
         return result
@@ -202,6 +299,18 @@ class _Pages:
         return rows
 
 
+def _accepts(path: Path) -> bool:
+    """Whether something listens on the private Redis's socket: a socket file left behind by
+    a daemon that died refuses at once, where the Redis client would retry for a second."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
 @contextlib.asynccontextmanager
 async def connect(settings: Settings, *, serve: bool = False) -> AsyncIterator[Client]:
     """A client of the running daemon. `serve` (one-shot CLI commands): when no daemon runs,
@@ -216,7 +325,7 @@ async def connect(settings: Settings, *, serve: bool = False) -> AsyncIterator[C
             await rt.serve_if_needed()
             yield Client(redis, settings)
         return
-    if settings.embedded_redis and not settings.redis_socket.exists():
+    if settings.embedded_redis and not _accepts(settings.redis_socket):
         raise DaemonUnavailable(NOT_RUNNING)
     redis = await queue.connect(settings.queue_url)
     try:

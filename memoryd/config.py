@@ -101,10 +101,13 @@ def default_data_dir() -> Path:
 
 
 def default_transcripts() -> dict[str, Path]:
-    """Where Claude Code and Codex CLI write their transcripts (honouring their env vars)."""
+    """Where Claude Code, Codex CLI and Gemini CLI write their transcripts (honouring their env
+    vars), per agent. aider writes its log into the repository it works in: watched
+    repositories only."""
     claude = Path(os.environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude") / "projects"
     codex = Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex") / "sessions"
-    return {"claude-code": claude, "codex": codex}
+    gemini = Path(os.environ.get("GEMINI_CLI_HOME") or Path.home()) / ".gemini" / "tmp"
+    return {"claude-code": claude, "codex": codex, "gemini": gemini}
 
 
 def _matches(path: str | Path, patterns: list[str]) -> bool:
@@ -189,6 +192,13 @@ class Settings(BaseSettings):
     maintenance_batch: int = Field(2000, ge=1)
     # Cron expressions per task; tasks not named keep their default schedule.
     maintenance_schedule: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_SCHEDULE))
+
+    # Agent hooks (memoryd/hooks.py): the most context one hook injects, how long it may take
+    # before it gives up and injects nothing, and how long a session's record of what was
+    # injected is kept after its last use.
+    hook_max_chars: int = Field(2000, ge=200, le=20000)
+    hook_timeout_seconds: float = Field(1.5, gt=0, le=30)
+    hook_state_days: float = Field(7.0, gt=0)
 
     @field_validator("half_life_days", mode="after")
     @classmethod

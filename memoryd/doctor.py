@@ -25,7 +25,7 @@ from memoryd.embedded import MAX_SOCKET_PATH, daemon_pid
 from memoryd.errors import MemorydError
 
 Level = Literal["ok", "warn", "fail"]
-CHECKS = ("data_dir", "redis", "database", "model", "repos", "transcripts", "inotify")
+CHECKS = ("data_dir", "redis", "database", "model", "repos", "transcripts", "inotify", "agents")
 _TIMEOUT = 20.0
 # Room for what else the user runs: editors, IDEs, file sync tools watch directories too.
 _WATCH_HEADROOM = 0.5
@@ -504,7 +504,69 @@ async def diagnose(settings: Settings, only: Sequence[str] | None = None) -> lis
     path_checks = {"repos", "transcripts", "inotify"} & set(wanted)
     if path_checks:
         checks += await asyncio.to_thread(check_paths, settings, sorted(path_checks))
+    if "agents" in wanted:
+        checks.append(await asyncio.to_thread(check_agents))
     return checks
+
+
+# A SessionStart as the clients send it, for asking a registered hook whether it answers.
+_PROBE = '{"session_id": "memoryd-doctor", "cwd": "/", "source": "startup"}'
+
+
+def check_agents() -> Check:
+    """What `memoryd integrate` registered: each command still exists, and each hook runs and
+    answers (exit 0, nothing or the JSON the clients read) within its time."""
+    import shlex
+    import subprocess
+
+    from memoryd import integrate
+
+    found, problems = [], []
+    for client in integrate.CLIENTS:
+        try:
+            commands = integrate.registered(client)
+        except MemorydError as exc:
+            problems.append(f"{client}: {exc}")
+            continue
+        if not commands:
+            continue
+        found.append(f"{client} ({len(commands)} entries)")
+        for argv in commands:
+            if not os.access(argv[0], os.X_OK):
+                problems.append(f"{client}: {argv[0]} is gone (memoryd moved or was reinstalled)")
+                continue
+            if "hook" not in argv:
+                continue
+            try:
+                done = subprocess.run(
+                    argv,
+                    input=_PROBE,
+                    capture_output=True,
+                    text=True,
+                    timeout=integrate.HOOK_TIMEOUT,
+                )
+            except subprocess.TimeoutExpired:
+                problems.append(f"{client}: `{shlex.join(argv)}` did not answer in time")
+                continue
+            if done.returncode != 0 or (
+                done.stdout.strip() and "hookSpecificOutput" not in done.stdout
+            ):
+                problems.append(
+                    f"{client}: `{shlex.join(argv)}` failed: {done.stderr.strip()[:200]}"
+                )
+    if problems:
+        return fail(
+            "agents",
+            "; ".join(problems),
+            "run `memoryd integrate <client>` again (or with --uninstall to remove it)",
+        )
+    if not found:
+        return warn(
+            "agents",
+            "no agent client has memoryd registered",
+            "memoryd integrate claude-code (or codex, gemini)",
+        )
+    return ok("agents", f"registered in {', '.join(found)}; every command runs, hooks answer")
 
 
 async def _start_queue(rt: Any, settings: Settings, checks: list[Check], report: bool) -> Any:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import io
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, Any, Protocol
 
 import zstandard
 
@@ -26,14 +26,23 @@ class _Rows(Protocol):
     ) -> list[dict[str, object]]: ...
 
 
-async def write_jsonl(store: _Rows, out: IO[bytes], tables: Sequence[str] | None = None) -> int:
-    """Every row of `tables` (all by default), a page at a time; returns the rows written."""
+async def write_jsonl(
+    store: _Rows,
+    out: IO[bytes],
+    tables: Sequence[str] | None = None,
+    clean: Callable[[str], str] | None = None,
+) -> int:
+    """Every row of `tables` (all by default), a page at a time; returns the rows written.
+    `clean` rewrites every string value on its way out (the redactor: no secret a database
+    may still hold from an earlier memoryd is copied into an export)."""
     written = 0
     for table in tables if tables is not None else await store.table_names():
         after: str | None = None
         while rows := await store.rows_after(table, after, _PAGE):
             for row in rows:
                 kept = {k: v for k, v in row.items() if k not in DERIVED_FIELDS}
+                if clean is not None:
+                    kept = _cleaned(kept, clean)
                 line = json.dumps({"table": table, "row": kept}, ensure_ascii=False)
                 out.write(line.encode() + b"\n")
             written += len(rows)
@@ -52,13 +61,23 @@ def read_jsonl(path: Path) -> Iterator[dict[str, object]]:
                 yield json.loads(line)
 
 
-async def write_backup(store: _Rows, path: Path) -> int:
+def _cleaned(value: Any, clean: Callable[[str], str]) -> Any:
+    if isinstance(value, str):
+        return clean(value)
+    if isinstance(value, dict):
+        return {k: _cleaned(v, clean) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_cleaned(v, clean) for v in value]
+    return value
+
+
+async def write_backup(store: _Rows, path: Path, clean: Callable[[str], str] | None = None) -> int:
     """A zstd-compressed export at `path` (0600, written under a temporary name and renamed,
     so a crash never leaves a half backup looking whole)."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as raw, zstandard.ZstdCompressor(level=3).stream_writer(raw) as out:
-        written = await write_jsonl(store, out)
+        written = await write_jsonl(store, out, clean=clean)
     os.replace(partial, path)
     return written

@@ -44,6 +44,7 @@ REEMBED = _work("reembed")
 IMPORT_ROWS = _work("import_rows")
 FORGET_SCOPE = _work("forget_scope")
 SKIP_TRANSCRIPTS = _work("skip_transcripts")
+REINDEX = _work("reindex")
 MAINTENANCE = {job.name: job for job in (DECAY, PRUNE, REEMBED)}
 
 SEARCH = _query("search")
@@ -55,6 +56,14 @@ SESSION = _query("session")
 PIN = _query("pin")
 EXPORT_TABLES = _query("export_tables")
 EXPORT_PAGE = _query("export_page")
+PROJECTS = _query("projects")
+SESSION_PROJECTS = _query("session_projects")
+GET = _query("get")
+TIMELINE = _query("timeline")
+RECENT_ACTIVITY = _query("recent_activity")
+# Agent-written memories are small and interactive: they run on the query queue.
+REMEMBER = _query("remember")
+FORGET = _query("forget")
 
 ALL = (
     INDEX_FILES,
@@ -62,6 +71,7 @@ ALL = (
     DECAY,
     PRUNE,
     REEMBED,
+    REINDEX,
     SEARCH,
     STATUS,
     REGISTER_PROJECT,
@@ -74,4 +84,11 @@ ALL = (
     SKIP_TRANSCRIPTS,
     EXPORT_TABLES,
     EXPORT_PAGE,
+    PROJECTS,
+    SESSION_PROJECTS,
+    GET,
+    TIMELINE,
+    RECENT_ACTIVITY,
+    REMEMBER,
+    FORGET,
 )

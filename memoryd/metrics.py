@@ -198,7 +198,9 @@ def observe_embed(count: int, seconds: float) -> None:
 
 
 def instrument_embedder(embedder: _Embedder) -> _Embedder:
-    """Time every `embed` call of this loaded model (idempotent)."""
+    """Time every `embed` call of this loaded model (idempotent), and name it as the model
+    served (also when a model already timed is served again, as the tests share one)."""
+    BUILD.info({"version": _version(), "model": embedder.model})
     if getattr(embedder.embed, "_memoryd_timed", False):
         return embedder
     plain = embedder.embed
@@ -212,7 +214,6 @@ def instrument_embedder(embedder: _Embedder) -> _Embedder:
 
     embed._memoryd_timed = True  # type: ignore[attr-defined]
     embedder.embed = embed  # type: ignore[method-assign]
-    BUILD.info({"version": _version(), "model": embedder.model})
     return embedder
 
 

@@ -2,11 +2,12 @@
 at every start, idempotent) and data steps (Python, run once each, resumable), numbered in one
 series. Other changes to stored data add a step here with the next number.
 
-Before the first data step that touches an existing database, the whole database is exported
-to `<data dir>/backups/` (memoryd/export.py); each data step's row counts before and after are
-compared (only the tables it declares may change) and recorded with it in `schema_version`. A
-database that has a step this memoryd does not know was written by a newer memoryd: it is
-refused with a clear message instead of being used half-understood.
+A new database records the data steps as done without running them (it holds nothing an
+earlier memoryd wrote). Before the first data step that touches an existing database, the
+whole database is exported to `<data dir>/backups/` (memoryd/export.py); each data step's row
+counts before and after are compared (only the tables it declares may change) and recorded
+with it in `schema_version`. A database that has a step this memoryd does not know was written
+by a newer memoryd: it is refused with a clear message instead of being used half-understood.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from memoryd.config import Settings
 from memoryd.errors import MemorydError
 from memoryd.export import write_backup
 from memoryd.store import SCHEMA_DIR, Store
@@ -35,7 +37,7 @@ class DataStep:
 
     number: int
     name: str
-    run: Callable[[Store], Awaitable[None]]
+    run: Callable[[Store, Settings], Awaitable[None]]
     changes: tuple[str, ...]
 
     @property
@@ -43,8 +45,61 @@ class DataStep:
         return f"{self.number:03d}_{self.name}"
 
 
+_PAGE = 500
+# The database engine merges its table files on every fourth reopen or so; the old versions of
+# rewritten rows (secrets, in the scrub) are gone from disk only after such a merge.
+_REOPENS_TO_MERGE = 5
+
+
+async def _scrub_secrets(store: Store, settings: Settings) -> None:
+    """Redact, with today's detector, what an earlier memoryd stored raw: code chunks of each
+    file and memories of each session in the order they were written (a value found once is
+    redacted wherever it comes again there), then every other table with stored text. Their
+    vectors were computed from the secrets: they are dropped and reembed computes them again.
+    Code chunks of files that `secret_files` keeps out now are deleted; files with a changed
+    chunk are read again at the next reconcile. Resumable: scrubbing scrubbed rows changes
+    nothing."""
+    from workers.redact import SCRUB_FIELDS, scrub_rows
+
+    globs = settings.secret_files
+    for project, path in await store.chunk_files():
+        done = scrub_rows("code_chunk", await store.file_chunks_plain(project, path), globs)
+        await store.patch_rows("code_chunk", done.updates)
+        await store.delete_rows("code_chunk", [str(key) for key in done.deletes])
+        await store.forget_file_states((project, p) for _, p in done.reindex)
+    for session in await store.session_keys():
+        done = scrub_rows("memory", await store.session_memories_plain(session), globs)
+        await store.patch_rows("memory", done.updates)
+    for table in SCRUB_FIELDS:
+        if table in ("code_chunk", "memory") or table not in await store.table_names():
+            continue
+        after: str | None = None
+        while rows := await store.rows_after(table, after, _PAGE):
+            await store.patch_rows(table, scrub_rows(table, rows, globs).updates)
+            after = str(rows[-1]["id"])
+    for _ in range(_REOPENS_TO_MERGE):
+        await store.reopen()
+
+
+# SurrealDB's own search indexes, which an earlier memoryd defined and searched with. They
+# grew linearly with the rows (seconds per query at 100k) and the full-text one alone was most
+# of the table data; search runs on the derived indexes now (memoryd/searchindex).
+_SURREAL_SEARCH_INDEXES = {
+    "code_chunk": ("code_chunk_vec", "code_chunk_text"),
+    "memory": ("memory_vec", "memory_text"),
+    "goal": ("goal_vec", "goal_text"),
+}
+
+
+async def _drop_search_indexes(store: Store, _: Settings) -> None:
+    await store.drop_indexes(_SURREAL_SEARCH_INDEXES)
+
+
 # The data steps, in number order; numbers are shared with the schema files.
-DATA_STEPS: tuple[DataStep, ...] = ()
+DATA_STEPS: tuple[DataStep, ...] = (
+    DataStep(4, "scrub_secrets", _scrub_secrets, changes=("code_chunk", "defined_in")),
+    DataStep(5, "drop_search_indexes", _drop_search_indexes, changes=()),
+)
 
 
 def schema_files(schema_dir: Path = SCHEMA_DIR) -> list[Path]:
@@ -58,7 +113,7 @@ def _number(step: str) -> int | None:
 
 async def migrate(
     store: Store,
-    dim: int,
+    settings: Settings,
     backup_dir: Path | None,
     data_steps: tuple[DataStep, ...] = DATA_STEPS,
     schema_dir: Path = SCHEMA_DIR,
@@ -75,15 +130,13 @@ async def migrate(
             f"this memoryd knows up to {newest:03d}): upgrade memoryd, or use another data dir"
         )
     existing = bool(applied)
-    if existing:
-        await store.fit_vector_indexes(dim)
     steps: list[tuple[int, Path | DataStep]] = [(int(p.stem[:3]), p) for p in files]
     steps += [(step.number, step) for step in data_steps]
     recorded: list[str] = []
     backed_up = False
     for _, step in sorted(steps, key=lambda s: s[0]):
         if isinstance(step, Path):
-            text = step.read_text().replace("{{dim}}", str(dim))
+            text = step.read_text()
             checksum = hashlib.sha256(text.encode()).hexdigest()
             await store.apply_schema_text(text)
             if applied.get(step.stem) != checksum:
@@ -92,25 +145,33 @@ async def migrate(
             continue
         if step.step in applied:
             continue
-        if existing and backup_dir is not None and not backed_up:
+        if not existing:
+            # A new database is made at today's schema: nothing stored earlier to change.
+            await store.record_step(step.step, step.step, "data", {})
+            recorded.append(step.step)
+            continue
+        if backup_dir is not None and not backed_up:
             await _backup(store, backup_dir, step)
             backed_up = True
-        await _run_data_step(store, step)
+        await _run_data_step(store, settings, step)
         recorded.append(step.step)
     return recorded
 
 
 async def _backup(store: Store, backup_dir: Path, step: DataStep) -> None:
+    from workers.redact import redact  # a pure stage: memoryd only runs it here
+
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     path = backup_dir / f"before-{step.step}-{stamp}.jsonl.zst"
-    rows = await write_backup(store, path)
+    # A database from an earlier memoryd may hold secrets stored raw: the copy never does.
+    rows = await write_backup(store, path, clean=redact)
     log.info("before migration %s: %d rows exported to %s", step.step, rows, path)
 
 
-async def _run_data_step(store: Store, step: DataStep) -> None:
+async def _run_data_step(store: Store, settings: Settings, step: DataStep) -> None:
     before = await store.table_counts()
     log.info("migration %s: running", step.step)
-    await step.run(store)
+    await step.run(store, settings)
     after = await store.table_counts()
     changed = {t for t in set(before) | set(after) if before.get(t, 0) != after.get(t, 0)} - set(
         step.changes

@@ -29,8 +29,8 @@ class SearchResult:
         return {k: v for k, v in asdict(self).items() if v is not None or k in _ALWAYS}
 
     def line(self) -> str:
-        """The CLI's plain output: `path:start-end  score  name` for code."""
-        if self.kind == "code":
+        """The CLI's plain output: `path:start-end  score  name` for code and docs."""
+        if self.path is not None:
             where = f"{self.path}:{self.start_line}-{self.end_line}"
             return f"{where}  {self.score:.4f}  {self.name or '-'}"
         where = self.session if self.seq is None else f"{self.session}#{self.seq}"
@@ -132,3 +132,117 @@ class SessionReplay(SessionSummary, total=False):
 class PinResult(TypedDict):
     memory: str
     pinned: bool
+
+
+class Record(TypedDict, total=False):
+    """`get`: one full record. ``id`` is qualified (`code:…`, `memory:…`, `goal:…`). Code:
+    project, path, the lines shown (``start_line``-``end_line``) and the chunk's own last line
+    ``chunk_end_line``; memory and goal: session and seq. ``truncated``: the text was cut to
+    the size budget (whole lines for code)."""
+
+    id: str
+    kind: str
+    project: str | None
+    path: str | None
+    language: str | None
+    name: str | None
+    start_line: int | None
+    end_line: int | None
+    chunk_end_line: int | None
+    session: str | None
+    seq: int | None
+    tool: str | None
+    event_time: str | None
+    pinned: bool | None
+    valid: bool
+    text: str
+    truncated: bool
+
+
+class TimelineEvent(TypedDict):
+    id: str
+    seq: int
+    kind: str
+    tool: str | None
+    event_time: str | None
+    text: str
+
+
+class Timeline(TypedDict):
+    """`timeline`: the memories of one session around an anchor, in file order."""
+
+    session: str
+    project: str | None
+    anchor: str
+    anchor_seq: int
+    events: list[TimelineEvent]
+
+
+class RecentSession(TypedDict):
+    session: str
+    agent: str | None
+    project: str | None
+    git_branch: str | None
+    started_at: str | None
+    ended_at: str | None
+    goals: list[str]
+
+
+class FileChange(TypedDict):
+    file: str
+    project: str | None
+    edits: int
+    last_at: str | None
+    last_session: str
+
+
+class OpenFailure(TypedDict):
+    """An action that failed and was not followed, later in the window, by a success of an
+    action on the same target (the same command, the same file)."""
+
+    verb: str
+    target: str
+    target_kind: str | None
+    tool: str | None
+    exit_code: int | None
+    message: str | None
+    detail: str | None
+    event_time: str | None
+    session: str
+    seq: int | None
+
+
+class Note(TypedDict):
+    id: str
+    kind: str
+    text: str
+    event_time: str | None
+
+
+class RecentActivity(TypedDict):
+    project: str | None
+    since: str
+    sessions: list[RecentSession]
+    files: list[FileChange]
+    failures: list[OpenFailure]
+    notes: list[Note]
+
+
+class Remembered(TypedDict):
+    id: str
+    session: str
+    seq: int
+    kind: str
+    pinned: bool
+    files: list[str]
+
+
+class Forgotten(TypedDict):
+    ids: list[str]
+    removed: dict[str, int]
+
+
+class ProjectInfo(TypedDict):
+    id: str
+    name: str
+    root: str

@@ -27,6 +27,7 @@ from memoryd.embedded import (
 )
 from memoryd.embedding import Embedder
 from memoryd.errors import MemorydError
+from memoryd.indexsync import IndexSync
 from memoryd.liveness import HeldLock
 from memoryd.migrate import migrate
 from memoryd.store import Store
@@ -35,12 +36,16 @@ log = logging.getLogger(__name__)
 
 
 class Runtime:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, embedder: Embedder | None = None) -> None:
+        """`embedder`: a model already loaded (the tests share one); `serve` loads it otherwise."""
+        if embedder is not None and embedder.model != settings.model:
+            raise ValueError(f"embedder runs {embedder.model}, settings say {settings.model}")
         self.settings = settings
         self.redis_service: EmbeddedRedis | None = None
         self.redis: ArqRedis | None = None
         self.store: Store | None = None
-        self.embedder: Embedder | None = None
+        self.embedder = embedder
+        self.search: IndexSync | None = None
         self.workers: list[Worker] = []
         self._tasks: list[asyncio.Task[Any]] = []
         self._daemon_lock: HeldLock | None = None
@@ -91,18 +96,25 @@ class Runtime:
             s.surreal_password,
             reopen_bytes=s.db_reopen_mb << 20,
         )
-        self.embedder = await asyncio.to_thread(
-            Embedder, s.model, s.data_dir / "models", s.embed_batch_size
-        )
+        if self.embedder is None:
+            self.embedder = await asyncio.to_thread(
+                Embedder, s.model, s.data_dir / "models", s.embed_batch_size
+            )
         metrics.instrument_embedder(self.embedder)  # embed throughput; counting costs ~nothing
-        applied = await migrate(self.store, self.embedder.dim, s.data_dir / "backups")
+        applied = await migrate(self.store, s, s.data_dir / "backups")
         if applied:
             log.info("schema applied: %s", ", ".join(applied))
+        self.search = await IndexSync.open(self.store, s.data_dir, self.embedder.model)
         # Imported here: memoryd depends on workers only where it starts one.
         from workers.context import JobContext
         from workers.registry import build_workers
 
-        ctx: JobContext = {"store": self.store, "embedder": self.embedder, "settings": s}
+        ctx: JobContext = {
+            "store": self.store,
+            "embedder": self.embedder,
+            "search": self.search,
+            "settings": s,
+        }
         self.workers = build_workers(
             ctx, queue.redis_settings(self.settings.queue_url), s, scheduled
         )
@@ -173,6 +185,9 @@ class Runtime:
         if self._worker_lock is not None:
             self._worker_lock.release(remove=True)
             self._worker_lock = None
+        if self.search is not None:
+            await self.search.close()
+            self.search = None
         if self.store is not None:
             await self.store.close()
             self.store = None

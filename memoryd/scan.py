@@ -213,13 +213,11 @@ def secret_file(rel_path: str, globs: Sequence[str]) -> str | None:
     return f"{SECRET_FILE} (secret_files: {glob})"
 
 
-def _dir_wanted(root: Path, rel_dir: str) -> bool:
-    """A directory and every directory above it are neither ignored nor gitignored."""
-    parts = rel_dir.split("/")
-    return not any(
-        parts[i] in IGNORED_DIRS or gitignored(root, "/".join(parts[: i + 1]), is_dir=True)
-        for i in range(len(parts))
-    )
+def _git_ignored_listing(root: Path) -> set[str] | None:
+    """Everything git ignores in the tree, in one `git ls-files` (an ignored directory as
+    `dir/`, not file by file); None when git cannot answer."""
+    out = _git(root, "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory")
+    return None if out is None else set(_split_z(out))
 
 
 def _log_walk_error(exc: OSError) -> None:
@@ -228,49 +226,39 @@ def _log_walk_error(exc: OSError) -> None:
 
 def walk(root: Path, under: str = "") -> Iterator[str]:
     """Relative paths of the files under root (or under its subdirectory `under`) worth
-    indexing. In a git working tree, what git lists (tracked files, and untracked ones it
-    does not ignore), less the built-in list. Everything that is not a directory is listed,
-    symlinks to nowhere and special files included: the index job skips those with a reason."""
+    indexing, pruning ignored directories early. What is ignored: in a git working tree what
+    git ignores (asked once per walk), elsewhere the .gitignore files read with pathspec; and
+    the built-in list. Everything that is not a directory is listed, symlinks to nowhere and
+    special files included: the index job skips those with a reason."""
     root = root.resolve()
     under = under.strip("/")
-    if is_git_tree(root):
-        spec = ["--", under] if under else []
-        out = _git(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard", *spec)
-        if out is not None:
-            # A nested repository git does not descend into is listed as "dir/": not a file.
-            listed = sorted({p for p in _split_z(out) if not p.endswith("/")})
-            for rel in listed:
-                if not valid_name(rel):
-                    log.warning("skip %r: the file name is not valid UTF-8", rel)
-                elif not ignored_by_name(rel):
-                    yield rel
-            return
-    yield from _walk_plain(root, under)
+    listing = _git_ignored_listing(root) if is_git_tree(root) else None
 
+    def ignored(rel: str, is_dir: bool) -> bool:
+        if listing is None:
+            return gitignored(root, rel, is_dir)
+        return (rel + "/" if is_dir else rel) in listing
 
-def _walk_plain(root: Path, under: str) -> Iterator[str]:
-    """A directory that is not a git working tree: its .gitignore files, read with pathspec,
-    pruning ignored directories early."""
-    if under and not _dir_wanted(root, under):
+    parts = under.split("/") if under else []
+    if any(
+        parts[i] in IGNORED_DIRS or ignored("/".join(parts[: i + 1]), True)
+        for i in range(len(parts))
+    ):
         return
     start = root / under if under else root
     for current, dirs, files in os.walk(start, followlinks=False, onerror=_log_walk_error):
-        base = Path(current)
-        rel_base = base.relative_to(root).as_posix()
+        rel_base = Path(current).relative_to(root).as_posix()
         prefix = "" if rel_base == "." else rel_base + "/"
         dirs[:] = sorted(
             d
             for d in dirs
-            if d not in IGNORED_DIRS
-            and valid_name(d)
-            and not gitignored(root, prefix + d, is_dir=True)
+            if d not in IGNORED_DIRS and valid_name(d) and not ignored(prefix + d, True)
         )
         for name in sorted(files):
             rel = prefix + name
             if not valid_name(rel):
                 log.warning("skip %r: the file name is not valid UTF-8", rel)
-                continue
-            if not ignored_by_name(rel) and not gitignored(root, rel):
+            elif not ignored_by_name(rel) and not ignored(rel, False):
                 yield rel
 
 

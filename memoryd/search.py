@@ -1,53 +1,20 @@
-"""Hybrid search: vector k-NN + BM25, fused with reciprocal rank fusion, over what is valid now."""
+"""Hybrid search: BM25 and vector k-NN over the derived search indexes (memoryd.searchindex),
+fused by reciprocal rank, over what is valid now or was valid at a past time."""
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from memoryd.embedding import Embedder
 from memoryd.errors import InvalidRequest, NotFound
 from memoryd.results import SearchResult
-from memoryd.store import Store, key_of
+from memoryd.searchindex import Filters, Hit, SearchIndex, micros
+from memoryd.store import Store
+from memoryd.vocabulary import SEARCH_KINDS_BY_NAME
 
-
-@dataclass(frozen=True, slots=True)
-class Kind:
-    table: str
-    text_field: str
-    fields: tuple[str, ...]
-    valid_now: bool
-
-
-KINDS = {
-    "code": Kind(
-        "code_chunk",
-        "content",
-        ("path", "start_line", "end_line", "name", "parent_name", "chunk_type", "project"),
-        True,
-    ),
-    "memory": Kind("memory", "content", ("session", "seq", "kind", "content", "tool"), True),
-    "goal": Kind("goal", "intent", ("session", "intent"), False),
-}
-# Characters of a memory or goal shown in a result.
-SNIPPET_CHARS = 160
-# English function words: in an OR query each one matches most rows, and the full-text scan
-# costs time per matching row (7x on a question like "how do we retry the connection").
-_STOPWORDS = frozenset(
-    "a about an and are as at be been but by can could did do does for from had has have how "
-    "i if in into is it its me my no not of on or our so than that the their them then there "
-    "these they this those to us was we were what when where which while who why will with "
-    "would you your".split()
-)
-
-
-def keywords(query: str) -> str:
-    """The query for BM25: its words minus function words (all of them if nothing is left)."""
-    words = query.split()
-    kept = [w for w in words if w.lower().strip("?!.,;:'\"") not in _STOPWORDS]
-    return " ".join(kept or words)
+# Kinds whose rows belong to a project (code chunks); the others are found by session.
+_PROJECT_KINDS = frozenset(k.name for k in SEARCH_KINDS_BY_NAME.values() if k.table == "code_chunk")
 
 
 async def resolve_project(store: Store, given: str) -> str:
@@ -65,62 +32,59 @@ async def resolve_project(store: Store, given: str) -> str:
 async def search(
     store: Store,
     embedder: Embedder,
+    index: SearchIndex,
     query: str,
     *,
     limit: int = 10,
     project: str | None = None,
     kind: str = "code",
     as_of: datetime | None = None,
+    path: str | None = None,
+    language: str | None = None,
 ) -> list[SearchResult]:
-    """Hybrid search over what is valid now, or over what was valid `as_of` a past time."""
-    spec = KINDS.get(kind)
-    if spec is None:
-        raise InvalidRequest(f"unknown kind {kind!r}; choose from {', '.join(KINDS)}")
+    """Hybrid search over what is valid now, or over what was valid `as_of` a past time.
+    `path` is a glob over paths within their project (`*` stays in a directory, `**` does not;
+    without a `/` it matches the file name anywhere)."""
+    if kind not in SEARCH_KINDS_BY_NAME:
+        raise InvalidRequest(
+            f"unknown kind {kind!r}; choose from {', '.join(SEARCH_KINDS_BY_NAME)}"
+        )
+    if kind not in _PROJECT_KINDS and (project, path, language) != (None, None, None):
+        raise InvalidRequest("--project, --path and --language apply to code and docs search")
+    filters = Filters(
+        kinds=(kind,),
+        project=await resolve_project(store, project) if project is not None else None,
+        path=path,
+        language=language,
+        as_of=micros(as_of) if as_of else None,
+    )
     [vector] = await asyncio.to_thread(embedder.embed, [query])
-    # Only vectors of the configured model are compared: never two models in one k-NN.
-    filters: dict[str, Any] = (
-        {"valid_at": as_of} if as_of and spec.valid_now else {"valid_now": spec.valid_now}
-    )
-    if project is not None:
-        if kind != "code":
-            raise InvalidRequest("--project applies to code search")
-        filters["project"] = await resolve_project(store, project)
-    hits = await store.hybrid_search(
-        spec.table,
-        spec.text_field,
-        vector,
-        keywords(query),
-        limit,
-        filters,
-        spec.fields,
-        embedder.model,
-    )
+    hits = await asyncio.to_thread(index.hybrid, query, vector, embedder.model, filters, limit)
     if kind == "memory":
         await store.bump_access("memory", [hit.id for hit in hits], datetime.now(UTC))
-    return [_result(kind, hit.id, round(hit.score, 6), hit.fields) for hit in hits]
+    return [_result(hit) for hit in hits]
 
 
-def _result(kind: str, id_: str, score: float, f: dict[str, Any]) -> SearchResult:
-    if kind == "code":
-        name, parent = f.get("name"), f.get("parent_name")
+def _result(hit: Hit) -> SearchResult:
+    f = hit.fields
+    if hit.table == "code_chunk":
+        name, parent = hit.name, hit.parent_name
         return SearchResult(
-            kind,
-            id_,
-            score,
-            project=key_of(f["project"]) if f.get("project") else None,
-            path=f.get("path"),
+            hit.kind,
+            hit.id,
+            hit.score,
+            project=hit.project,
+            path=hit.path,
             start_line=f.get("start_line"),
             end_line=f.get("end_line"),
             name=f"{parent}.{name}" if name and parent else name or parent,
         )
-    text = f.get("content") if kind == "memory" else f.get("intent")
-    snippet = " ".join((text or "").split())[:SNIPPET_CHARS]
     return SearchResult(
-        kind,
-        id_,
-        score,
-        session=key_of(f["session"]) if f.get("session") else None,
+        hit.kind,
+        hit.id,
+        hit.score,
+        session=f.get("session"),
         seq=f.get("seq"),
         name=f.get("kind") or "goal",
-        text=snippet,
+        text=f.get("snippet"),
     )

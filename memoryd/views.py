@@ -55,7 +55,7 @@ async def history(
     for row in await store.session_rows(list(by_session)):
         doc = _session_doc(row)
         doc["actions"] = sorted(by_session[doc["session"]], key=lambda a: a["seq"])
-        doc["errors"] = [plain(e) for e in await store.session_errors(doc["session"])]
+        doc["errors"] = distinct_errors(await store.session_errors(doc["session"]))
         sessions.append(doc)
     sessions.sort(key=lambda d: max(a["event_time"] or "" for a in d["actions"]), reverse=True)
     chunks = (
@@ -108,7 +108,12 @@ async def session(store: Store, given: str) -> dict[str, Any]:
         event["text"] = content if len(content) <= REPLAY_CHARS else content[:REPLAY_CHARS] + "…"
         events.append(event)
     doc["events"] = events
-    doc["errors"] = [plain(e) for e in await store.session_errors(session_id)]
+    doc["errors"] = distinct_errors(await store.session_errors(session_id))
+    shown = {e["signature"]: e["message"] for e in doc["errors"]}
+    for event in events:
+        for edge in event["edges"]:
+            if edge["verb"] == "TRIGGERED":  # the failure as it appeared, not its hash
+                edge["target"] = shown.get(edge["target"], edge["target"])
     doc["subagents"] = [
         {"session": e["target"], "description": e.get("detail"), "seq": ev["seq"]}
         for ev in events
@@ -116,6 +121,19 @@ async def session(store: Store, given: str) -> dict[str, Any]:
         if e["verb"] == SPAWNED.name
     ]
     return doc
+
+
+def distinct_errors(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A session's failures once each (in order of first sighting, rows come by seq): the
+    first occurrence's fields, ``message`` as it first appeared, and ``count``."""
+    out: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        known = out.get(row["signature"])
+        if known is None:
+            out[row["signature"]] = {**plain(row), "count": 1}
+        else:
+            known["count"] += 1
+    return list(out.values())
 
 
 def edge_counts(events: Iterable[dict[str, Any]]) -> dict[str, int]:

@@ -137,6 +137,7 @@ class SearchKind:
 
 SEARCH_KINDS = (
     SearchKind("code", "code_chunk", "source code chunks (functions, classes, blocks)"),
+    SearchKind("docs", "code_chunk", "prose files: docs, readmes and changelogs"),
     SearchKind("memory", "memory", "what happened in sessions: prompts, messages, tool calls"),
     SearchKind("goal", "goal", "what users asked agents to do"),
 )

@@ -17,7 +17,8 @@ import pytest_asyncio
 from arq import ArqRedis
 
 from memoryd import queue
-from memoryd.config import Settings, load_settings
+from memoryd.config import DEFAULT_MODEL, Settings, load_settings
+from memoryd.embedding import Embedder
 from memoryd.runtime import Runtime
 
 VENV_BIN = Path(sys.executable).parent
@@ -29,10 +30,18 @@ def site_package(name: str) -> Path:
     return Path(module.__file__).parent
 
 
-@pytest.fixture
-def data_dir() -> Iterator[Path]:
-    # Short path under /tmp: the Redis unix socket path must stay under 108 bytes.
+@pytest.fixture(scope="session")
+def short_tmp() -> Iterator[Path]:
+    """The session's folder for data dirs, removed at its end (with anything a killed process
+    left behind). Short, under /tmp: the Redis unix socket path must stay under 108 bytes."""
     path = Path(tempfile.mkdtemp(prefix="md-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def data_dir(short_tmp: Path) -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(dir=short_tmp))
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
@@ -77,10 +86,18 @@ def settings_for(data_dir: Path, **extra: object) -> Settings:
     return load_settings(data_dir=data_dir, **extra)
 
 
+@pytest.fixture(scope="session")
+def embedder(tmp_path_factory: pytest.TempPathFactory) -> Embedder:
+    """The default model, loaded once for the session: loading it is most of a runtime's
+    start-up. A runtime takes it when its settings name the default model."""
+    batch = Settings.model_fields["embed_batch_size"].default
+    return Embedder(DEFAULT_MODEL, tmp_path_factory.mktemp("models"), batch)
+
+
 @pytest_asyncio.fixture
-async def stack(data_dir: Path) -> AsyncIterator[Runtime]:
+async def stack(data_dir: Path, embedder: Embedder) -> AsyncIterator[Runtime]:
     """The embedded defaults, serving in this process: private Redis, SurrealKV, real model."""
-    rt = Runtime(settings_for(data_dir))
+    rt = Runtime(settings_for(data_dir), embedder)
     try:
         await rt.start_queue(exclusive=True)
         await rt.serve()
@@ -177,3 +194,16 @@ async def settle(
         elif time.monotonic() > deadline:
             pytest.fail("the queue or the watcher never went idle")
         await asyncio.sleep(0.1)
+
+
+def orphaned_by(dump: dict[str, list[dict]], doomed: set[tuple[str, str]]) -> set[str]:
+    """Entities left with no edge once the `doomed` rows (table, key) are gone."""
+    from memoryd.vocabulary import EDGES
+
+    kept: set[str] = set()
+    for table in (edge.table for edge in EDGES):
+        for edge in dump.get(table, []):
+            source = (edge["in"].table_name, str(edge["in"].id))
+            if edge["out"].table_name == "entity" and source not in doomed:
+                kept.add(str(edge["out"].id))
+    return {str(row["id"].id) for row in dump["entity"]} - kept

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -12,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from memoryd import queue
 from memoryd.embedded import socket_alive
-from tests.conftest import MEMORYD
+from tests.conftest import MEMORYD, wait_for_workers
+
+pytestmark = pytest.mark.e2e
 
 
 def memoryd(
@@ -149,6 +153,19 @@ def test_error_messages_and_exit_codes(data_dir: Path, tmp_path: Path) -> None:
     not_dir = memoryd("index", str(a_file), "--data-dir", str(data_dir))
     assert not_dir.returncode == 1 and "is not a directory" in not_dir.stderr
 
+    # A transcript that is not there fails before anything is ingested, even beside one that is.
+    transcript = tmp_path / "session.jsonl"
+    transcript.write_text("{}\n")
+    gone = tmp_path / "gone.jsonl"
+    no_file = memoryd("ingest", str(transcript), str(gone), "--data-dir", str(data_dir))
+    assert no_file.returncode == 1 and f"{gone} does not exist" in no_file.stderr
+    assert not (data_dir / "db").exists()  # no database was even opened
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    no_transcripts = memoryd("ingest", str(empty), "--data-dir", str(data_dir))
+    assert no_transcripts.returncode == 1
+    assert "no transcript files (*.jsonl, *.jsonl.zst) found" in no_transcripts.stderr
+
     unreachable = memoryd(
         "status", "--data-dir", str(data_dir), "--redis-url", "redis://127.0.0.1:1/0"
     )
@@ -175,6 +192,15 @@ async def test_locked_database_says_so(data_dir: Path) -> None:
         await holder.close()
 
 
+async def _worker_announced(socket: Path) -> None:
+    """Until the worker, its model loaded, has put its heartbeat into its Redis."""
+    redis = await queue.connect(f"unix://{socket}")
+    try:
+        await wait_for_workers(redis, 1, 120)
+    finally:
+        await redis.aclose()
+
+
 def test_worker_and_watcher_as_separate_processes(
     data_dir: Path, arq_tree: Path, tmp_path: Path
 ) -> None:
@@ -191,11 +217,12 @@ def test_worker_and_watcher_as_separate_processes(
     )
     watcher = None
     try:
+        socket = data_dir / "redis" / "redis.sock"
         deadline = time.monotonic() + 60
-        while not socket_alive(data_dir / "redis" / "redis.sock"):
+        while not socket_alive(socket):
             assert time.monotonic() < deadline, "worker did not start its Redis"
             time.sleep(0.2)
-        time.sleep(2)  # the worker loads the model and announces itself
+        asyncio.run(_worker_announced(socket))
         watcher = subprocess.Popen(
             [MEMORYD, "watch", "--data-dir", str(data_dir), "--repo", str(repo)],
             stdout=subprocess.PIPE,

@@ -31,6 +31,7 @@ def test_importing_the_client_loads_neither_the_model_nor_the_database() -> None
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.e2e
 async def test_typed_results_and_errors_through_the_queue(stack: Runtime, arq_tree: Path) -> None:
     assert stack.redis is not None
     for job, _ in await projects.sync(stack.redis, projects.resolve(arq_tree), 32):

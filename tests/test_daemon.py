@@ -19,6 +19,8 @@ from memoryd.runtime import Runtime
 from memoryd.store import Store
 from tests.conftest import MEMORYD, git_init, site_package
 
+pytestmark = pytest.mark.e2e
+
 
 def _status(data_dir: Path) -> dict | None:
     done = subprocess.run(

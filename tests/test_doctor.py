@@ -15,6 +15,7 @@ import pytest
 from memoryd import doctor
 from memoryd.config import Settings
 from memoryd.embedded import socket_alive
+from memoryd.embedding import Embedder
 from memoryd.errors import MemorydError
 from memoryd.runtime import Runtime
 from memoryd.store import Store
@@ -35,13 +36,19 @@ def small_repo(path: Path) -> Path:
     return path
 
 
-async def test_a_healthy_setup_with_no_daemon(data_dir: Path, tmp_path: Path) -> None:
+async def test_a_healthy_setup_with_no_daemon(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No agent client configured in this home: the agents check says how to register one.
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for variable in ("CLAUDE_CONFIG_DIR", "CODEX_HOME"):
+        monkeypatch.delenv(variable, raising=False)
     repo = small_repo(tmp_path / "repo")
     transcripts = tmp_path / "transcripts"
     transcripts.mkdir()
     settings = settings_for(data_dir, extra_repos=[repo], transcripts=[transcripts])
     checks = await doctor.diagnose(settings)
-    assert [c.level for c in checks] == ["ok"] * len(checks), doctor.render(checks)
+    assert [c.level for c in checks] == ["ok"] * (len(checks) - 1) + ["warn"], doctor.render(checks)
     found = by_name(checks)
     assert list(found) == [
         "data_dir",
@@ -51,7 +58,9 @@ async def test_a_healthy_setup_with_no_daemon(data_dir: Path, tmp_path: Path) ->
         "repos",
         "transcripts",
         "inotify",
+        "agents",
     ]
+    assert found["agents"][0].summary == "no agent client has memoryd registered"
     assert "started for this check" in found["redis"][0].summary
     assert "created at first start" in found["database"][0].summary
     assert "384 dims" in found["model"][0].summary
@@ -100,8 +109,10 @@ async def test_a_locked_database_with_nobody_serving_says_what_to_do(data_dir: P
     assert doctor.exit_code(checks) == 1
 
 
-async def test_an_existing_database_opens_and_reports_its_schema(data_dir: Path) -> None:
-    rt = Runtime(settings_for(data_dir))
+async def test_an_existing_database_opens_and_reports_its_schema(
+    data_dir: Path, embedder: Embedder
+) -> None:
+    rt = Runtime(settings_for(data_dir), embedder)
     try:
         await rt.start_queue(exclusive=True)
         await rt.serve()  # creates and migrates the database, then goes away

@@ -6,9 +6,13 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from memoryd import jobs, projects, queue
 from memoryd.runtime import Runtime
 from memoryd.store import key_of
+
+pytestmark = pytest.mark.e2e
 
 
 def _def_line(path: Path, pattern: str) -> int:

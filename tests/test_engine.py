@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from memoryd import jobs, queue
+from memoryd.embedding import Embedder
 from memoryd.runtime import Runtime
 from memoryd.store import connection as engine
 from tests.conftest import settings_for
-from tests.test_ingest import S37
+from tests.fixtures import S37
 
 
-async def test_reopening_under_load_loses_nothing(data_dir: Path) -> None:
-    rt = Runtime(settings_for(data_dir, transcripts=[]))
+@pytest.mark.e2e
+async def test_reopening_under_load_loses_nothing(data_dir: Path, embedder: Embedder) -> None:
+    rt = Runtime(settings_for(data_dir, transcripts=[]), embedder)
     try:
         redis = await rt.start_queue(exclusive=True)
         await rt.serve(scheduled=False)

@@ -35,13 +35,19 @@ PROJECTS = [("app", "/home/u/app"), ("lib", "/home/u/app/vendor/lib")]
         ("/home/u/application/x.py", None, "/home/u/application/x.py"),  # prefix ≠ inside
         ("/tmp/x.py", "/home/u/app", "/tmp/x.py"),
         ("notes.md", None, "notes.md"),
-        ("~/.claude/CLAUDE.md", "/home/u/app", "~/.claude/CLAUDE.md"),
     ],
 )
 def test_file_keys(path: str, cwd: str | None, key: str) -> None:
     entity = canonical_file(path, cwd, PROJECTS)
     assert entity is not None
     assert entity.key == key and entity.raw == path and entity.kind == "file"
+
+
+def test_a_tilde_is_expanded_with_the_home_or_names_no_file() -> None:
+    e = canonical_file("~/.claude/CLAUDE.md", "/home/u/app", PROJECTS, home="/home/u")
+    assert e is not None and (e.key, e.raw) == ("/home/u/.claude/CLAUDE.md", "~/.claude/CLAUDE.md")
+    assert canonical_file("~/.claude/CLAUDE.md", "/home/u/app", PROJECTS) is None
+    assert canonical_file("~bob/x.txt", "/home/u/app", PROJECTS, home="/home/u") is None
 
 
 def test_file_entity_keeps_project_and_name() -> None:
@@ -179,7 +185,11 @@ def test_same_failure_twice_same_key_despite_numbers_paths_and_ids() -> None:
         "request 11111111-2222-4333-8444-555555555555 id cafebabe9876"
     )
     assert a.key == b.key and a.kind == "error"
-    assert a.raw.startswith("Exit code 1")
+    # raw: the line the failure was read from, as it appeared
+    assert a.raw == (
+        "Error: connect ECONNREFUSED 127.0.0.1:5432 at /srv/a/db.py:10 "
+        "request 3f2a9c1e-1b2c-4d5e-8f90-aabbccddeeff id deadbeef1234"
+    )
 
 
 def test_different_failures_differ() -> None:
@@ -213,7 +223,10 @@ def test_files_a_command_names() -> None:
 
     cwd = "/home/me/repo"
     keys = {
-        command: [e.key for e in files_in_command(command, cwd, [("repo-1", "/home/me/repo")])]
+        command: [
+            (u.access, u.entity.key)
+            for u in files_in_command(command, cwd, [("repo-1", "/home/me/repo")])
+        ]
         for command in (
             "git diff -- src/app.py | grep -n foo",
             "ruff check /home/me/repo/src/app.py tests/test_app.py",
@@ -224,13 +237,13 @@ def test_files_a_command_names() -> None:
         )
     }
     assert keys == {
-        "git diff -- src/app.py | grep -n foo": ["repo-1:src/app.py"],
+        "git diff -- src/app.py | grep -n foo": [("name", "repo-1:src/app.py")],
         "ruff check /home/me/repo/src/app.py tests/test_app.py": [
-            "repo-1:src/app.py",
-            "repo-1:tests/test_app.py",
+            ("name", "repo-1:src/app.py"),
+            ("name", "repo-1:tests/test_app.py"),
         ],
-        'find . -name "app.py"': [],
-        "pytest -k test_x tests/": ["repo-1:tests"],
+        'find . -name "app.py"': [("read", "repo-1:.")],  # `-name` takes a pattern
+        "pytest -k test_x tests/": [("name", "repo-1:tests")],
         "echo 1.5 && curl https://example.com/a.json": [],
         "python -m pkg.main": [],
     }

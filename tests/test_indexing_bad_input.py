@@ -169,6 +169,7 @@ async def test_files_that_change_shape_or_vanish_under_the_job(
     assert set(index) == {"good.py", "becomes_dir.py/inner.py"}
 
 
+@pytest.mark.e2e
 def test_permission_denied_is_skipped_by_an_unprivileged_daemon(
     data_dir: Path, tmp_path: Path
 ) -> None:

@@ -4,21 +4,14 @@ from __future__ import annotations
 
 import io
 import json
-from pathlib import Path
 
+from tests.fixtures import BIG_LINE
 from workers.transcripts.lines import (
     Line,
     decode_line,
     fix_surrogates,
     read_lines,
     split_lines,
-)
-
-FIXTURES = Path("/work/shared/fixtures/transcripts")
-BIG_LINE_FILE = (
-    FIXTURES
-    / "claude-code/-Users-dain-workspace-claude-code-log-sample"
-    / "0d3a8e6f-290f-4105-a327-a2496e5e2a83.jsonl"
 )
 
 REC_A = {"type": "user", "uuid": "a", "message": {"content": "hello"}}
@@ -77,8 +70,8 @@ def test_read_lines_from_an_offset_and_in_bounded_batches() -> None:
 
 
 def test_read_lines_matches_split_lines_on_a_real_transcript() -> None:
-    data = BIG_LINE_FILE.read_bytes()
-    with BIG_LINE_FILE.open("rb") as f:
+    data = BIG_LINE.read_bytes()
+    with BIG_LINE.open("rb") as f:
         streamed, offset = read_lines(f, 0, chunk_size=4096)
     whole, whole_offset = split_lines(data, 0)
     assert streamed == whole and offset == whole_offset == len(data)
@@ -166,7 +159,7 @@ def test_non_object_json_is_reported() -> None:
 
 
 def test_one_megabyte_line_of_the_fixture_decodes() -> None:
-    lines, _ = split_lines(BIG_LINE_FILE.read_bytes(), 0)
+    lines, _ = split_lines(BIG_LINE.read_bytes(), 0)
     big = max(lines, key=lambda ln: len(ln.raw))
     assert big.end - big.offset == 1_046_941  # the line, newline included
     (rec,) = decode_line(big).records

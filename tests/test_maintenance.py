@@ -7,9 +7,12 @@ import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from memoryd import jobs, queue
+from memoryd.embedding import Embedder
 from memoryd.runtime import Runtime
-from tests.test_ingest import SMALL
+from tests.fixtures import SMALL
 
 
 async def _memories(rt: Runtime) -> dict[str, dict]:
@@ -90,8 +93,9 @@ async def test_decay_pin_access_and_prune(stack: Runtime, tmp_path: Path) -> Non
     assert info["maintenance"]["prune"]["result"]["deleted"]["memory"] == len(expected_gone)
 
 
+@pytest.mark.e2e
 async def test_switching_model_reembeds_everything(
-    data_dir: Path, arq_tree: Path, tmp_path: Path
+    data_dir: Path, arq_tree: Path, tmp_path: Path, embedder: Embedder
 ) -> None:
     from memoryd import projects
     from memoryd.embedding import CLS_MODEL
@@ -99,7 +103,7 @@ async def test_switching_model_reembeds_everything(
 
     transcript = tmp_path / "session.jsonl"
     transcript.write_bytes(SMALL.read_bytes())
-    first = Runtime(settings_for(data_dir))
+    first = Runtime(settings_for(data_dir), embedder)
     try:
         await first.start_queue(exclusive=True)
         await first.serve()
@@ -189,29 +193,17 @@ async def test_decay_counts_a_time_in_the_future_as_age_zero(
     assert pruned["deleted"]["memory"] == 0 and pruned["deleted"]["code_chunk"] == 0
 
 
-def _orphaned_by(dump: dict[str, list[dict]], doomed: set[tuple[str, str]]) -> set[str]:
-    """Entities left with no edge once the `doomed` rows (table, key) are gone."""
-    from memoryd.vocabulary import EDGES
-
-    kept: set[str] = set()
-    for table in (edge.table for edge in EDGES):
-        for edge in dump.get(table, []):
-            source = (edge["in"].table_name, str(edge["in"].id))
-            if edge["out"].table_name == "entity" and source not in doomed:
-                kept.add(str(edge["out"].id))
-    return {str(row["id"].id) for row in dump["entity"]} - kept
-
-
+@pytest.mark.e2e
 async def test_prune_dry_run_counts_all_that_would_go_not_one_batch(
-    data_dir: Path, arq_tree: Path, tmp_path: Path
+    data_dir: Path, arq_tree: Path, tmp_path: Path, embedder: Embedder
 ) -> None:
     from memoryd import projects
-    from tests.conftest import git, settings_for
+    from tests.conftest import git, orphaned_by, settings_for
 
     tree = tmp_path / "tree"
     shutil.copytree(arq_tree, tree)
     batch = 3
-    rt = Runtime(settings_for(data_dir, maintenance_batch=batch))
+    rt = Runtime(settings_for(data_dir, maintenance_batch=batch), embedder)
     try:
         await rt.start_queue(exclusive=True)
         await rt.serve(scheduled=False)
@@ -239,7 +231,7 @@ async def test_prune_dry_run_counts_all_that_would_go_not_one_batch(
         expected = {
             "code_chunk": len(expired),
             "memory": len(faded),
-            "entity": len(_orphaned_by(dump, doomed)),
+            "entity": len(orphaned_by(dump, doomed)),
         }
         # Each is more than one batch: a dry run that stopped after one would say `batch`.
         assert min(expected.values()) > batch, expected
@@ -283,8 +275,9 @@ async def _models(rt: Runtime) -> dict[str, dict[str | None, int]]:
     }
 
 
-async def test_a_model_of_another_dimension_rebuilds_the_indexes_and_reembeds(
-    data_dir: Path, arq_tree: Path, tmp_path: Path
+@pytest.mark.e2e
+async def test_a_model_of_another_dimension_is_reembedded_into_the_vector_index(
+    data_dir: Path, arq_tree: Path, tmp_path: Path, embedder: Embedder
 ) -> None:
     from memoryd import projects
     from memoryd.config import DEFAULT_MODEL
@@ -292,7 +285,7 @@ async def test_a_model_of_another_dimension_rebuilds_the_indexes_and_reembeds(
     from tests.conftest import settings_for
 
     query = "parse a redis connection DSN url"
-    first = Runtime(settings_for(data_dir))
+    first = Runtime(settings_for(data_dir), embedder)
     try:
         await first.start_queue(exclusive=True)
         await first.serve(scheduled=False)
@@ -300,9 +293,8 @@ async def test_a_model_of_another_dimension_rebuilds_the_indexes_and_reembeds(
         for job, _ in await projects.sync(first.redis, projects.resolve(arq_tree), 32):
             await queue.wait_for(job, 300)
         await _ingest(first, tmp_path / "session.jsonl")
-        assert await first.store.vector_dimensions() == dict.fromkeys(
-            ("code_chunk", "memory", "goal"), 384
-        )
+        assert first.search is not None
+        assert (first.search.index.model, first.search.index.dim) == (DEFAULT_MODEL, 384)
         before = await _models(first)
         assert (await _search_code(first, query))[0]["name"] == "RedisSettings.from_dsn"
     finally:
@@ -315,11 +307,8 @@ async def test_a_model_of_another_dimension_rebuilds_the_indexes_and_reembeds(
         await second.start_queue(exclusive=True)
         await second.serve(scheduled=False)
         assert second.redis is not None and second.store is not None
-        # At start: every index is rebuilt for 256 dimensions, the old vectors are gone and
-        # every row that had one waits for the new model.
-        assert await second.store.vector_dimensions() == dict.fromkeys(
-            ("code_chunk", "memory", "goal"), TRUNCATED_DIM
-        )
+        # At start every row that had a vector waits for the new model; the k-NN compares no
+        # vector of the old one with the new model's.
         assert await second.store.count_stale_vectors(TRUNCATED_MODEL) == embedded
         # Meanwhile BM25 still finds the code.
         hits = await _search_code(second, "from_dsn")
@@ -341,6 +330,11 @@ async def test_a_model_of_another_dimension_rebuilds_the_indexes_and_reembeds(
         assert {len(r["embedding"]) for t in embedded for r in dump[t] if r.get("embedding")} == {
             TRUNCATED_DIM
         }
+        assert second.search is not None
+        assert (second.search.index.model, second.search.index.dim) == (
+            TRUNCATED_MODEL,
+            TRUNCATED_DIM,
+        )
         assert (await _search_code(second, query))[0]["name"] == "RedisSettings.from_dsn"
     finally:
         await second.close()

@@ -21,6 +21,7 @@ from arq.jobs import Job, JobStatus
 from memoryd import jobs, queue
 from memoryd.config import DEFAULT_SCHEDULE, Settings, load_settings, parse_schedule
 from memoryd.embedded import EmbeddedRedis
+from memoryd.embedding import Embedder
 from memoryd.errors import MemorydError
 from memoryd.runtime import Runtime
 from memoryd.store import Store
@@ -77,6 +78,7 @@ def test_schedule_config_keeps_defaults_and_refuses_nonsense(
         load_settings()
 
 
+@pytest.mark.e2e
 async def test_two_worker_processes_run_each_scheduled_slot_once(tmp_path: Path) -> None:
     """Both workers schedule decay every 2 seconds on one Redis. Each writes to its own
     embedded database (no SurrealDB server can be had here), so each run is recorded where it
@@ -141,9 +143,9 @@ async def test_two_worker_processes_run_each_scheduled_slot_once(tmp_path: Path)
 
 
 async def test_a_run_finding_the_task_running_is_skipped_when_scheduled_and_waits_when_asked(
-    data_dir: Path,
+    data_dir: Path, embedder: Embedder
 ) -> None:
-    rt = Runtime(settings_for(data_dir, maintenance_schedule=QUIET))
+    rt = Runtime(settings_for(data_dir, maintenance_schedule=QUIET), embedder)
     try:
         await rt.start_queue(exclusive=True)
         await rt.serve()
@@ -245,10 +247,12 @@ async def _kill_half_way(
     return job.job_id
 
 
-async def _next_start_finishes(settings: Settings, job_id: str) -> tuple[Any, dict]:
+async def _next_start_finishes(
+    settings: Settings, job_id: str, embedder: Embedder | None
+) -> tuple[Any, dict]:
     """Start again on the killed daemon's data dir (and the private Redis it left): the start
     frees the killed job and its lock, so the same job runs again. Its result, and the dump."""
-    rt = Runtime(settings)
+    rt = Runtime(settings, embedder)
     try:
         await rt.start_queue(exclusive=True)
         await rt.serve()
@@ -259,20 +263,21 @@ async def _next_start_finishes(settings: Settings, job_id: str) -> tuple[Any, di
         await rt.close()
 
 
+@pytest.mark.e2e
 async def test_a_reembed_killed_half_way_leaves_a_consistent_database_and_the_next_run_finishes(
-    data_dir: Path, arq_tree: Path, tmp_path: Path
+    data_dir: Path, arq_tree: Path, tmp_path: Path, embedder: Embedder
 ) -> None:
     import numpy as np
 
     from memoryd import projects
     from memoryd.config import DEFAULT_MODEL
-    from memoryd.embedding import CLS_MODEL, Embedder
+    from memoryd.embedding import CLS_MODEL
     from memoryd.store import VECTOR_TABLES
-    from tests.test_ingest import SMALL
+    from tests.fixtures import SMALL
     from workers.ingest import EMBED_CHARS
 
     # Built with the default model.
-    first = Runtime(settings_for(data_dir, maintenance_schedule=QUIET))
+    first = Runtime(settings_for(data_dir, maintenance_schedule=QUIET), embedder)
     try:
         await first.start_queue(exclusive=True)
         await first.serve()
@@ -318,7 +323,7 @@ async def test_a_reembed_killed_half_way_leaves_a_consistent_database_and_the_ne
         assert np.allclose(halfway[key][1], vector, atol=1e-5), key
 
     settings = settings_for(data_dir, model=CLS_MODEL, maintenance_schedule=QUIET)
-    result, dump = await _next_start_finishes(settings, killed)
+    result, dump = await _next_start_finishes(settings, killed, None)  # loads the CLS model
     assert result["remaining"] == dict.fromkeys(VECTOR_TABLES, 0)
     final = _vectors(dump)
     assert {key for key, (model, _) in final.items() if model == CLS_MODEL} == embedded
@@ -327,20 +332,20 @@ async def test_a_reembed_killed_half_way_leaves_a_consistent_database_and_the_ne
         assert np.allclose(final[key][1], vector, atol=1e-5), key
 
 
+@pytest.mark.e2e
 async def test_a_prune_killed_half_way_leaves_no_dangling_edge_and_the_next_run_finishes(
-    data_dir: Path, arq_tree: Path, tmp_path: Path
+    data_dir: Path, arq_tree: Path, tmp_path: Path, embedder: Embedder
 ) -> None:
     import shutil
     from datetime import UTC, datetime, timedelta
 
     from memoryd import projects
-    from tests.conftest import git
-    from tests.test_maintenance import _orphaned_by
+    from tests.conftest import git, orphaned_by
 
     # Every file but one is deleted: its chunks are retired now, expired a retention later.
     tree = tmp_path / "tree"
     shutil.copytree(arq_tree, tree)
-    first = Runtime(settings_for(data_dir, maintenance_schedule=QUIET))
+    first = Runtime(settings_for(data_dir, maintenance_schedule=QUIET), embedder)
     try:
         await first.start_queue(exclusive=True)
         await first.serve()
@@ -357,7 +362,7 @@ async def test_a_prune_killed_half_way_leaves_no_dangling_edge_and_the_next_run_
         await first.close()
     chunks = {str(r["id"].id) for r in dump["code_chunk"]}
     expired = {str(r["id"].id) for r in dump["code_chunk"] if r.get("valid_until")}
-    orphaned = _orphaned_by(dump, {("code_chunk", key) for key in expired})
+    orphaned = orphaned_by(dump, {("code_chunk", key) for key in expired})
     assert len(expired) > 50 and orphaned
     at = (datetime.now(UTC) + timedelta(days=31)).isoformat()
 
@@ -379,7 +384,7 @@ async def test_a_prune_killed_half_way_leaves_no_dangling_edge_and_the_next_run_
     assert {str(e["in"].id) for e in halfway["defined_in"]} == left
 
     settings = settings_for(data_dir, maintenance_schedule=QUIET, maintenance_batch=1)
-    result, final = await _next_start_finishes(settings, killed)
+    result, final = await _next_start_finishes(settings, killed, embedder)
     # The run again deletes exactly what the killed one left, then the orphaned entities.
     assert result["deleted"] == {
         "code_chunk": len(left - (chunks - expired)),

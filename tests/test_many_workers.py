@@ -14,6 +14,8 @@ from memoryd.embedded import EmbeddedRedis
 from memoryd.store import Store
 from tests.conftest import MEMORYD, wait_for_workers
 
+pytestmark = pytest.mark.e2e
+
 SERVER_URL = os.environ.get("MEMORYD_TEST_SURREAL_URL")
 
 

@@ -22,15 +22,11 @@ from memoryd import jobs, metrics, projects, queue
 from memoryd.errors import Failure, MemorydError
 from memoryd.runtime import Runtime
 from tests.conftest import git_init
+from tests.fixtures import SMALL
 from workers import queries, registry
 from workers.indexing import index_files
 from workers.ingest import ingest_transcript
 
-FIXTURE = (
-    Path(__file__).resolve().parents[2]
-    / "shared/fixtures/transcripts/claude-code/-src-experiments-claude_p"
-    / "2b4ed4c0-b905-41de-9238-273db3ec737a.jsonl"
-)
 TEST_QUEUE = "memoryd:metrics-test"
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -90,8 +86,8 @@ async def test_job_queue_embedding_and_lag_metrics_after_real_jobs(
     await projects.register(rt.redis, project)
     transcripts = tmp_path / "transcripts"
     transcripts.mkdir()
-    transcript = transcripts / FIXTURE.name
-    shutil.copyfile(FIXTURE, transcript)
+    transcript = transcripts / SMALL.name
+    shutil.copyfile(SMALL, transcript)
     size = transcript.stat().st_size
 
     endpoint = metrics.serve_http(0, "127.0.0.1")

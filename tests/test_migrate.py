@@ -5,17 +5,22 @@ from __future__ import annotations
 
 import io
 import json
+import secrets
 import stat
+import string
 from pathlib import Path
 
 import pytest
 import zstandard
 
 from memoryd import projects, queue
+from memoryd.config import Settings
 from memoryd.errors import MemorydError
 from memoryd.migrate import DataStep, migrate
 from memoryd.runtime import Runtime
 from memoryd.store import Store
+from tests.conftest import git_init
+from tests.fixtures import SMALL
 
 
 async def _indexed(stack: Runtime, tree: Path) -> Store:
@@ -39,11 +44,12 @@ async def _blocks(store: Store) -> int:
     return rows[0][0]["n"] if rows[0] else 0
 
 
-async def _rename_chunk_types(store: Store) -> None:
+async def _rename_chunk_types(store: Store, _: Settings) -> None:
     # A real change to stored rows, as a later data step makes one (idempotent).
     await store.query("UPDATE code_chunk SET chunk_type = 'renamed' WHERE chunk_type = 'block'")
 
 
+@pytest.mark.e2e
 async def test_a_data_step_runs_once_after_a_backup(stack: Runtime, arq_tree: Path) -> None:
     store = await _indexed(stack, arq_tree)
     counts = await store.table_counts()
@@ -52,7 +58,7 @@ async def test_a_data_step_runs_once_after_a_backup(stack: Runtime, arq_tree: Pa
     step = DataStep(900, "rename_blocks", _rename_chunk_types, changes=())
     backups = stack.settings.data_dir / "backups"
 
-    assert await migrate(store, 384, backups, (step,)) == ["900_rename_blocks"]
+    assert await migrate(store, Settings(), backups, (step,)) == ["900_rename_blocks"]
 
     [backup] = list(backups.iterdir())
     assert backup.name.startswith("before-900_rename_blocks-") and backup.suffix == ".zst"
@@ -79,21 +85,22 @@ async def test_a_data_step_runs_once_after_a_backup(stack: Runtime, arq_tree: Pa
     assert record["counts"] == {}
 
     # Once recorded, never again, and no second backup.
-    assert await migrate(store, 384, backups, (step,)) == []
+    assert await migrate(store, Settings(), backups, (step,)) == []
     assert len(list(backups.iterdir())) == 1
 
 
+@pytest.mark.e2e
 async def test_a_step_that_loses_rows_is_stopped_and_not_recorded(
     stack: Runtime, arq_tree: Path
 ) -> None:
     store = await _indexed(stack, arq_tree)
 
-    async def drop_entities(s: Store) -> None:
+    async def drop_entities(s: Store, _: Settings) -> None:
         await s.query("DELETE entity WHERE kind = 'symbol'")
 
     step = DataStep(901, "careless", drop_entities, changes=("code_chunk",))
     with pytest.raises(MemorydError, match="changed the row counts of defined_in, entity,"):
-        await migrate(store, 384, stack.settings.data_dir / "backups", (step,))
+        await migrate(store, Settings(), stack.settings.data_dir / "backups", (step,))
     assert "901_careless" not in await store.applied_steps()
     assert len(list((stack.settings.data_dir / "backups").iterdir())) == 1
 
@@ -102,4 +109,61 @@ async def test_a_database_from_a_newer_memoryd_is_refused(stack: Runtime) -> Non
     assert stack.store is not None
     await stack.store.record_step("950_from_the_future", "950_from_the_future", "x")
     with pytest.raises(MemorydError, match=r"newer memoryd .* 950_from_the_future"):
-        await migrate(stack.store, 384, None)
+        await migrate(stack.store, stack.settings, None)
+
+
+def _token(prefix: str, length: int) -> str:
+    alphabet = string.ascii_letters + string.digits
+    return prefix + "".join(secrets.choice(alphabet) for _ in range(length))
+
+
+@pytest.mark.e2e
+async def test_secrets_stored_raw_by_an_earlier_memoryd_are_scrubbed(
+    stack: Runtime, tmp_path: Path
+) -> None:
+    """A database as memoryd stored it before code was redacted and before repeats were
+    tracked: raw tokens in a code chunk and in memories. Step 004 redacts them everywhere,
+    drops their vectors, keeps the backup free of them, and after the engine's merge no byte
+    of the data dir holds them."""
+    assert stack.redis is not None and stack.store is not None
+    store = stack.store
+    pat, slack = _token("ghp_", 36), "xoxb-2718281828-3141592653589-" + _token("", 24)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "settings.py").write_text("def token():\n    return read_vault('github')\n")
+    git_init(repo)
+    for job, _ in await projects.sync(stack.redis, projects.resolve(repo), 32):
+        await queue.wait_for(job, 300)
+    [job] = await queue.enqueue_ingest(stack.redis, [str(SMALL)], fresh=True)
+    await queue.wait_for(job, 300)
+    # What the code of before stored: the values as they were written.
+    await store.query(
+        f"UPDATE code_chunk SET content = 'def token():\\n    return \"{pat}\"\\n'; "
+        f"UPDATE (SELECT VALUE id FROM memory ORDER BY seq LIMIT 2) "
+        f"SET content = content + ' deploy with {slack} and {pat}';"
+        "DELETE schema_version:004_scrub_secrets;"
+    )
+    before = await store.table_counts()
+
+    backups = stack.settings.data_dir / "backups"
+    assert await migrate(store, stack.settings, backups) == ["004_scrub_secrets"]
+
+    everything = repr(await store.dump())
+    assert pat not in everything and slack not in everything
+    assert "[REDACTED:" in everything
+    changed = (
+        await store.query("SELECT VALUE embedding FROM memory WHERE content CONTAINS 'REDACTED'")
+    )[0]
+    assert len(changed) == 2 and all(vector is None for vector in changed)
+    assert await store.table_counts() == {**before, "schema_version": before["schema_version"] + 1}
+    [backup] = list(backups.iterdir())
+    copy = zstandard.ZstdDecompressor().stream_reader(backup.open("rb")).read()
+    assert pat.encode() not in copy and slack.encode() not in copy
+    leaks = {
+        path.relative_to(stack.settings.data_dir).parts[:2]
+        for path in stack.settings.data_dir.rglob("*")
+        if path.is_file() and any(value.encode() in path.read_bytes() for value in (pat, slack))
+    }
+    # The table files were merged without the old versions; this engine build never rewrites
+    # its value log, where values written long ago stay as bytes (README, "Your data").
+    assert leaks <= {("db", "vlog")}

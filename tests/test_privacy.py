@@ -80,7 +80,7 @@ def test_excluded_repos_paths_and_sessions_never_reach_the_database(
 
     status = json.loads(memoryd(config, "status", "--data-dir", str(data), "--json").stdout)
     assert status["remembered"]["exclude"] == exclude
-    assert status["remembered"]["agents"] == {"claude-code": True, "codex": False}
+    assert status["remembered"]["agents"] == {"claude-code": True, "codex": False, "gemini": True}
     assert status["counts"]["session"] == 0 and status["counts"]["memory"] == 0
     assert status["counts"]["file_state"] == 1 and status["counts"]["project"] == 1
     exported = memoryd(config, "export", "--data-dir", str(data)).stdout

@@ -8,17 +8,18 @@ from typing import Any
 
 from memoryd import queue
 from memoryd.embedded import socket_alive
+from memoryd.embedding import Embedder
 from memoryd.runtime import Runtime
 from tests.conftest import settings_for
 
 
 async def test_close_while_a_job_is_being_finished_still_closes_everything(
-    data_dir: Path, tmp_path: Path
+    data_dir: Path, tmp_path: Path, embedder: Embedder
 ) -> None:
     """arq's Worker.close() cancels the jobs under way and re-raises a cancellation that lands
     while a finished job's result is being written. That must not cut the shutdown short:
     Redis, the database and the private redis-server still have to be closed."""
-    rt = Runtime(settings_for(data_dir))
+    rt = Runtime(settings_for(data_dir), embedder)
     await rt.start_queue(exclusive=True)
     await rt.serve()
     jobs_worker = rt.workers[0]

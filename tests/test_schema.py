@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from memoryd.migrate import migrate
+from memoryd.config import Settings
+from memoryd.migrate import DATA_STEPS, migrate
 from memoryd.runtime import Runtime
 from memoryd.store import SCHEMA_DIR, Store
 
@@ -15,11 +16,14 @@ ROOT = Path(__file__).resolve().parent.parent
 async def test_applying_the_schema_twice_changes_nothing(data_dir: Path) -> None:
     store = await Store.open(f"surrealkv://{data_dir / 'db'}", "memoryd", "memory")
     try:
-        first = await migrate(store, 384, None)
-        assert first == sorted(p.name for p in SCHEMA_DIR.glob("*.surql"))
+        first = await migrate(store, Settings(), None)
+        files = [p.name for p in SCHEMA_DIR.glob("*.surql")]
+        numbers = [name[:3] for name in [*files, *(step.step for step in DATA_STEPS)]]
+        assert len(numbers) == len(set(numbers))  # one series: a number names one step
+        assert first == sorted([*files, *(step.step for step in DATA_STEPS)])
         info = (await store.query("INFO FOR DB"))[0]
         versions = (await store.dump())["schema_version"]
-        assert await migrate(store, 384, None) == []
+        assert await migrate(store, Settings(), None) == []
         assert (await store.query("INFO FOR DB"))[0] == info
         assert (await store.dump())["schema_version"] == versions
     finally:
@@ -50,11 +54,31 @@ async def test_applying_the_schema_twice_changes_nothing(data_dir: Path) -> None
         assert table in tables, table
 
 
-async def test_vector_rows_record_their_model(stack: Runtime) -> None:
+async def test_the_database_defines_no_search_index_of_its_own(stack: Runtime) -> None:
+    """Search runs on the derived indexes; SurrealDB's would only cost writes and bytes."""
     assert stack.store is not None
-    info = (await stack.store.query("INFO FOR TABLE code_chunk"))[0]
-    assert "HNSW DIMENSION 384 DIST COSINE" in info["indexes"]["code_chunk_vec"]
-    assert "FULLTEXT ANALYZER memoryd_text BM25" in info["indexes"]["code_chunk_text"]
+    for table in ("code_chunk", "memory", "goal"):
+        indexes = (await stack.store.query(f"INFO FOR TABLE {table}"))[0]["indexes"]
+        assert not [d for d in indexes.values() if "HNSW" in d or "FULLTEXT" in d], table
+
+
+async def test_step_005_drops_the_search_indexes_an_earlier_memoryd_defined(
+    stack: Runtime,
+) -> None:
+    assert stack.store is not None
+    store = stack.store
+    await store.query(
+        "DEFINE ANALYZER IF NOT EXISTS memoryd_text TOKENIZERS blank FILTERS lowercase;"
+        "DEFINE INDEX code_chunk_vec ON code_chunk FIELDS embedding HNSW DIMENSION 384 "
+        "DIST COSINE;"
+        "DEFINE INDEX memory_text ON memory FIELDS content FULLTEXT ANALYZER memoryd_text BM25;"
+        "DELETE schema_version:005_drop_search_indexes;"
+    )
+    assert "code_chunk_vec" in (await store.query("INFO FOR TABLE code_chunk"))[0]["indexes"]
+    backups = stack.settings.data_dir / "backups"
+    assert await migrate(store, stack.settings, backups) == ["005_drop_search_indexes"]
+    assert "code_chunk_vec" not in (await store.query("INFO FOR TABLE code_chunk"))[0]["indexes"]
+    assert "memory_text" not in (await store.query("INFO FOR TABLE memory"))[0]["indexes"]
 
 
 def test_only_the_store_speaks_surrealql() -> None:

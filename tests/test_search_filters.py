@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from memoryd import jobs, projects, queue
 from memoryd.runtime import Runtime
-from memoryd.search import keywords
+from memoryd.searchindex import keywords
 from tests.conftest import git_init
 
 # No word of the query is in the code: only the k-NN can find it.
@@ -24,6 +26,7 @@ async def _sync(rt: Runtime, root: Path) -> None:
         await queue.wait_for(job, timeout=300)
 
 
+@pytest.mark.e2e
 async def test_valid_row_found_behind_many_retired_neighbours(
     stack: Runtime, tmp_path: Path
 ) -> None:

@@ -3,11 +3,13 @@ ends with exactly the graph a one-shot ingest of the finished file produces."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -18,17 +20,11 @@ from memoryd import queue
 from memoryd.runtime import Runtime
 from memoryd.store import Store
 from tests.conftest import MEMORYD
+from tests.fixtures import BIG_LINE
 
-FIXTURE = (
-    Path(__file__).resolve().parents[2]
-    / "shared"
-    / "fixtures"
-    / "transcripts"
-    / "claude-code"
-    / "-Users-dain-workspace-claude-code-log-sample"
-    / "0d3a8e6f-290f-4105-a327-a2496e5e2a83.jsonl"
-)
-SESSION = FIXTURE.stem
+pytestmark = pytest.mark.e2e
+
+SESSION = BIG_LINE.stem
 # Fields that record when memoryd did something, not what the transcript says.
 VOLATILE = {"ingestion_time", "updated_at", "valid_from", "embedding", "applied_at", "id"}
 COMPARED = (
@@ -85,19 +81,19 @@ def _normalise(dump: dict[str, list[dict[str, Any]]]) -> dict[str, list[str]]:
 
 
 async def test_tailing_with_kills_equals_one_shot(
-    data_dir: Path, tmp_path: Path, stack: Runtime
+    short_tmp: Path, tmp_path: Path, stack: Runtime
 ) -> None:
     transcripts = tmp_path / "transcripts"
     transcripts.mkdir()
     target = transcripts / f"{SESSION}.jsonl"
     target.write_bytes(b"")
-    payload = FIXTURE.read_bytes()
+    payload = BIG_LINE.read_bytes()
     rng = random.Random(20261121)
     # Random cut points, many of them inside lines (and inside the 1 MB line).
     cuts = [*sorted(rng.sample(range(1, len(payload)), 24)), len(payload)]
     kill_after = {6, 15}  # kill the daemon after these pieces were written
 
-    tail_dir = Path(str(data_dir) + "-tail")
+    tail_dir = Path(tempfile.mkdtemp(dir=short_tmp))
     log = tmp_path / "daemon.log"
     daemon = _start(tail_dir, transcripts, log)
     try:
@@ -106,20 +102,22 @@ async def test_tailing_with_kills_equals_one_shot(
             with target.open("ab") as f:
                 f.write(payload[written:cut])
             written = cut
-            time.sleep(rng.uniform(0.05, 0.4))
+            # Random pauses, so the daemon sees the pieces in varied bursts and is killed at
+            # varied points of its work.
+            await asyncio.sleep(rng.uniform(0.05, 0.4))
             if index in kill_after:
-                time.sleep(rng.uniform(0.5, 2.0))  # let it be somewhere in the middle of work
+                await asyncio.sleep(rng.uniform(0.5, 2.0))
                 daemon.send_signal(signal.SIGKILL)
-                daemon.wait(timeout=30)
+                await asyncio.to_thread(daemon.wait, 30)
                 daemon = _start(tail_dir, transcripts, log)
         deadline = time.monotonic() + 180
-        while _events(tail_dir) != 41:
+        while await asyncio.to_thread(_events, tail_dir) != 41:
             if time.monotonic() > deadline:
                 pytest.fail(f"tailed session incomplete; daemon log:\n{log.read_text()[-4000:]}")
-            time.sleep(2)
+            await asyncio.sleep(1)  # each check is a process start: the daemon needs the CPU
     finally:
         daemon.send_signal(signal.SIGTERM)
-        daemon.wait(timeout=60)
+        await asyncio.to_thread(daemon.wait, 60)
     assert daemon.returncode == 0
 
     # The one-shot reference: the finished file, ingested whole into another database.

@@ -11,11 +11,11 @@ import dataclasses
 import json
 import random
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.fixtures import CODEX_ROLLOUT
 from workers.transcripts import ParserState, detect_agent, parser_for
 from workers.transcripts import codex as cx
 from workers.transcripts.lines import split_lines
@@ -30,13 +30,14 @@ from workers.transcripts.model import (
     Triggered,
 )
 
-FIXTURE = next(Path("/work/shared/fixtures/transcripts/codex").glob("rollout-*.jsonl"))
 SESSION = "019e1625-789d-76c0-80ab-3724b5ddb799"
 REPO = "/Users/Sample_User/repos/codemie-ai/codemie-code"
 PROJECTS = [("codemie", REPO)]
 
 
-def parse_bytes(data: bytes, path: str = str(FIXTURE), projects: Any = PROJECTS) -> ParseResult:
+def parse_bytes(
+    data: bytes, path: str = str(CODEX_ROLLOUT), projects: Any = PROJECTS
+) -> ParseResult:
     lines, _ = split_lines(data, 0)
     return cx.parse(lines, None, Source.of(path, projects))
 
@@ -45,24 +46,27 @@ def of(result: ParseResult, cls: type) -> list[Any]:
     return [e for e in result.events if isinstance(e, cls)]
 
 
-def edges(result: ParseResult, verb: str, outcome: str | None = None) -> Counter[str]:
+def edges(
+    result: ParseResult, verb: str, outcome: str | None = None, via: str = "tool"
+) -> Counter[str]:
+    """Verb edges by target; ``via="shell"`` for those read off shell command lines."""
     return Counter(
         a.entity.key
         for a in of(result, Action)
-        if a.verb == verb and (outcome is None or a.outcome == outcome)
+        if a.verb == verb and (outcome is None or a.outcome == outcome) and a.via == via
     )
 
 
 @pytest.fixture(scope="module")
 def rollout() -> ParseResult:
-    return parse_bytes(FIXTURE.read_bytes())
+    return parse_bytes(CODEX_ROLLOUT.read_bytes())
 
 
 # --- the real rollout --------------------------------------------------------------------------
 
 
 def test_detected_as_codex() -> None:
-    assert detect_agent(FIXTURE.read_bytes()[:4096], str(FIXTURE)) == "codex"
+    assert detect_agent(CODEX_ROLLOUT.read_bytes()[:4096], str(CODEX_ROLLOUT)) == "codex"
     assert parser_for("codex") is cx
     assert detect_agent(b"", "/h/.codex/sessions/2026/01/01/rollout-x.jsonl") == "codex"
     assert detect_agent(b"", "/h/.claude/projects/-w/abc.jsonl") == "claude-code"
@@ -124,17 +128,21 @@ def test_modifies_from_patch_apply_end(rollout: ParseResult) -> None:
     assert all(a.detail == "update" for a in of(rollout, Action) if a.verb == "MODIFIES")
 
 
-def test_reads_from_parsed_cmd(rollout: ParseResult) -> None:
-    reads = edges(rollout, "READS")
-    assert sum(reads.values()) == 35  # parsed_cmd entries with a path (19 of them reads)
+def test_reads_from_shell_commands(rollout: ParseResult) -> None:
+    # Every path operand of sed/nl/cat/strings/rg/find/`rg --files` in the 43 commands, read
+    # by hand; tests/test_fixture_readings.py holds the full list and the parsed_cmd check.
+    reads = edges(rollout, "READS", via="shell")
+    assert sum(reads.values()) == 66 and len(reads) == 31
     assert reads["codemie:src/agents/plugins/codemie-code.plugin.ts"] == 6
-    # search paths are shortened to base names by Codex; the full path comes from the command
     assert reads["codemie:src/agents/plugins/opencode"] == 3
-    assert reads["codemie:node_modules/@codemieai/codemie-opencode-darwin-arm64"] == 1
-    assert reads["codemie:src/agents"] == 1  # parsed path "agents"
-    assert edges(rollout, "READS", "error") == {"codemie:node_modules/opencode-ai": 1}
+    assert reads["codemie:."] == 2  # `rg -n … .` and a bare `rg --files -g …`
+    assert edges(rollout, "READS", "error", via="shell") == {
+        "codemie:node_modules/opencode-ai": 1,
+        "codemie:node_modules/opencode": 1,
+    }
     outside = [k for k in reads if not k.startswith("codemie:")]
     assert len(outside) == 3 and all(k.endswith("/SKILL.md") for k in outside)
+    assert edges(rollout, "READS") == {}  # Codex has no file-reading tool of its own
 
 
 def test_triggered(rollout: ParseResult) -> None:
@@ -164,7 +172,7 @@ def parse_in_batches(data: bytes, rng: random.Random) -> list[Event]:
             size *= 2
             continue
         restored = ParserState.from_json(json.loads(json.dumps(state))) if state else None
-        result = cx.parse(lines, restored, Source.of(str(FIXTURE), PROJECTS))
+        result = cx.parse(lines, restored, Source.of(str(CODEX_ROLLOUT), PROJECTS))
         events.extend(result.events)
         state = result.state.to_json()
         offset, size = next_offset, rng.randint(1, 60_000)
@@ -173,14 +181,14 @@ def parse_in_batches(data: bytes, rng: random.Random) -> list[Event]:
 
 @pytest.mark.parametrize("seed", range(4))
 def test_random_byte_batches_give_the_same_events(rollout: ParseResult, seed: int) -> None:
-    assert parse_in_batches(FIXTURE.read_bytes(), random.Random(seed)) == list(rollout.events)
+    assert parse_in_batches(CODEX_ROLLOUT.read_bytes(), random.Random(seed)) == list(rollout.events)
 
 
 # --- damaged lines and secrets -----------------------------------------------------------------
 
 
 def _records() -> list[dict[str, Any]]:
-    return [json.loads(line) for line in FIXTURE.read_bytes().splitlines()]
+    return [json.loads(line) for line in CODEX_ROLLOUT.read_bytes().splitlines()]
 
 
 def test_bad_lines_are_skipped_with_reasons(rollout: ParseResult) -> None:
@@ -421,8 +429,11 @@ def test_rejected_command_is_denied_not_executed() -> None:
         output("c1", "exec command rejected by user"),
     )
     r = parse_bytes(data, "/x/rollout-b.jsonl", ())
-    (denied,) = of(r, Denied)
-    assert (denied.reason, denied.entity.key) == ("user_rejected", "rm")
+    # the command and the directory it would have removed
+    assert {(d.reason, d.entity.key) for d in of(r, Denied)} == {
+        ("user_rejected", "rm"),
+        ("user_rejected", "/w/app/build"),
+    }
     assert of(r, Action) == [] and of(r, Triggered) == []
 
 

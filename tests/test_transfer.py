@@ -44,6 +44,9 @@ def test_export_import_gives_an_equal_graph(two_dirs: tuple[Path, Path], tmp_pat
 
     # The same rows, field for field, in the same order: references and times restored.
     assert cli("export", "--data-dir", str(target)).stdout == exported
+    found = cli("search", "_get_enhanced_session_navigation", "--kind", "memory", "--json",
+                "--data-dir", str(target)).stdout  # fmt: skip
+    assert S37.stem in {r["session"] for r in json.loads(found)["results"]}
     history = [cli("history", RENDERER, "--data-dir", str(d), "--json").stdout for d in two_dirs]
     assert json.loads(history[0])["sessions"] and history[0] == history[1]
     statuses = [json.loads(cli("status", "--data-dir", str(d), "--json").stdout) for d in two_dirs]

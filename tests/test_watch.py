@@ -18,6 +18,7 @@ import pytest_asyncio
 
 import workers.indexing
 from memoryd import jobs, projects, queue
+from memoryd.embedding import Embedder
 from memoryd.projects import Project
 from memoryd.runtime import Runtime
 from memoryd.watch.repos import RepoWatcher
@@ -229,6 +230,7 @@ async def test_edits_creates_deletes_renames_end_in_the_exact_state(
     assert set(index) == {*IGNORES, "README.md", "app/generated_schema.py"}
 
 
+@pytest.mark.e2e
 async def test_branch_switch_of_many_files_is_a_few_jobs_and_exact(
     stack: Runtime, tmp_path: Path
 ) -> None:
@@ -344,7 +346,7 @@ async def wait_status(job: Any, status: str, timeout: float = 30) -> None:
 
 
 async def test_restart_reconciles_without_reading_unchanged_files(
-    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, embedder: Embedder
 ) -> None:
     from tests.conftest import settings_for
 
@@ -357,7 +359,7 @@ async def test_restart_reconciles_without_reading_unchanged_files(
     project = projects.resolve(root)
 
     async def run_once() -> tuple[Runtime, RepoWatcher]:
-        rt = Runtime(settings_for(data_dir))
+        rt = Runtime(settings_for(data_dir), embedder)
         await rt.start_queue(exclusive=True)
         await rt.serve()
         assert rt.redis is not None
@@ -424,6 +426,7 @@ async def test_lost_events_lead_to_a_full_sync(
     assert (await _search(stack, "words joined by tildes", 1))[0]["path"] == "lib/strings.py"
 
 
+@pytest.mark.e2e
 def test_the_daemon_follows_a_branch_switch(data_dir: Path, tmp_path: Path) -> None:
     """`memoryd run` as a user starts it, `memoryd search` as a user runs it; after the branch
     switch the index is compared with the disk exactly, with the daemon stopped."""

@@ -10,16 +10,18 @@ if TYPE_CHECKING:
 
     from memoryd.config import Settings
     from memoryd.embedding import Embedder
+    from memoryd.indexsync import IndexSync
     from memoryd.store import Store
 
 
 class JobContext(TypedDict, total=False):
-    """``store``, ``embedder`` and ``settings`` are set by the runtime that serves the queues
-    (memoryd/runtime.py); ``redis``, ``job_id``, ``job_try`` and ``enqueue_time`` by arq for
-    each run."""
+    """``store``, ``embedder``, ``search`` (the search indexes and their one writer) and
+    ``settings`` are set by the runtime that serves the queues (memoryd/runtime.py);
+    ``redis``, ``job_id``, ``job_try`` and ``enqueue_time`` by arq for each run."""
 
     store: Store
     embedder: Embedder
+    search: IndexSync
     settings: Settings
     redis: ArqRedis
     job_id: str

@@ -38,6 +38,7 @@ from memoryd.ids import (
     symbol_entity_id,
     symbol_key,
 )
+from memoryd.indexsync import IndexSync
 from memoryd.scan import SECRET_FILE, read_source, secret_file, wanted_paths
 from memoryd.store import QueryFailed
 from workers.chunking import chunk_text, language_for_path
@@ -524,14 +525,16 @@ async def _index_round(
     await _attach_vectors(store, embedder, chunks, report)
     report.chunks += len(chunks)
     if groups:
-        report.retired += await _write(store, project_id, groups, report)
+        report.retired += await _write(ctx["search"], project_id, groups, report)
     return looks
 
 
-async def _write(store: Any, project_id: str, groups: dict[str, _Rows], report: IndexReport) -> int:
-    """The whole batch in one transaction. Should the database refuse it (a statement error,
-    not a lost connection: that fails the job, and arq retries it), file by file, so one bad
-    file costs only itself."""
+async def _write(
+    search: IndexSync, project_id: str, groups: dict[str, _Rows], report: IndexReport
+) -> int:
+    """The whole batch in one transaction, then in the search indexes. Should the database
+    refuse it (a statement error, not a lost connection: that fails the job, and arq retries
+    it), file by file, so one bad file costs only itself."""
 
     def merged(parts: list[_Rows]) -> tuple[Any, ...]:
         return (
@@ -547,9 +550,10 @@ async def _write(store: Any, project_id: str, groups: dict[str, _Rows], report: 
     while batches:
         batch = batches.pop()
         try:
-            retired += await store.write_file_index(
+            written = await search.write_file_index(
                 project_id, *merged([rows for _, rows in batch])
             )
+            retired += len(written.retired)
         except QueryFailed as exc:
             if len(batch) == 1:
                 log.warning("cannot store %s: %s", batch[0][0], exc)

@@ -22,10 +22,11 @@ from typing import Any
 import zstandard
 
 from memoryd import queue, vocabulary
-from memoryd.ids import entity_id, stable_id
+from memoryd.ids import entity_id
 from memoryd.store import Ref
+from memoryd.watch.transcripts import rewritten_whole
 from workers.context import JobContext
-from workers.entities import Entity, ProjectsLike, files_in_command
+from workers.entities import Entity
 from workers.transcripts import (
     Action,
     Denied,
@@ -108,6 +109,7 @@ def _verb_edge(event: Action | Triggered | Denied) -> tuple[str, Entity, dict[st
     """The edge table, target entity and edge-specific fields of a tool call's outcome."""
     if isinstance(event, Action):
         fields = {"outcome": event.outcome, "exit_code": event.exit_code, "detail": event.detail}
+        fields["via"] = event.via  # vocabulary.VIA_TOOL, or VIA_SHELL: read off a command line
         return vocabulary.edge(event.verb).table, event.entity, fields
     if isinstance(event, Triggered):
         return (
@@ -133,15 +135,12 @@ class Rows:
         return len(self.tables.get(table, []))
 
 
-def rows_for(
-    result: ParseResult, path: str, last: dict[str, str], projects: ProjectsLike = ()
-) -> Rows:
+def rows_for(result: ParseResult, path: str, last: dict[str, str]) -> Rows:
     """Turn parsed events into graph rows. `last` maps session id -> its latest memory id (for
     NEXT edges across batches) and is updated in place."""
     rows = Rows()
     now = datetime.now(UTC)
     entities: dict[str, dict[str, Any]] = {}
-    cwd = {info.session_id: info.cwd for info in result.sessions}
 
     def entity(e: Entity, seen: datetime | None) -> Ref:
         row = _entity_row(e, seen or now)
@@ -233,20 +232,6 @@ def rows_for(
                 event_time=at,
                 **fields,
             )
-            if isinstance(event, Action) and event.verb == vocabulary.EXECUTES.name:
-                # The files a command names: `history` shows commands run against a file.
-                for named in files_in_command(event.detail, cwd.get(event.session_id), projects):
-                    edge(
-                        vocabulary.MENTIONS.table,
-                        stable_id("mentions", event.memory_id, named.key),
-                        Ref("memory", event.memory_id),
-                        entity(named, at),
-                        session=Ref("session", event.session_id),
-                        tool=event.tool,
-                        event_time=at,
-                        outcome=event.outcome,
-                        detail=event.detail,
-                    )
         elif isinstance(event, Spawned):
             edge(
                 vocabulary.SPAWNED.table,
@@ -355,7 +340,14 @@ async def _ingest(ctx: JobContext, path: str) -> IngestReport:
         return report
     compressed = path.endswith(".zst")
     offset, saved = 0, None
-    if cursor is not None:
+    if cursor is not None and rewritten_whole(path):
+        # Rewritten in place on every update: read again from the start whenever its size
+        # moved, with the kept parser state, which knows what was already emitted.
+        if cursor["size"] == info.st_size:
+            report.note = "up to date"
+            return report
+        saved = cursor.get("state")
+    elif cursor is not None:
         # An archive's offset counts decompressed bytes: it is the same file if unchanged.
         size = info.st_size
         continues = cursor["size"] == size if compressed else cursor["offset"] <= size
@@ -379,7 +371,7 @@ async def _ingest(ctx: JobContext, path: str) -> IngestReport:
                 else f"{agent} transcripts are not followed (config `agents`); skipped"
             )
             log.warning("ingest %s: %s", path, report.note)
-            await store.write_transcript_batch(
+            await ctx["search"].write_transcript_batch(
                 {}, _cursor(path, info, None, info.st_size, None, 0, report.note)
             )
             return report
@@ -396,7 +388,7 @@ async def _ingest(ctx: JobContext, path: str) -> IngestReport:
             result = await _remembered(
                 ctx, await asyncio.to_thread(parser.parse, lines, state, source)
             )
-            rows = await asyncio.to_thread(rows_for, result, path, last, projects)
+            rows = await asyncio.to_thread(rows_for, result, path, last)
             await _embed(embedder, rows)
             state = result.state
             for skip in result.skipped:
@@ -405,7 +397,7 @@ async def _ingest(ctx: JobContext, path: str) -> IngestReport:
                 )
             skipped_before += len(result.skipped)
             saved_state = {"parser": state.to_json(), "last": last}
-            await store.write_transcript_batch(
+            await ctx["search"].write_transcript_batch(
                 rows.tables,
                 _cursor(path, info, agent, next_offset, saved_state, skipped_before, None),
             )

@@ -18,6 +18,7 @@ from typing import Any
 from redis.asyncio.lock import Lock
 from redis.exceptions import LockError
 
+from memoryd.indexsync import IndexSync
 from memoryd.queue import MAINTENANCE_LOCK_PREFIX
 from memoryd.store import VECTOR_TABLES, Store
 from workers.context import JobContext
@@ -122,7 +123,9 @@ async def prune(
         counts = {table: n for table, (n, _) in preview.items()}
         shown = {table: keys for table, (_, keys) in preview.items()}
     else:
-        deleted = await _prune_batches(store, rules, settings.maintenance_batch, max_batches)
+        deleted = await _prune_batches(
+            store, ctx["search"], rules, settings.maintenance_batch, max_batches
+        )
         counts = {table: len(keys) for table, keys in deleted.items()}
         shown = {table: keys[:_SHOWN_IDS] for table, keys in deleted.items()}
     result = {"dry_run": dry_run, "at": now.isoformat(), "deleted": counts, "ids": shown}
@@ -132,16 +135,21 @@ async def prune(
 
 
 async def _prune_batches(
-    store: Store, rules: tuple[datetime, float, float, float], batch: int, max_batches: int
+    store: Store,
+    search: IndexSync,
+    rules: tuple[datetime, float, float, float],
+    batch: int,
+    max_batches: int,
 ) -> dict[str, list[str]]:
-    """Delete in batches that commit on their own, then the entities left with no edge."""
+    """Delete in batches that commit on their own (records and search indexes), then the
+    entities left with no edge."""
     deleted: dict[str, list[str]] = {"code_chunk": [], "memory": [], "entity": []}
     for _ in range(max_batches):
         found = await store.prune_candidates(*rules, batch)
         if not any(found.values()):
             break
         for table, keys in found.items():
-            await store.delete_rows(table, keys)
+            await search.delete_rows(table, keys)
             deleted[table].extend(keys)
     for _ in range(max_batches):
         orphans = await store.orphan_entities(batch)
@@ -170,7 +178,7 @@ async def reembed(ctx: JobContext, batches: int = 5) -> dict[str, Any]:
             vectors = await asyncio.to_thread(
                 embedder.embed, [(row["text"] or "")[:EMBED_CHARS] for row in rows]
             )
-            await store.set_vectors(
+            await ctx["search"].set_vectors(
                 table,
                 {row["key"]: v for row, v in zip(rows, vectors, strict=True)},
                 embedder.model,
@@ -181,3 +189,9 @@ async def reembed(ctx: JobContext, batches: int = 5) -> dict[str, Any]:
     await store.record_maintenance("reembed", started, result, False, ctx.get("job_id"))
     log.info("reembed: %s, remaining %s", done, remaining)
     return result
+
+
+async def reindex(ctx: JobContext) -> dict[str, Any]:
+    """Rebuild the search indexes from the records."""
+    rows = await ctx["search"].rebuild()
+    return {"rows": rows, "generation": ctx["search"].index.generation}

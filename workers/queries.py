@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memoryd import metrics, views
+from memoryd import agent, metrics, views
 from memoryd import search as search_module
+from memoryd.agent import check_budget
 from memoryd.errors import InvalidRequest, NotFound
 from memoryd.ids import split_file_key
 from memoryd.results import SearchResult
-from memoryd.store import plain
+from memoryd.store import key_of, plain
+from memoryd.vocabulary import MODIFIES
 from workers.context import JobContext
 from workers.entities import canonical_file
+from workers.notes import notes_session_id
 
 
 async def search(
@@ -23,17 +26,22 @@ async def search(
     project: str | None,
     kind: str,
     as_of: str | None = None,
+    path: str | None = None,
+    language: str | None = None,
 ) -> list[dict[str, Any]]:
     settings = ctx["settings"]
     narrowed = bool(settings.exclude or settings.include)
     results = await search_module.search(
         ctx["store"],
         ctx["embedder"],
+        ctx["search"].index,
         query,
         limit=limit * 2 if narrowed else limit,  # room for what the config leaves out
         project=project,
         kind=kind,
         as_of=datetime.fromisoformat(as_of) if as_of else None,
+        path=path,
+        language=language,
     )
     if narrowed:
         results = await _remembered(ctx, results)
@@ -117,3 +125,224 @@ async def pin(ctx: JobContext, memory_id: str, pinned: bool) -> dict[str, Any]:
 
 def _tree_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+async def projects(ctx: JobContext) -> list[dict[str, Any]]:
+    return [
+        {"id": p["id"], "name": p["name"], "root": p["root"]} for p in await ctx["store"].projects()
+    ]
+
+
+async def session_projects(ctx: JobContext, session_ids: list[str]) -> dict[str, str | None]:
+    """The project of each session (search hits of memories name their project by it)."""
+    return await ctx["store"].session_projects(session_ids)
+
+
+async def get(ctx: JobContext, ids: list[str], max_chars: int) -> list[dict[str, Any]]:
+    """Full records by id, in the order asked, each cut to an equal share of `max_chars`
+    (code at whole lines). An id found nowhere raises NotFound naming it."""
+    if not ids:
+        raise InvalidRequest("no ids given")
+    share = max(agent.MIN_BUDGET, check_budget(max_chars) // len(ids))
+    wanted = [agent.parse_id(i) for i in ids]
+    store = ctx["store"]
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for table, fetch, shape in (
+        ("code_chunk", store.chunks_by_key, _chunk_record),
+        ("memory", store.memories_by_key, _memory_record),
+        ("goal", store.goals_by_key, _goal_record),
+    ):
+        keys = [key for t, key in wanted if t in (None, table)]
+        for row in await fetch(keys) if keys else []:
+            found[(table, key_of(row["id"]))] = shape(plain(row), share)
+    records, missing = [], []
+    for given, (table, key) in zip(ids, wanted, strict=True):
+        match = [found[(t, key)] for t in agent.TABLE_PREFIXES if (t, key) in found]
+        match = [m for m in match if table is None or agent.parse_id(m["id"])[0] == table]
+        if match:
+            records.append(match[0])
+        else:
+            missing.append(given)
+    if missing:
+        raise NotFound(f"no record {', '.join(repr(m) for m in missing)}")
+    memories = [agent.parse_id(r["id"])[1] for r in records if r["kind"] not in ("code", "goal")]
+    await store.bump_access("memory", memories, datetime.now(UTC))
+    return records
+
+
+def _chunk_record(row: dict[str, Any], share: int) -> dict[str, Any]:
+    text, last, cut = agent.clip_lines(row["content"], row["start_line"], share)
+    name, parent = row.get("name"), row.get("parent_name")
+    return {
+        "id": agent.qualified("code_chunk", row["id"]),
+        "kind": "code",
+        "project": row.get("project"),
+        "path": row["path"],
+        "language": row.get("language"),
+        "name": f"{parent}.{name}" if name and parent else name or parent,
+        "start_line": row["start_line"],
+        "end_line": last,
+        "chunk_end_line": row["end_line"],
+        "valid": row.get("valid_until") is None,
+        "text": text,
+        "truncated": cut,
+    }
+
+
+def _memory_record(row: dict[str, Any], share: int) -> dict[str, Any]:
+    text, cut = agent.clip(row["content"], share)
+    return {
+        "id": agent.qualified("memory", row["id"]),
+        "kind": row["kind"],
+        "project": row.get("project"),
+        "session": row["session"],
+        "seq": row["seq"],
+        "tool": row.get("tool"),
+        "event_time": row.get("event_time"),
+        "pinned": row.get("pinned"),
+        "valid": row.get("valid_until") is None,
+        "text": text,
+        "truncated": cut,
+    }
+
+
+def _goal_record(row: dict[str, Any], share: int) -> dict[str, Any]:
+    text, cut = agent.clip(row["intent"], share)
+    return {
+        "id": agent.qualified("goal", row["id"]),
+        "kind": "goal",
+        "project": row.get("project"),
+        "session": row["session"],
+        "seq": row.get("seq"),
+        "event_time": row.get("event_time"),
+        "valid": True,
+        "text": text,
+        "truncated": cut,
+    }
+
+
+async def timeline(
+    ctx: JobContext, anchor: str, before: int, after: int, max_chars: int
+) -> dict[str, Any]:
+    """The memories of the anchor's session from `before` events before it to `after` after
+    it; each event's text gets an equal share of `max_chars`. The anchor is a memory or a goal
+    (its prompt)."""
+    if before < 0 or after < 0:
+        raise InvalidRequest("before and after count events: 0 or more")
+    store = ctx["store"]
+    table, key = agent.parse_id(anchor)
+    rows = []
+    if table in (None, "memory"):
+        rows = await store.memories_by_key([key])
+    if not rows and table in (None, "goal"):
+        goals = await store.goals_by_key([key])
+        if goals and goals[0].get("memory") is not None:
+            rows = await store.memories_by_key([key_of(goals[0]["memory"])])
+    if not rows:
+        raise NotFound(f"no memory or goal {anchor!r}")
+    row = plain(rows[0])
+    window = await store.memory_window(row["session"], row["seq"] - before, row["seq"] + after)
+    share = max(agent.MIN_BUDGET // 2, check_budget(max_chars) // max(1, len(window)))
+    return {
+        "session": row["session"],
+        "project": row.get("project"),
+        "anchor": agent.qualified("memory", row["id"]),
+        "anchor_seq": row["seq"],
+        "events": [
+            {
+                "id": agent.qualified("memory", key_of(m["id"])),
+                "seq": m["seq"],
+                "kind": m["kind"],
+                "tool": m.get("tool"),
+                "event_time": plain(m.get("event_time")),
+                "text": agent.clip(m["content"], share)[0],
+            }
+            for m in window
+        ],
+    }
+
+
+# Sessions and agents' notes a recent-activity answer looks at, at most.
+RECENT_SESSIONS = 20
+RECENT_NOTES = 20
+
+
+async def recent_activity(ctx: JobContext, project: str | None, since: str) -> dict[str, Any]:
+    """What happened lately: the sessions active since `since` with their goals, the files
+    they modified, failures not followed by a success, and the notes agents left for the
+    project (with `project` only: a note belongs to its project)."""
+    store = ctx["store"]
+    start = datetime.fromisoformat(since)
+    sessions = [plain(s) for s in await store.recent_sessions(project, start, RECENT_SESSIONS)]
+    outcomes = [plain(o) for o in await store.session_outcomes([s["session"] for s in sessions])]
+    notes = (
+        [plain(n) for n in await store.recent_notes(notes_session_id(project), start, RECENT_NOTES)]
+        if project
+        else []
+    )
+    return {
+        "project": project,
+        "since": plain(start),
+        "sessions": [
+            {
+                k: s.get(k)
+                for k in ("session", "agent", "project", "git_branch", "started_at", "ended_at")
+            }
+            | {"goals": s.get("goals") or []}
+            for s in sessions
+        ],
+        "files": file_changes(outcomes),
+        "failures": open_failures(outcomes),
+        "notes": [
+            {
+                "id": agent.qualified("memory", n["id"]),
+                "kind": n["kind"],
+                "text": n["content"],
+                "event_time": n.get("event_time"),
+            }
+            for n in notes
+        ],
+    }
+
+
+def _order(action: dict[str, Any]) -> tuple[str, str, int]:
+    return (action.get("event_time") or "", action["session"], action.get("seq") or 0)
+
+
+def file_changes(actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Files successfully modified, the most recently changed first."""
+    changes: dict[str, dict[str, Any]] = {}
+    for a in sorted(actions, key=_order):
+        if a["verb"] != MODIFIES.name or a.get("outcome") != "ok":
+            continue
+        path = split_file_key(a["target"])[1] if a.get("project") else a["target"]
+        entry = changes.setdefault(
+            a["target"], {"file": path, "project": a.get("project"), "edits": 0}
+        )
+        entry["edits"] += 1
+        entry["last_at"] = a.get("event_time")
+        entry["last_session"] = a["session"]
+    return sorted(changes.values(), key=lambda c: (c["last_at"] or "", c["file"]), reverse=True)
+
+
+def open_failures(actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The last failure on each target (a command, a file) with no success on that target
+    after it, newest first."""
+    last: dict[tuple[str, str], dict[str, Any]] = {}
+    for a in sorted(actions, key=_order):
+        if a.get("outcome") in ("ok", "error"):
+            last[(a["verb"], a["target"])] = a
+    failures = [a for a in last.values() if a["outcome"] == "error"]
+    fields = (
+        "verb",
+        "target",
+        "target_kind",
+        "tool",
+        "exit_code",
+        "message",
+        "detail",
+        "event_time",
+        "session",
+        "seq",
+    )
+    return [{f: a.get(f) for f in fields} for a in sorted(failures, key=_order, reverse=True)]

@@ -16,7 +16,7 @@ from memoryd.config import SCHEDULE_OFF, Settings, parse_schedule
 from memoryd.errors import Failure, JobFailed, MemorydError
 from memoryd.jobs import JOBS_QUEUE, QUERY_QUEUE, JobSpec
 from memoryd.metrics import JobFunction
-from workers import maintenance, privacy, queries, transfer
+from workers import forget, maintenance, notes, privacy, queries, transfer
 from workers.context import JobContext
 from workers.indexing import index_files
 from workers.ingest import ingest_transcript
@@ -59,6 +59,7 @@ FUNCTIONS: dict[JobSpec, JobFunction] = {
     jobs.DECAY: maintenance.decay,
     jobs.PRUNE: maintenance.prune,
     jobs.REEMBED: maintenance.reembed,
+    jobs.REINDEX: maintenance.reindex,
     jobs.SEARCH: queries.search,
     jobs.STATUS: queries.status,
     jobs.REGISTER_PROJECT: queries.register_project,
@@ -71,6 +72,13 @@ FUNCTIONS: dict[JobSpec, JobFunction] = {
     jobs.SKIP_TRANSCRIPTS: privacy.skip_transcripts,
     jobs.EXPORT_TABLES: transfer.export_tables,
     jobs.EXPORT_PAGE: transfer.export_page,
+    jobs.PROJECTS: queries.projects,
+    jobs.SESSION_PROJECTS: queries.session_projects,
+    jobs.GET: queries.get,
+    jobs.TIMELINE: queries.timeline,
+    jobs.RECENT_ACTIVITY: queries.recent_activity,
+    jobs.REMEMBER: notes.remember,
+    jobs.FORGET: forget.forget,
 }
 
 

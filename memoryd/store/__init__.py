@@ -10,9 +10,12 @@ from memoryd.store.base import QueryFailed, Ref, StoreBase, key_of, now, plain
 from memoryd.store.code import CodeQueries
 from memoryd.store.forget import ForgetQueries
 from memoryd.store.maintenance import MaintenanceQueries
+from memoryd.store.notes import NoteQueries
 from memoryd.store.privacy import PrivacyQueries
+from memoryd.store.recall import RecallQueries
+from memoryd.store.rewrite import RewriteQueries
 from memoryd.store.schema import SCHEMA_DIR, VECTOR_TABLES, SchemaQueries
-from memoryd.store.search import SearchHit, SearchQueries
+from memoryd.store.search import SearchQueries
 from memoryd.store.status import StatusQueries
 from memoryd.store.transcripts import TranscriptQueries
 from memoryd.store.transfer import TransferQueries
@@ -25,10 +28,13 @@ class Store(
     TranscriptQueries,
     SearchQueries,
     ViewQueries,
-    MaintenanceQueries,
+    RecallQueries,
+    NoteQueries,
     ForgetQueries,
+    MaintenanceQueries,
     PrivacyQueries,
     TransferQueries,
+    RewriteQueries,
     StatusQueries,
     StoreBase,
 ):
@@ -40,7 +46,6 @@ __all__ = [
     "VECTOR_TABLES",
     "QueryFailed",
     "Ref",
-    "SearchHit",
     "Store",
     "key_of",
     "now",

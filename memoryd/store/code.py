@@ -4,10 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from memoryd.store.base import StoreBase, key_of, now, rid
 from memoryd.store.entities import UPSERT_ENTITIES
+from memoryd.store.search import BUMP_GENERATION, returned
+
+
+class FileIndexWrite(NamedTuple):
+    """What `write_file_index` changed beyond its input: the keys of the chunks it retired,
+    when (their valid_until), and the search generation of the records after it."""
+
+    retired: list[str]
+    at: datetime
+    generation: int
 
 
 class CodeQueries(StoreBase):
@@ -53,11 +63,11 @@ class CodeQueries(StoreBase):
         files: list[dict[str, Any]],
         retire_paths: list[str],
         symbols: list[dict[str, Any]] | None = None,
-    ) -> int:
+    ) -> FileIndexWrite:
         """One transaction: upsert chunks, retire the chunks of `retire_paths` not in `chunks`,
         record file states, upsert file and symbol entities and DEFINED_IN edges (chunk -> its
-        file; chunk -> the symbol it defines, for chunks with a `symbol_id`). Retired chunks
-        keep their edges: readers filter on `valid_until`. Returns chunks retired."""
+        file; chunk -> the symbol it defines, for chunks with a `symbol_id`), and bump the
+        search generation. Retired chunks keep their edges: readers filter on `valid_until`."""
         at = now()
         project = rid("project", project_id)
         chunk_rows = [
@@ -129,13 +139,14 @@ class CodeQueries(StoreBase):
                 embedding = $input.embedding, embedding_model = $input.embedding_model;
             LET $retired = (UPDATE code_chunk SET valid_until = $at
                 WHERE project = $project AND path IN $retire AND valid_until IS NONE
-                AND id NOTINSIDE $keep RETURN VALUE id);
+                AND id NOTINSIDE $keep RETURN VALUE record::id(id));
             INSERT INTO file_state $states ON DUPLICATE KEY UPDATE
                 size = $input.size, mtime_ns = $input.mtime_ns, hash = $input.hash,
                 status = $input.status, reason = $input.reason, indexed_at = $input.indexed_at;
             {UPSERT_ENTITIES}
             INSERT RELATION INTO defined_in $edges ON DUPLICATE KEY UPDATE out = $input.out;
-            RETURN array::len($retired);
+            {BUMP_GENERATION}
+            RETURN {{ retired: $retired, generation: $generation }};
             COMMIT;
             """,
             {
@@ -149,9 +160,8 @@ class CodeQueries(StoreBase):
                 "at": at,
             },
         )
-        # The RETURN is the only statement whose result is a number (whether BEGIN/COMMIT get
-        # entries of their own differs between engine versions).
-        return next(r for r in reversed(result) if isinstance(r, int))
+        done = returned(result)
+        return FileIndexWrite(list(done["retired"]), at, done["generation"])
 
     async def code_file_states(
         self, project_id: str, paths: Sequence[str]

@@ -8,6 +8,7 @@ from typing import Any
 
 from memoryd.store.base import StoreBase, rid
 from memoryd.store.schema import VECTOR_TABLES
+from memoryd.store.search import BUMP_GENERATION, SEARCH_FIELDS, returned
 
 # A row that should carry a vector of the configured model ($model) and does not: embedded with
 # another model, or its vector dropped when the dimension changed. Rows with no model are not
@@ -118,12 +119,17 @@ class MaintenanceQueries(StoreBase):
             for table, n, keys in zip(conditions, counts, samples, strict=True)
         }
 
-    async def delete_rows(self, table: str, keys: list[str]) -> int:
-        """Delete rows and the edges touching them (DELETE of a record removes its edges)."""
+    async def delete_rows(self, table: str, keys: list[str]) -> int | None:
+        """Delete rows and the edges touching them (DELETE of a record removes its edges).
+        Returns the search generation after it, for a searchable table."""
         if not keys:
-            return 0
-        await self.query("BEGIN; DELETE $ids; COMMIT;", {"ids": [rid(table, k) for k in keys]})
-        return len(keys)
+            return None
+        bump = BUMP_GENERATION if table in SEARCH_FIELDS else "LET $generation = NONE;"
+        result = await self.query(
+            f"BEGIN; DELETE $ids; {bump} RETURN {{ generation: $generation }}; COMMIT;",
+            {"ids": [rid(table, k) for k in keys]},
+        )
+        return returned(result)["generation"]
 
     async def orphan_entities(self, batch: int) -> list[str]:
         """Entities nothing points at any more (no edge in or out)."""
@@ -206,15 +212,18 @@ class MaintenanceQueries(StoreBase):
             t: (rows[0]["n"] if rows else 0) for t, rows in zip(VECTOR_TABLES, results, strict=True)
         }
 
-    async def set_vectors(self, table: str, vectors: dict[str, list[float]], model: str) -> None:
-        await self.query(
+    async def set_vectors(self, table: str, vectors: dict[str, list[float]], model: str) -> int:
+        """Store vectors of `model`; returns the search generation after it."""
+        result = await self.query(
             "BEGIN; FOR $v IN $rows { UPDATE $v.id SET embedding = $v.embedding, "
-            "embedding_model = $model; }; COMMIT;",
+            f"embedding_model = $model; }}; {BUMP_GENERATION} "
+            "RETURN { generation: $generation }; COMMIT;",
             {
                 "rows": [{"id": rid(table, k), "embedding": v} for k, v in vectors.items()],
                 "model": model,
             },
         )
+        return int(returned(result)["generation"])
 
 
 def _prune_params(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.resources
 import logging
-import re
 from pathlib import Path
 
 from memoryd.store.base import StoreBase, rid
@@ -13,10 +12,8 @@ from memoryd.store.base import StoreBase, rid
 log = logging.getLogger(__name__)
 
 SCHEMA_DIR = Path(str(importlib.resources.files("memoryd.schema")))
-# Tables holding vectors (each with an HNSW index in schema/001_core.surql), by the field whose
-# text is embedded.
+# Tables holding vectors, by the field whose text is embedded.
 VECTOR_TABLES = {"code_chunk": "content", "memory": "content", "goal": "intent"}
-_HNSW_DIMENSION = re.compile(r"\bHNSW\s+DIMENSION\s+(\d+)")
 
 
 class SchemaQueries(StoreBase):
@@ -43,42 +40,16 @@ class SchemaQueries(StoreBase):
             {"id": rid("schema_version", step), "label": label, "sum": checksum, "counts": counts},
         )
 
-    async def _vector_indexes(self) -> dict[str, tuple[str, int]]:
-        """Per vector table that has one: its HNSW index's name and dimension."""
-        tables = [t for t in VECTOR_TABLES if await self._has_table(t)]
-        infos = await self.query("; ".join(f"INFO FOR TABLE {t}" for t in tables)) if tables else []
-        found: dict[str, tuple[str, int]] = {}
-        for table, info in zip(tables, infos, strict=True):
-            for name, definition in (info.get("indexes") or {}).items():
-                if hnsw := _HNSW_DIMENSION.search(definition):
-                    found[table] = (name, int(hnsw[1]))
-        return found
-
-    async def vector_dimensions(self) -> dict[str, int]:
-        """The dimension each vector table's HNSW index is built for."""
-        return {table: dim for table, (_, dim) in (await self._vector_indexes()).items()}
-
-    async def fit_vector_indexes(self, dim: int) -> None:
-        """A model of another dimension: an HNSW index takes vectors of one dimension only, so
-        drop the vectors of the old one (reembed gives each row a new one; meanwhile BM25 and
-        the graph find it), then the index; the schema files define it again for `dim`. In this
-        order a start killed half-way is finished by the next: the old index is still there
-        to say what to do."""
-        for table, (index, old) in (await self._vector_indexes()).items():
-            if old == dim:
-                continue
-            await self.query(
-                f"UPDATE {table} SET embedding = NONE WHERE embedding IS NOT NONE RETURN NONE; "
-                f"REMOVE INDEX {index} ON {table};"
-            )
-            log.warning(
-                "the model's dimension changed from %d to %d: the %s vectors were dropped and "
-                "index %s is rebuilt; reembed embeds them again",
-                old,
-                dim,
-                table,
-                index,
-            )
+    async def drop_indexes(self, indexes: dict[str, tuple[str, ...]]) -> None:
+        """Remove these indexes (per table) where they exist."""
+        statements = [
+            f"REMOVE INDEX IF EXISTS {name} ON {table};"
+            for table, names in indexes.items()
+            if await self._has_table(table)
+            for name in names
+        ]
+        if statements:
+            await self.query("\n".join(statements))
 
     async def _has_table(self, name: str) -> bool:
         info = (await self.query("INFO FOR DB"))[0]

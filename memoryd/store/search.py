@@ -1,118 +1,60 @@
-"""Hybrid search in the database: HNSW k-NN and BM25, fused with RRF."""
+"""What the derived search indexes read from the database: the generation of the searchable
+records, and the rows themselves (all of them for a rebuild, or some by key after a write)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from memoryd.store.base import StoreBase, key_of, rid
+from memoryd.store.base import StoreBase, rid
 
-# Candidates per ranked list before fusion: enough that filters still leave `limit`.
-_CANDIDATE_FACTOR = 4
-_HNSW_EF = 100
-# The k-NN takes this many neighbours per candidate and filters them afterwards: a filter
-# inside the HNSW scan loads every record it visits and costs seconds on a few thousand
-# chunks. When the filters leave too few, k grows, up to _KNN_MAX; beyond that the rows are
-# left to BM25 (it happens in the middle of a model migration).
-_KNN_OVERSAMPLE = 4
-_KNN_MAX = 4096
-_RRF_K = 60
+# In a write transaction that changes searchable rows: one more generation, kept in $generation.
+BUMP_GENERATION = (
+    "LET $generation = (UPSERT search_state:records SET generation = (generation ?? 0) + 1 "
+    "RETURN VALUE generation)[0];"
+)
+# What the indexes hold of each searchable table (record key as `key`, links as plain keys).
+SEARCH_FIELDS = {
+    "code_chunk": "record::id(project) AS project, path, language, chunk_type, name, "
+    "parent_name, start_line, end_line, content",
+    "memory": "record::id(session) AS session, seq, kind, tool, content",
+    "goal": "record::id(session) AS session, intent AS content",
+}
 
 
-@dataclass(frozen=True, slots=True)
-class SearchHit:
-    table: str
-    id: str
-    score: float
-    fields: dict[str, Any]
+def returned(result: list[Any]) -> dict[str, Any]:
+    """The object a write transaction RETURNs with its generation (whether BEGIN and COMMIT
+    get result entries of their own differs between engine versions)."""
+    return next(r for r in reversed(result) if isinstance(r, dict) and "generation" in r)
+
+
+# `id` too: a page is ordered by it.
+_COMMON = "id, record::id(id) AS key, embedding, embedding_model"
+_VALIDITY = "valid_from, valid_until"
+
+
+def _fields(table: str) -> str:
+    timed = f", {_VALIDITY}" if table != "goal" else ""
+    return f"{_COMMON}, {SEARCH_FIELDS[table]}{timed}"
 
 
 class SearchQueries(StoreBase):
-    async def hybrid_search(
-        self,
-        table: str,
-        text_field: str,
-        vector: list[float],
-        text: str,
-        limit: int,
-        filters: dict[str, Any],
-        fields: Sequence[str],
-        model: str,
-    ) -> list[SearchHit]:
-        """k-NN over the HNSW index and BM25 over the full-text index, fused with RRF. The
-        k-NN compares only vectors of `model` (never two models in one ranking); BM25 also
-        finds rows whose vectors still wait for re-embedding."""
-        where, params, read = _filter_clause(filters)
-        candidates = max(limit * _CANDIDATE_FACTOR, 20)
-        params |= {"vec": vector, "text": text, "model": model}
-        # What the filters read, so they can run on the k-NN's output (see _KNN_OVERSAMPLE).
-        projected = ", ".join(sorted({"embedding_model", *read}))
-        k = candidates * _KNN_OVERSAMPLE
-        while True:
-            rows = await self.query(
-                f"""
-                LET $near = SELECT id, {projected}, vector::distance::knn() AS distance
-                    FROM {table} WHERE embedding <|{k},{max(k, _HNSW_EF)}|> $vec;
-                LET $vs = SELECT id, distance FROM $near WHERE embedding_model = $model
-                    {where} ORDER BY distance LIMIT {candidates};
-                LET $ft = SELECT id, search::score(1) AS ft_score FROM {table}
-                    WHERE {text_field} @1,OR@ $text {where}
-                    ORDER BY ft_score DESC LIMIT {candidates};
-                RETURN {{
-                    near: array::len($near), kept: array::len($vs),
-                    fused: search::rrf([$vs, $ft], {limit}, {_RRF_K})
-                }};
-                """,
-                params,
-            )
-            result = rows[-1]
-            if result["kept"] >= candidates or result["near"] < k or k >= _KNN_MAX:
-                break
-            k = min(k * _KNN_OVERSAMPLE, _KNN_MAX)
-        fused = result["fused"] or []
-        if not fused:
+    async def search_generation(self) -> int:
+        rows = await self.query("SELECT VALUE generation FROM search_state:records")
+        return rows[0][0] if rows[0] else 0
+
+    async def search_rows(self, table: str, after: str, batch: int) -> list[dict[str, Any]]:
+        """A page of a table's rows for the search indexes, by key after `after`."""
+        rows = await self.query(
+            f"SELECT {_fields(table)} FROM {table} WHERE id > $after ORDER BY id LIMIT $batch",
+            {"after": rid(table, after), "batch": batch},
+        )
+        return rows[0] or []
+
+    async def search_rows_by_key(self, table: str, keys: Sequence[str]) -> list[dict[str, Any]]:
+        if not keys:
             return []
-        ids = [row["id"] for row in fused]
-        details = (await self.query(f"SELECT id, {', '.join(fields)} FROM $ids", {"ids": ids}))[
-            0
-        ] or []
-        by_id = {key_of(row["id"]): row for row in details}
-        hits = []
-        for row in fused:
-            key = key_of(row["id"])
-            if key in by_id:
-                found = dict(by_id[key])
-                found.pop("id", None)
-                hits.append(SearchHit(table, key, float(row["rrf_score"]), found))
-        return hits
-
-
-def _filter_clause(filters: dict[str, Any]) -> tuple[str, dict[str, Any], set[str]]:
-    """`AND field = $f_field ...` for equality filters, its parameters and the fields it reads.
-    `valid_at`: rows valid at that time (valid_from <= t < valid_until); `valid_now`: rows not
-    closed yet."""
-    parts: list[str] = []
-    params: dict[str, Any] = {}
-    read: set[str] = set()
-    for name, value in filters.items():
-        if name == "valid_now":
-            if value:
-                parts.append("valid_until IS NONE")
-                read.add("valid_until")
-            continue
-        if name == "valid_at":
-            parts.append(
-                "valid_from <= $valid_at AND (valid_until IS NONE OR valid_until > $valid_at)"
-            )
-            params["valid_at"] = value
-            read |= {"valid_from", "valid_until"}
-            continue
-        if value is None:
-            continue
-        if name == "project":
-            value = rid("project", value)
-        parts.append(f"{name} = $f_{name}")
-        params[f"f_{name}"] = value
-        read.add(name)
-    return ("AND " + " AND ".join(parts) if parts else ""), params, read
+        rows = await self.query(
+            f"SELECT {_fields(table)} FROM $ids", {"ids": [rid(table, k) for k in keys]}
+        )
+        return rows[0] or []

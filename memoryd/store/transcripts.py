@@ -6,6 +6,7 @@ from typing import Any
 
 from memoryd.store.base import StoreBase, now, path_key, rid, to_records
 from memoryd.store.entities import UPSERT_ENTITIES
+from memoryd.store.search import BUMP_GENERATION, returned
 from memoryd.vocabulary import TRANSCRIPT_EDGE_TABLES
 
 
@@ -18,9 +19,10 @@ class TranscriptQueries(StoreBase):
 
     async def write_transcript_batch(
         self, batch: dict[str, list[dict[str, Any]]], cursor: dict[str, Any]
-    ) -> None:
+    ) -> int | None:
         """One transaction: the records parsed from a stretch of a transcript and the cursor
-        that says how far it was read, so a crash can never leave one without the other."""
+        that says how far it was read, so a crash can never leave one without the other.
+        Returns the search generation after it, when it wrote memories or goals."""
         params: dict[str, Any] = {name: to_records(rows) for name, rows in batch.items()}
         cursor_id = rid("transcript_cursor", path_key(cursor["path"]))
         params["cursor"] = {**cursor, "id": cursor_id, "updated_at": now()}
@@ -30,7 +32,8 @@ class TranscriptQueries(StoreBase):
         )
         for table in TRANSCRIPT_EDGE_TABLES:
             params[f"edge_{table}"] = to_records(batch.get(f"edge_{table}", []))
-        await self.query(
+        searchable = bool(batch.get("memories") or batch.get("goals"))
+        result = await self.query(
             f"""
             BEGIN;
             FOR $s IN $sessions {{ UPSERT $s.id MERGE $s.data; }};
@@ -45,6 +48,8 @@ class TranscriptQueries(StoreBase):
             INSERT INTO summary $summaries ON DUPLICATE KEY UPDATE text = $input.text;
             {edges}
             UPSERT $cursor.id CONTENT $cursor;
+            {BUMP_GENERATION if searchable else "LET $generation = NONE;"}
+            RETURN {{ generation: $generation }};
             COMMIT;
             """,
             {
@@ -56,3 +61,4 @@ class TranscriptQueries(StoreBase):
                 **params,
             },
         )
+        return returned(result)["generation"]

@@ -35,6 +35,7 @@ from watchdog.observers import Observer
 from memoryd import projects, queue
 from memoryd.projects import Project
 from memoryd.scan import ignored_by_name, valid_name, wanted_paths
+from memoryd.watch.transcripts import AIDER_LOG
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ class _Pending:
     paths: set[str] = field(default_factory=set)
     dirs: set[str] = field(default_factory=set)  # to sync again; "" is the whole project
     head: bool = False
+    transcripts: set[str] = field(default_factory=set)  # aider's chat logs (absolute paths)
     first: float = 0.0
     last: float = 0.0
 
@@ -57,6 +59,7 @@ class _Pending:
         self.paths |= other.paths
         self.dirs |= other.dirs
         self.head |= other.head
+        self.transcripts |= other.transcripts
 
 
 class _Handler(FileSystemEventHandler):
@@ -84,6 +87,7 @@ class _Handler(FileSystemEventHandler):
             return  # a new directory's files get events of their own
         paths: set[str] = set()
         dirs: set[str] = set()
+        transcripts: set[str] = set()
         head = False
         for raw in (event.src_path, getattr(event, "dest_path", "") or ""):
             rel = self._rel(raw)
@@ -95,13 +99,16 @@ class _Handler(FileSystemEventHandler):
                 continue
             elif event.is_directory:
                 dirs.add(rel)
+            elif rel.rsplit("/", 1)[-1] == AIDER_LOG:
+                # aider keeps its chat log in the repository (usually gitignored): a transcript.
+                transcripts.add(str(self.project.root / rel))
             elif rel.rsplit("/", 1)[-1] == ".gitignore":
                 dirs.add(rel.rpartition("/")[0])
             elif valid_name(rel) and not ignored_by_name(rel):
                 paths.add(rel)  # git's own rules are asked once per burst, at the flush
-        if paths or dirs or head:
+        if paths or dirs or head or transcripts:
             self.watcher.loop.call_soon_threadsafe(
-                self.watcher.note, self.project, paths, dirs, head
+                self.watcher.note, self.project, paths, dirs, head, transcripts
             )
 
 
@@ -139,14 +146,21 @@ class RepoWatcher:
         """No events waiting to be flushed, and none being enqueued."""
         return not self._pending and not self._flushing
 
-    def note(self, project: Project, paths: set[str], dirs: set[str], head: bool = False) -> None:
+    def note(
+        self,
+        project: Project,
+        paths: set[str],
+        dirs: set[str],
+        head: bool = False,
+        transcripts: frozenset[str] | set[str] = frozenset(),
+    ) -> None:
         """Record events (on the event loop)."""
         pending = self._pending.get(project.id)
         now = time.monotonic()
         if pending is None:
             pending = self._pending[project.id] = _Pending(first=now)
         pending.last = now
-        pending.merge(_Pending(paths, dirs, head))
+        pending.merge(_Pending(paths, dirs, head, set(transcripts)))
 
     def overflowed(self) -> None:
         log.warning("file events were lost (inotify queue overflow): syncing every project")
@@ -166,6 +180,9 @@ class RepoWatcher:
         for project in self.projects:
             jobs = await projects.sync(self.redis, project, self.batch)
             log.info("watching %s (%s): %d reconcile jobs", project.root, project.id, len(jobs))
+            # aider writes its log at the top of the repository it works in.
+            if (project.root / AIDER_LOG).is_file():
+                await queue.enqueue_ingest(self.redis, [str(project.root / AIDER_LOG)])
         self._flusher = asyncio.create_task(self._flush_loop())
 
     async def _flush_loop(self) -> None:
@@ -212,6 +229,8 @@ class RepoWatcher:
             log.info("queued %d changed files of %s in %d jobs", len(paths), project.id, len(jobs))
         if pending.head:
             await projects.register(self.redis, project)
+        if pending.transcripts:
+            await queue.enqueue_ingest(self.redis, sorted(pending.transcripts))
         self.stats["flushes"] += 1
         self.stats["jobs"] += len(jobs)
         self.stats["files"] += sum(count for _, count in jobs)

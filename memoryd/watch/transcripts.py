@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -16,13 +17,28 @@ from memoryd.watch.debounce import Burst, Debouncer
 
 log = logging.getLogger(__name__)
 
+# Which files are transcripts, by name: JSON lines (Claude Code, Codex, Gemini CLI's current
+# chats), Codex's zstd archives, Gemini CLI's older whole-file chats, and aider's chat log (in
+# the repositories aider works in: the repository watcher hands those over).
 SUFFIXES = (".jsonl", ".jsonl.zst")
+_GEMINI_CHAT = re.compile(r"/chats/session-[^/]*\.json$")
+AIDER_LOG = ".aider.chat.history.md"
+_PATTERNS = ("*.jsonl", "*.jsonl.zst", "session-*.json", AIDER_LOG)
 # Transcripts are appended to line by line while an agent works: ingest at most this often.
 _MAX_WAIT = 1.0
 
 
 def is_transcript(path: str) -> bool:
-    return path.endswith(SUFFIXES)
+    return (
+        path.endswith(SUFFIXES)
+        or _GEMINI_CHAT.search(path) is not None
+        or path.endswith("/" + AIDER_LOG)
+    )
+
+
+def rewritten_whole(path: str) -> bool:
+    """A format its agent rewrites whole in place (Gemini CLI's .json chats), not appends to."""
+    return _GEMINI_CHAT.search(path) is not None
 
 
 def transcript_files(roots: Iterable[Path]) -> list[str]:
@@ -32,8 +48,12 @@ def transcript_files(roots: Iterable[Path]) -> list[str]:
         if root.is_file():
             found.append(str(root.resolve()))
             continue
-        for pattern in ("*.jsonl", "*.jsonl.zst"):
-            found.extend(str(p.resolve()) for p in root.rglob(pattern) if p.is_file())
+        for pattern in _PATTERNS:
+            found.extend(
+                str(p.resolve())
+                for p in root.rglob(pattern)
+                if p.is_file() and is_transcript(str(p.resolve()))
+            )
     return sorted(dict.fromkeys(found))
 
 

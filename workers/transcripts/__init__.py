@@ -2,7 +2,7 @@
 
 Typical use by the ingestion job (all pure apart from reading the file)::
 
-    agent = detect_agent(head_bytes, path)            # "claude-code" | "codex" | None
+    agent = detect_agent(head_bytes, path)            # "claude-code" | "codex" | "gemini" | None
     parser = parser_for(agent)
     lines, next_offset = read_lines(f, stored_offset)  # or split_lines(buf, stored_offset)
     result = parser.parse(lines, ParserState.from_json(stored) if stored else None,
@@ -87,7 +87,9 @@ class TranscriptParser(Protocol):
 # agent name → module path; order is detection order (most specific content checks first).
 _REGISTRY: dict[str, str] = {
     "codex": "workers.transcripts.codex",
+    "gemini": "workers.transcripts.gemini",  # before Claude Code: both write "sessionId"
     "claude-code": "workers.transcripts.claude_code",
+    "aider": "workers.transcripts.aider",
 }
 
 

@@ -9,8 +9,9 @@ each record type:
 - ``assistant``: one content block per record: text (→ assistant_message), tool_use (→
   tool_call memory + pending edges), thinking (dropped: not for embedding).
 - ``summary``: a title for a session leaf, usually in another file (→ :class:`Summary`).
-- bookkeeping types (``system``, ``progress``, ``queue-operation``, …) are ignored; unknown
-  types are reported as skipped.
+- bookkeeping types (``system``, ``progress``, ``queue-operation``, ``api-request*``, …) are
+  ignored; an unknown type is reported once per file, with its count in the first batch that
+  has it (``state.context["unknown_types"]`` keeps the totals).
 
 Subagents, all three on-disk layouts: records carrying ``agentId`` (flat ``agent-<hex>.jsonl``
 and ``<session>/subagents/agent-<id>.jsonl``) belong to session ``<sessionId>:agent-<agentId>``,
@@ -28,9 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workers.entities import (
-    canonical_commands,
     canonical_error,
-    canonical_file,
     canonical_tool,
     canonical_url,
 )
@@ -52,12 +51,15 @@ from workers.transcripts.model import (
     Source,
     Target,
     norm_time,
+    shell_targets,
     stable_id,
 )
 
 AGENT = "claude-code"
 
-# Record types that carry nothing for the graph (bookkeeping, hooks, UI state).
+# Record types that carry nothing for the graph (bookkeeping, hooks, UI state). The api-request
+# family (2.1.3xx) repeats what was sent to the model: `api-request-blob` holds the system
+# prompt and user messages full of reminders, which must never become prompts or goals.
 _IGNORED_TYPES = frozenset(
     {
         "system",
@@ -71,6 +73,12 @@ _IGNORED_TYPES = frozenset(
         "ai-title",
         "agent-name",
         "tag",
+        "api-request",
+        "api-request-blob",
+        "api-request-shape",
+        "atis-latch",
+        "cost-state",
+        "tools-used",
     }
 )
 
@@ -180,7 +188,8 @@ def new_state() -> ParserState:
 def detect(head: bytes) -> bool:
     """Do these first bytes look like a Claude Code transcript?"""
     markers = (b'"sessionId"', b'"parentUuid"', b'"leafUuid"')
-    return any(m in head for m in markers) and b'"payload"' not in head[:300]
+    foreign = b'"payload"' in head[:300] or b'"projectHash"' in head  # Codex, Gemini
+    return any(m in head for m in markers) and not foreign
 
 
 def detect_path(path: str) -> bool:
@@ -193,41 +202,56 @@ def parse(
     """Parse complete lines (from a stored offset) into events; never raises on bad input."""
     src = source if isinstance(source, Source) else Source(source)
     em = Emitter(state.copy() if state else new_state(), src)
+    unknown: dict[str, tuple[int, int]] = {}  # type -> (first offset, lines) in this batch
     for line in lines:
         decoded = decode_line(line)
         for s in decoded.skipped:
             em.skip(s.offset, s.reason, s.excerpt)
         for index, rec in enumerate(decoded.records):
             try:
-                _record(em, rec, line.offset, index)
+                rtype = _record(em, rec, line.offset, index)
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 # A record shape we did not foresee must not stop the file.
                 em.skip(line.offset, f"unreadable {rec.get('type')!r} record: {exc!r}")
+                continue
+            if rtype is not None:
+                first, n = unknown.get(rtype, (line.offset, 0))
+                unknown[rtype] = (first, n + 1)
+    _report_unknown(em, unknown)
     return em.result()
 
 
-def _record(em: Emitter, rec: dict[str, Any], offset: int, index: int) -> None:
+def _report_unknown(em: Emitter, unknown: dict[str, tuple[int, int]]) -> None:
+    """One skip per unknown record type and file (a new Claude Code writes a type on every
+    turn: a warning per line would flood the log); the state keeps the counts."""
+    counts = em.state.context.setdefault("unknown_types", {})
+    for rtype, (first, n) in unknown.items():
+        if rtype not in counts:
+            em.skip(first, f"unknown record type {rtype!r}: {n} lines in this batch, skipped")
+        counts[rtype] = counts.get(rtype, 0) + n
+
+
+def _record(em: Emitter, rec: dict[str, Any], offset: int, index: int) -> str | None:
+    """Handle one record; return its type when that type is unknown."""
     rtype = rec.get("type")
     if rtype == "summary":
         em.summary(str(rec.get("leafUuid") or ""), str(rec.get("summary") or ""), offset)
-        return
+        return None
     if rtype in _IGNORED_TYPES:
-        return
+        return None
     if rtype not in ("user", "assistant"):
-        em.skip(offset, f"unknown record type {rtype!r}", json.dumps(rec)[:80])
-        return
+        return str(rtype)
     ctx = _context(em, rec, offset, index)
+    message = rec.get("message")
     if ctx is None:
         em.skip(offset, f"{rtype} record without sessionId")
-        return
-    message = rec.get("message")
-    if not isinstance(message, dict):
+    elif not isinstance(message, dict):
         em.skip(offset, f"{rtype} record without message")
-        return
-    if rtype == "assistant":
+    elif rtype == "assistant":
         _assistant(em, rec, message, ctx)
     else:
         _user(em, rec, message, ctx)
+    return None
 
 
 def _context(em: Emitter, rec: dict[str, Any], offset: int, index: int) -> _Ctx | None:
@@ -371,15 +395,14 @@ def targets_for(name: str, inp: dict[str, Any], cwd: str | None, em: Emitter) ->
     tool = canonical_tool(name).key
     if tool in _FILE_TOOLS:
         verb, field = _FILE_TOOLS[tool]
-        entity = canonical_file(_str(inp.get(field) or inp.get("file_path")), cwd, em.projects)
+        entity = em.file(_str(inp.get(field) or inp.get("file_path")), cwd)
         return [Target(verb, entity, _change_detail(tool, inp))] if entity else []
     if tool in _SEARCH_TOOLS:
-        entity = canonical_file(_str(inp.get("path")) or cwd, cwd, em.projects)
+        entity = em.file(_str(inp.get("path")) or cwd, cwd)
         detail = f"{tool} {inp.get('pattern') or ''}".strip()
         return [Target(READS, entity, detail)] if entity else []
     if tool == "bash":
-        command = _str(inp.get("command"))
-        return [Target(EXECUTES, e, command[:1000]) for e in canonical_commands(command)]
+        return shell_targets(_str(inp.get("command")), cwd, em.source)
     if tool == "webfetch":
         url = canonical_url(_str(inp.get("url")))
         return [Target(READS, url, _str(inp.get("prompt"))[:200])] if url else []

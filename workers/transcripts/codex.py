@@ -19,9 +19,10 @@ What becomes what:
   also in a later ``write_stdin`` poll of the same process), or the older JSON-in-string
   ``metadata.exit_code``. A pipeline's exit code is its last command's: that is all anyone
   can tell.
-- ``exec_command_end.parsed_cmd``: ``read`` → READS the file; ``search``/``list_files`` →
-  READS the directory. Codex shortens those paths to a base name, so the full path is taken
-  from the command's own arguments; when it cannot be recovered no edge is made.
+- the files a shell command reads, writes or names (``sed -n 1,80p f``, ``rg x src``,
+  ``> f``) → READS / MODIFIES / MENTIONS marked ``via="shell"``, resolved against the call's
+  ``workdir`` (workers.entities.files_in_command). ``exec_command_end.parsed_cmd`` is not used
+  for this: it covers reads and searches only, with paths shortened to a base name.
 - ``apply_patch`` (custom tool, function, or old ``shell ["apply_patch", …]``) → MODIFIES per
   file in the patch; ``patch_apply_end.changes`` replaces those with its authoritative paths.
 - other tools (``update_plan``, MCP ``server__tool``, ``web_search_call``) → EXECUTES the tool.
@@ -38,9 +39,7 @@ from typing import Any
 
 from workers.entities import (
     Entity,
-    canonical_commands,
     canonical_error,
-    canonical_file,
     canonical_tool,
 )
 from workers.transcripts.lines import Line, decode_line
@@ -51,7 +50,7 @@ from workers.transcripts.model import (
     EXECUTES,
     MODIFIES,
     OK,
-    READS,
+    PERMISSION_DENIED,
     USER_REJECTED,
     Emitter,
     ParseResult,
@@ -59,6 +58,7 @@ from workers.transcripts.model import (
     Source,
     Target,
     norm_time,
+    shell_targets,
 )
 
 AGENT = "codex"
@@ -94,6 +94,11 @@ _REJECTED = re.compile(
     r"approval (?:was )?denied",
     re.I,
 )
+# The sandbox refused to run something (`zsh:1: operation not permitted: ps`): a failure even
+# when the last program of the pipeline is a search whose exit 1 would mean "no match".
+_SANDBOXED = re.compile(r"^\S*sh\b.*\boperation not permitted\b", re.I | re.M)
+# Codex Desktop's browser refused an action: a policy denial, not a failure.
+_BROWSER_POLICY = re.compile(r"rejected this action due to browser security policy", re.I)
 _PATCH_FILE = re.compile(r"^\*\*\* (Add|Update|Delete) File: (.+?)\s*$|^\*\*\* Move to: (.+?)\s*$")
 
 
@@ -404,10 +409,10 @@ def _shell_call(em: Emitter, name: str, call_id: str, args: dict[str, Any], ctx:
         _patch_call(em, call_id, argv[1], ctx, workdir)
         return
     line = shlex.join(argv) if argv else _s(command)
-    entities = canonical_commands(argv if argv else line)
-    targets = [Target(EXECUTES, e, line[:1000]) for e in entities]
+    targets = shell_targets(argv if argv else line, workdir, em.source)
     content = f"{name}: {_display_command(argv, line)}"
-    last = entities[-1].key if entities else ""
+    programs = [t.entity.key for t in targets if t.verb == EXECUTES]
+    last = programs[-1] if programs else ""
     _register(em, call_id, name, content, targets, ctx, {"last": last})
 
 
@@ -430,7 +435,7 @@ def _patch_files(patch: str, cwd: str | None, em: Emitter) -> list[tuple[str, En
         if not m:
             continue
         op, path = (m.group(1).lower(), m.group(2)) if m.group(1) else ("move", m.group(3))
-        entity = canonical_file(path, cwd, em.projects)
+        entity = em.file(path, cwd)
         if entity:
             out.append((op, entity))
     return out
@@ -492,7 +497,8 @@ def _output(em: Emitter, call_id: str, output: Any, ctx: _Ctx) -> None:
     owner = owner or call_id
     call = em.state.pending.get(owner)
     last = call["extra"].get("last") if call else None
-    failed = _outcome(out.exit_code, last) == ERROR
+    policy = _BROWSER_POLICY.search(out.text[:1000]) is not None
+    failed = not policy and _outcome(out.exit_code, last, out.text) == ERROR
     em.memory(
         ctx.session_id,
         "error" if failed else "tool_result",
@@ -507,7 +513,9 @@ def _output(em: Emitter, call_id: str, output: Any, ctx: _Ctx) -> None:
     )
     if out.process and not process:
         em.state.links[f"proc:{out.process}"] = owner  # still running: later polls report
-    if out.exit_code is not None:
+    if policy:
+        em.resolve(owner, OK, denial=PERMISSION_DENIED, message=out.text)
+    elif out.exit_code is not None:
         _finish(em, owner, out.exit_code, out.text)
         em.state.links.pop(f"proc:{process or out.process}", None)
     elif _REJECTED.search(out.text[:300]):
@@ -516,17 +524,20 @@ def _output(em: Emitter, call_id: str, output: Any, ctx: _Ctx) -> None:
         em.resolve(owner, OK)  # a non-shell tool answered: that is its outcome
 
 
-def _outcome(exit_code: int | None, last_program: str | None) -> str:
+def _outcome(exit_code: int | None, last_program: str | None, text: str) -> str:
     """ok/error from an exit code. grep & co. exit 1 for "no match", which is not a failure
-    (a chain's status is its last command's, so only the last program counts)."""
-    if exit_code in (None, 0) or (exit_code == 1 and last_program in _SEARCH_PROGRAMS):
+    (a chain's status is its last command's, so only the last program counts), unless the
+    output shows the sandbox stopped a command."""
+    if exit_code in (None, 0):
+        return OK
+    if exit_code == 1 and last_program in _SEARCH_PROGRAMS and not _SANDBOXED.search(text):
         return OK
     return ERROR
 
 
 def _finish(em: Emitter, call_id: str, exit_code: int, text: str) -> None:
     call = em.state.pending.get(call_id)
-    if _outcome(exit_code, call["extra"].get("last") if call else None) == OK:
+    if _outcome(exit_code, call["extra"].get("last") if call else None, text) == OK:
         em.resolve(call_id, OK, exit_code=exit_code)
     else:
         em.resolve(
@@ -580,62 +591,14 @@ def _event(em: Emitter, p: dict[str, Any], ctx: _Ctx) -> None:
 
 
 def _exec_end(em: Emitter, p: dict[str, Any], ctx: _Ctx) -> None:
-    """READS from ``parsed_cmd`` (emitted here, whatever resolved the call first) and the
-    call's outcome if nothing settled it yet."""
+    """The call's outcome, if nothing settled it yet. (Its ``parsed_cmd`` is not used: the
+    command line itself says what was read, written and named.)"""
     call_id = _s(p.get("call_id"))
-    if not call_id:
-        return
     code = p.get("exit_code") if isinstance(p.get("exit_code"), int) else None
-    cwd = _s(p.get("cwd")) or ctx.cwd
-    reads = [Target(READS, e, d) for d, e in _parsed_reads(p.get("parsed_cmd"), cwd, em)]
-    call = em.state.pending.get(call_id)
-    programs = canonical_commands(p["command"]) if isinstance(p.get("command"), list) else []
-    outcome = _outcome(code, programs[-1].key if programs else None)
-    if reads:
-        em.edges(
-            session_id=ctx.session_id,
-            memory_id=em.memory_id(ctx.session_id, "call", call_id),
-            tool=call["tool"] if call else "exec_command",
-            event_time=call.get("event_time") if call else ctx.time,
-            targets=reads,
-            outcome=outcome,
-            exit_code=code,
-        )
-    if code is not None:
+    if call_id and code is not None:
         text = _s(p.get("stderr")) or _s(p.get("aggregated_output")) or _s(p.get("stdout"))
         _finish(em, call_id, code, text)
         # The proc: link stays until a poll reports the exit: that poll's output belongs here.
-
-
-def _parsed_reads(parsed: Any, cwd: str | None, em: Emitter) -> list[tuple[str, Entity]]:
-    out: list[tuple[str, Entity]] = []
-    seen: set[str] = set()
-    for entry in parsed if isinstance(parsed, list) else ():
-        if not isinstance(entry, dict) or entry.get("type") not in ("read", "search", "list_files"):
-            continue
-        path = _full_path(entry)
-        entity = canonical_file(path, cwd, em.projects) if path else None
-        if entity and entity.key not in seen:
-            seen.add(entity.key)
-            detail = entry["type"] + (f" {entry['query']}" if entry.get("query") else "")
-            out.append((detail[:200], entity))
-    return out
-
-
-def _full_path(entry: dict[str, Any]) -> str | None:
-    """``parsed_cmd`` paths of searches and listings are shortened to a base name; take the
-    argument of the command that ends with it."""
-    path = _s(entry.get("path"))
-    if not path or entry["type"] == "read" or path == ".":
-        return path or None
-    try:
-        words = shlex.split(_s(entry.get("cmd")))
-    except ValueError:
-        words = _s(entry.get("cmd")).split()
-    for w in words[1:]:
-        if not w.startswith("-") and (w == path or w.rstrip("/").endswith("/" + path)):
-            return w
-    return None
 
 
 def _patch_end(em: Emitter, p: dict[str, Any], ctx: _Ctx) -> None:
@@ -646,7 +609,7 @@ def _patch_end(em: Emitter, p: dict[str, Any], ctx: _Ctx) -> None:
     for path, change in changes.items():
         op = _s(change.get("type")) if isinstance(change, dict) else "update"
         for raw in (path, change.get("move_path") if isinstance(change, dict) else None):
-            entity = canonical_file(_s(raw), ctx.cwd, em.projects) if raw else None
+            entity = em.file(_s(raw), ctx.cwd) if raw else None
             if entity:
                 targets.append(Target(MODIFIES, entity, op))
     ok = p.get("success") is not False

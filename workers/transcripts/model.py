@@ -11,10 +11,13 @@ A parser is fed complete lines from a stored byte offset and returns a :class:`P
     - :class:`Memory`: one observation (prompt, assistant text, tool call, tool result, error,
       summary). ``content`` is redacted and capped; base64 media and thinking text are dropped.
     - :class:`Goal`: what the user asked for (the first real prompt of a session).
-    - :class:`Action`: a verb edge ``READS``/``MODIFIES``/``EXECUTES`` from a tool-call memory to
-      an :class:`~workers.entities.Entity` (file, command, url, tool). Emitted once the call's
-      outcome is known (``"ok"``/``"error"``), so it never needs retracting. ``outcome`` is
-      what the agent reported: a pipeline's exit status is its last command's.
+    - :class:`Action`: a verb edge ``READS``/``MODIFIES``/``EXECUTES``/``MENTIONS`` from a
+      tool-call memory to an :class:`~workers.entities.Entity` (file, command, url, tool).
+      Emitted once the call's outcome is known (``"ok"``/``"error"``), so it never needs
+      retracting. ``outcome`` is what the agent reported: a pipeline's exit status is its last
+      command's. ``via`` says where the access was seen: ``"tool"`` (the agent's own tool:
+      Read, Edit, apply_patch, Bash for EXECUTES) or ``"shell"`` for the edges a shell command
+      line implies (``cat f`` READS f, ``> f`` MODIFIES f, ``pytest f`` MENTIONS f).
     - :class:`Triggered`: a failed call → an error entity (signature key).
     - :class:`Denied`: a call the user rejected or a permission rule blocked → its target. Not a
       failure and not a verb edge: a denied call gets no READS/MODIFIES/EXECUTES.
@@ -40,14 +43,29 @@ An id may occur twice (a Codex edge stated by two result events): writes are ups
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+import shlex
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from memoryd import vocabulary
 from memoryd.ids import stable_id
-from workers.entities import URL, Entity, Project, ProjectsLike, as_projects, canonical_tool
+from workers.entities import (
+    NAME,
+    READ,
+    URL,
+    WRITE,
+    Entity,
+    Project,
+    ProjectsLike,
+    as_projects,
+    canonical_commands,
+    canonical_file,
+    canonical_tool,
+    files_in_command,
+    guess_home,
+)
 from workers.redact import SecretMemory, redact
 from workers.transcripts.lines import Skipped
 
@@ -58,11 +76,14 @@ CAP_TOOL_OUTPUT = 4_000  # tool results and errors
 CAP_GOAL = 2_000
 CAP_DETAIL = 1_000  # command lines / change summaries on edges
 
-READS, MODIFIES, EXECUTES = (
+READS, MODIFIES, EXECUTES, MENTIONS = (
     vocabulary.READS.name,
     vocabulary.MODIFIES.name,
     vocabulary.EXECUTES.name,
+    vocabulary.MENTIONS.name,
 )
+# Provenance of an edge read off a shell command line rather than the agent's own tool.
+SHELL = vocabulary.VIA_SHELL
 OK, ERROR, PENDING = "ok", "error", "pending"
 USER_REJECTED, PERMISSION_DENIED = "user_rejected", "permission_denied"
 
@@ -80,15 +101,20 @@ class Source:
     ``projects``: watched projects as ``Project`` or ``(project_id, root)`` pairs.
     ``subagent_meta``: the parsed ``agent-<id>.meta.json`` next to a Claude Code 2.1.2+ subagent
     transcript (``{agentType, description, worktreePath?}``), if the caller read it.
+    ``home``: the home directory of whoever wrote the transcript, for ``~`` in commands
+    (guessed from ``path`` when not given; a session's cwd may tell it later).
     """
 
     path: str
     projects: tuple[Project, ...] = ()
     subagent_meta: dict[str, Any] | None = None
+    home: str | None = None
 
     def __post_init__(self) -> None:
         # Accept (project_id, root) pairs too; frozen, hence object.__setattr__.
         object.__setattr__(self, "projects", as_projects(self.projects))
+        if self.home is None:
+            object.__setattr__(self, "home", guess_home(self.path))
 
     @classmethod
     def of(
@@ -179,6 +205,8 @@ class Action:
     outcome: str  # ok | error (| pending, only in ParseResult.pending)
     exit_code: int | None = None
     detail: str = ""  # the command line, or what the change was
+    # where the access was seen: the agent's own tool, or (SHELL) a shell command line
+    via: str = vocabulary.VIA_TOOL
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +271,22 @@ class Target:
     verb: str
     entity: Entity
     detail: str = ""
+    via: str = vocabulary.VIA_TOOL
+
+
+def shell_targets(command: str | Sequence[str], cwd: str | None, source: Source) -> list[Target]:
+    """A shell command's targets: EXECUTES per program run, and the files it reads, writes or
+    only names (READS / MODIFIES / MENTIONS, marked ``via=SHELL``), resolved where it ran."""
+    line = command if isinstance(command, str) else shlex.join(command)
+    detail = line[:CAP_DETAIL]
+    targets = [Target(EXECUTES, e, detail) for e in canonical_commands(command)]
+    home = source.home or guess_home(cwd)
+    for use in files_in_command(line, cwd, source.projects, home):
+        targets.append(Target(_SHELL_VERBS[use.access], use.entity, detail, SHELL))
+    return targets
+
+
+_SHELL_VERBS = {READ: READS, WRITE: MODIFIES, NAME: MENTIONS}
 
 
 @dataclass
@@ -363,11 +407,19 @@ def norm_time(value: Any) -> str | None:
 
 
 def _target_json(t: Target) -> dict[str, Any]:
-    return {"verb": t.verb, "entity": asdict(t.entity), "detail": t.detail}
+    return {"verb": t.verb, "entity": asdict(t.entity), "detail": t.detail, "via": t.via}
 
 
 def _targets_from_json(items: list[dict[str, Any]]) -> list[Target]:
-    return [Target(t["verb"], Entity(**t["entity"]), t.get("detail", "")) for t in items]
+    return [
+        Target(
+            t["verb"],
+            Entity(**t["entity"]),
+            t.get("detail", ""),
+            t.get("via") or vocabulary.VIA_TOOL,
+        )
+        for t in items
+    ]
 
 
 def _action(call: dict[str, Any], target: Target, outcome: str, exit_code: int | None) -> Action:
@@ -383,13 +435,14 @@ def _action(call: dict[str, Any], target: Target, outcome: str, exit_code: int |
         outcome=outcome,
         exit_code=exit_code,
         detail=target.detail,
+        via=target.via,
     )
 
 
 def safe_target(t: Target, memory: SecretMemory | None = None) -> Target:
     """A target with its entity and detail redacted (details hold command lines)."""
     entity = safe_entity(t.entity, memory)
-    return Target(t.verb, entity, safe_text(t.detail, CAP_DETAIL, memory))
+    return Target(t.verb, entity, safe_text(t.detail, CAP_DETAIL, memory), t.via)
 
 
 def safe_entity(e: Entity, memory: SecretMemory | None = None) -> Entity:
@@ -457,6 +510,11 @@ class Emitter:
             if cwd == p.root or cwd.startswith(p.root.rstrip("/") + "/"):
                 return p.id
         return None
+
+    def file(self, path: str | None, cwd: str | None) -> Entity | None:
+        """The file entity a tool's path argument names, ``~`` expanded with the writer's home."""
+        home = self.source.home or guess_home(cwd)
+        return canonical_file(path, cwd, self.projects, home=home)
 
     def has_goal(self, session_id: str) -> bool:
         return bool(self.state.sessions.get(session_id, {}).get("has_goal"))
@@ -617,7 +675,9 @@ class Emitter:
                 tool=call["tool"],
                 event_time=call.get("event_time"),
                 exit_code=exit_code,
-                message=self.safe(message, CAP_DETAIL),
+                # the failure as it appeared (the line its signature was read from), not the
+                # whole output: the memory holds that
+                message=error.raw or self.safe(message, CAP_DETAIL),
             )
         )
 

@@ -1,0 +1,207 @@
+"""What an agent waits for: MCP `search` and `file_history` through the running daemon, and a
+hook end to end (process start included), with the daemon idle and while it indexes and ingests.
+
+    .venv/bin/python bench/agent_latency.py --data-dir DIR [--chunks 20000] [--memories 20000]
+        [--samples 40]
+
+The dataset is built once into DIR (keep it outside the repo; a second run reuses it): a tree of
+installed packages' source (code nobody here wrote) indexed by `memoryd run`, and a Claude Code
+transcript made of the real fixtures' (tool call, result) pairs with fresh ids, ingested through
+the daemon, until the database holds `--chunks` valid chunks and `--memories` memories. Then,
+over one MCP stdio session of the SDK's own client, `--samples` calls of each tool, and as many
+runs of `memoryd hook claude-code user-prompt-submit` (a new session each, so the hook never has
+nothing new to say); once idle, once while a second tree is indexed and a transcript ingested.
+Prints p50/p95 next to the targets (MCP search p50 <= 100 ms, hook p95 <= 300 ms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import index_throughput
+import transcripts as transcript_bench
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from memoryd import client
+from memoryd.config import load_settings
+from memoryd.errors import DaemonUnavailable
+
+MEMORYD = str(Path(sys.executable).parent / "memoryd")
+QUERIES = (
+    "parse a connection url",
+    "retry a failed job",
+    "validate settings from the environment",
+    "render a table in the terminal",
+    "watch a directory for changes",
+    "read a config file",
+    "http client timeout",
+    "schedule a cron job",
+)
+TARGETS = {"mcp search": ("p50", 100.0), "hook end to end": ("p95", 300.0)}
+
+
+def env(data: Path) -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
+    return clean | {
+        "MEMORYD_CONFIG": "/nonexistent/memoryd-bench.toml",
+        "MEMORYD_TRANSCRIPTS": "[]",
+        "MEMORYD_DATA_DIR": str(data),
+    }
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+async def counts(data: Path) -> dict[str, int]:
+    async with client.connect(load_settings(data_dir=data)) as memoryd:
+        status = await memoryd.status()
+    return {"chunks": status["valid_chunks"], "memories": status["counts"].get("memory", 0)}
+
+
+async def wait_live(data: Path, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            await counts(data)
+            return
+        except DaemonUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(2)
+
+
+def build(data: Path, tree: Path, chunks: int, memories: int, have: dict[str, int]) -> None:
+    """Index and ingest until the targets are met (each step only when still short)."""
+    if have["chunks"] < chunks:
+        # About eight chunks per file of these packages.
+        shutil.rmtree(tree, ignore_errors=True)
+        tree.mkdir(parents=True)
+        files = index_throughput.build_tree(tree, chunks // 8 + 1)
+        print(f"indexing {files} files of installed packages…", flush=True)
+        subprocess.run(
+            [MEMORYD, "index", str(tree), "--json"],
+            env=env(data),
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+    if have["memories"] < memories:
+        path = data.parent / f"agent-latency-{uuid.uuid4().hex[:8]}.jsonl"
+        # Two memories per pair; pairs carry up to 16 KB results each.
+        pairs, _ = transcript_bench.build_big(path, (memories // 2) * 17_000, str(uuid.uuid4()))
+        print(f"ingesting {pairs} tool call/result pairs…", flush=True)
+        subprocess.run([MEMORYD, "ingest", str(path)], env=env(data), check=True)
+
+
+async def measure_mcp(data: Path, cwd: Path, samples: int) -> dict[str, list[float]]:
+    params = StdioServerParameters(command=MEMORYD, args=["mcp"], cwd=cwd, env=env(data))
+    times: dict[str, list[float]] = {"mcp search": [], "mcp file_history": []}
+    files = sorted(p for p in cwd.rglob("*.py"))[:samples]
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        await session.call_tool("status", {})
+        for n in range(samples):
+            started = time.perf_counter()
+            await session.call_tool("search", {"query": QUERIES[n % len(QUERIES)], "limit": 10})
+            times["mcp search"].append((time.perf_counter() - started) * 1000)
+            started = time.perf_counter()
+            await session.call_tool("file_history", {"path": str(files[n % len(files)])})
+            times["mcp file_history"].append((time.perf_counter() - started) * 1000)
+    return times
+
+
+def measure_hooks(data: Path, cwd: Path, samples: int) -> list[float]:
+    times = []
+    for n in range(samples):
+        payload = {
+            "session_id": f"bench-{uuid.uuid4().hex}",
+            "cwd": str(cwd),
+            "prompt": QUERIES[n % len(QUERIES)],
+        }
+        started = time.perf_counter()
+        subprocess.run(
+            [MEMORYD, "hook", "claude-code", "user-prompt-submit"],
+            input=json.dumps(payload),
+            capture_output=True,
+            text=True,
+            env=env(data),
+            check=True,
+        )
+        times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
+def report(label: str, times: dict[str, list[float]]) -> None:
+    print(f"\n{label} (load average {os.getloadavg()[0]:.1f})")
+    print(f"{'':22}{'p50 ms':>10}{'p95 ms':>10}{'mean':>10}   target")
+    for name, values in times.items():
+        which, limit = TARGETS.get(name, ("", 0.0))
+        target = f"{which} <= {limit:.0f} ms" if which else "-"
+        print(
+            f"{name:22}{pct(values, 0.5):10.1f}{pct(values, 0.95):10.1f}"
+            f"{statistics.mean(values):10.1f}   {target}"
+        )
+
+
+async def busy_work(data: Path, tree: Path, scratch: Path) -> subprocess.Popen[bytes]:
+    """Indexing and ingestion running while the second round is measured."""
+    index_throughput.build_tree(scratch / "busy", 400)
+    path = scratch / "busy.jsonl"
+    transcript_bench.build_big(path, 20 << 20, str(uuid.uuid4()))
+    subprocess.Popen([MEMORYD, "ingest", str(path)], env=env(data), stdout=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [MEMORYD, "index", str(scratch / "busy"), "--json"],
+        env=env(data),
+        stdout=subprocess.DEVNULL,
+    )
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument("--chunks", type=int, default=20_000)
+    parser.add_argument("--memories", type=int, default=20_000)
+    parser.add_argument("--samples", type=int, default=40)
+    args = parser.parse_args()
+    data = args.data_dir.resolve()
+    data.mkdir(parents=True, exist_ok=True)
+    tree = data.parent / "agent-latency-tree"
+    daemon = subprocess.Popen(
+        [MEMORYD, "run"], env=env(data), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        await wait_live(data)
+        have = await counts(data)
+        build(data, tree, args.chunks, args.memories, have)
+        have = await counts(data)
+        print(f"dataset: {have['chunks']} valid chunks, {have['memories']} memories")
+        idle = await measure_mcp(data, tree, args.samples)
+        idle["hook end to end"] = measure_hooks(data, tree, args.samples)
+        report("idle", idle)
+        scratch = data.parent / f"agent-latency-busy-{uuid.uuid4().hex[:8]}"
+        indexing = await busy_work(data, tree, scratch)
+        busy = await measure_mcp(data, tree, args.samples)
+        busy["hook end to end"] = measure_hooks(data, tree, args.samples)
+        report("while indexing and ingesting", busy)
+        indexing.wait()
+        shutil.rmtree(scratch, ignore_errors=True)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=120)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

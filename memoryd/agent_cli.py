@@ -1,0 +1,149 @@
+"""The agent-facing commands: `memoryd mcp`, `memoryd hook`, `memoryd integrate`.
+
+Agents start these for every session and every prompt, so they load only the light client
+(no model, no database SDK): memoryd/entry.py runs them without importing memoryd/cli.py.
+memoryd/cli.py adds the same commands to the full `memoryd` command for its help.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from memoryd.config import Settings, load_settings
+from memoryd.errors import MemorydError
+
+DataDir = Annotated[
+    Path | None,
+    typer.Option("--data-dir", help="Data dir (default: $MEMORYD_DATA_DIR or XDG data home)."),
+]
+app = typer.Typer(name="memoryd", no_args_is_help=True, add_completion=False)
+hook_app = typer.Typer(
+    help="Context hooks for agents (registered by `memoryd integrate`).", no_args_is_help=True
+)
+app.add_typer(hook_app, name="hook")
+
+
+def _settings(data_dir: Path | None) -> Settings:
+    try:
+        return load_settings(data_dir=data_dir)
+    except MemorydError as exc:
+        typer.echo(f"memoryd: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
+@app.command()
+def mcp(
+    http: Annotated[
+        bool, typer.Option("--http", help="Serve streamable HTTP instead of stdio.")
+    ] = False,
+    host: Annotated[str, typer.Option(help="Address for --http (loopback by default).")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option(help="Port for --http.")] = 8765,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option("--allow-host", help="Another Host name clients use for --http (repeatable)."),
+    ] = None,
+    data_dir: DataDir = None,
+) -> None:
+    """MCP server for agents (stdio; --http: streamable HTTP with a bearer token from
+    <data dir>/mcp-token). Needs a running daemon (`memoryd service install` or `memoryd run`)."""
+    from memoryd import mcp_server
+
+    settings = _settings(data_dir)
+    try:
+        if http:
+            typer.echo(
+                f"memoryd MCP on http://{host}:{port}/mcp; bearer token in "
+                f"{mcp_server.token_path(settings)}",
+                err=True,
+            )
+            asyncio.run(mcp_server.serve_http(settings, host, port, allow_host or []))
+        else:
+            mcp_server.serve_stdio(settings)
+    except MemorydError as exc:
+        typer.echo(f"memoryd: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
+def _hook(agent: str, event: str, data_dir: Path | None) -> None:
+    from memoryd import hooks
+
+    try:
+        settings = load_settings(data_dir=data_dir)
+    except MemorydError:
+        return  # a broken config must not hold up the agent; doctor reports it
+    out = hooks.run(settings, agent, event, sys.stdin.read())
+    if out:
+        sys.stdout.write(out + "\n")
+
+
+@hook_app.command("claude-code")
+def hook_claude_code(
+    event: Annotated[str, typer.Argument(help="session-start or user-prompt-submit")],
+    data_dir: DataDir = None,
+) -> None:
+    """Claude Code's SessionStart / UserPromptSubmit hook."""
+    if event not in ("session-start", "user-prompt-submit"):
+        typer.echo("memoryd: event is session-start or user-prompt-submit", err=True)
+        raise typer.Exit(2)
+    _hook("claude-code", event, data_dir)
+
+
+@hook_app.command("codex")
+def hook_codex(
+    event: Annotated[str, typer.Argument(help="session-start")],
+    data_dir: DataDir = None,
+) -> None:
+    """Codex's SessionStart hook."""
+    if event != "session-start":
+        typer.echo("memoryd: event is session-start", err=True)
+        raise typer.Exit(2)
+    _hook("codex", event, data_dir)
+
+
+@app.command()
+def integrate(
+    client: Annotated[str, typer.Argument(help="claude-code, codex or gemini")],
+    uninstall: Annotated[
+        bool, typer.Option("--uninstall", help="Remove what integrate added.")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show the changes, write nothing.")
+    ] = False,
+    data_dir: DataDir = None,
+) -> None:
+    """Register memoryd's MCP server and hooks in a client's user configuration."""
+    from memoryd import integrate as integration
+
+    settings = _settings(data_dir)
+    try:
+        plan = integration.plan(client, settings, uninstall)
+        if not dry_run:
+            integration.apply(plan)
+    except (MemorydError, OSError) as exc:
+        typer.echo(f"memoryd: {exc}", err=True)
+        raise typer.Exit(1) from None
+    for change in plan.changes:
+        if not change.changed:
+            typer.echo(f"{change.path}: unchanged")
+            continue
+        verb = "would change" if dry_run else "changed"
+        typer.echo(f"{change.path}: {verb}")
+        if dry_run:
+            diff = difflib.unified_diff(
+                (change.before or "").splitlines(),
+                (change.after or "").splitlines(),
+                str(change.path),
+                str(change.path),
+                lineterm="",
+            )
+            typer.echo("\n".join(diff))
+    for note in plan.notes:
+        typer.echo(note)

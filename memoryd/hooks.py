@@ -1,0 +1,249 @@
+"""`memoryd hook <agent> <event>`: context for Claude Code and Codex at the start of a session
+and with each prompt, read from the running daemon.
+
+- Reads the hook's JSON from stdin (`session_id`, `transcript_path`, `cwd`, `source`, `prompt`)
+  and prints `{"hookSpecificOutput": {"hookEventName": ..., "additionalContext": ...}}`, or
+  nothing at all when there is nothing new to say.
+- SessionStart: a briefing on the repository of `cwd` (recent sessions and their goals, files
+  changed lately, failures still open). UserPromptSubmit: the few memories and code chunks most
+  relevant to the prompt.
+- At most `hook_max_chars` characters (default 2000); every item says where it came from (which
+  session, which tool, when).
+- Never the same item twice in one session: what was injected is recorded in
+  `<data dir>/hooks/<agent>-<session hash>.json` (0600; at most MAX_RECORDED keys, about 100 KB).
+  The record starts afresh when the session is compacted or cleared (that context is gone), and
+  a record unused for `hook_state_days` (default 7) is deleted by the next hook that runs.
+- Only this repository's own memory, and no tool output: raw results of tools (a web page, a
+  command's output) could carry a prompt injection into later sessions, so prompts, assistant
+  messages, agents' notes and code are injected, tool results and other repositories never.
+- Fast: the whole hook runs under `hook_timeout_seconds` (default 1.5 s); when the daemon is
+  down or slow it exits 0 with no output rather than hold up the agent.
+- The transcript named by `transcript_path` is queued for ingestion at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from memoryd import client
+from memoryd.agent import clip, one_line, qualified
+from memoryd.config import Settings
+from memoryd.errors import MemorydError
+from memoryd.ids import stable_id
+from memoryd.present import activity_blocks
+from memoryd.results import RecentActivity, Record
+
+# The events each agent's hooks are registered for: (agent, command word) -> hook event name.
+EVENTS = {
+    ("claude-code", "session-start"): "SessionStart",
+    ("claude-code", "user-prompt-submit"): "UserPromptSubmit",
+    ("codex", "session-start"): "SessionStart",
+}
+# SessionStart sources after which the agent's earlier context is gone.
+RESET_SOURCES = frozenset({"compact", "clear"})
+MAX_RECORDED = 1000
+# Memory kinds a prompt may bring back: words of people and agents, never a tool's output.
+INJECTED_KINDS = frozenset(
+    {"user_prompt", "assistant_message", "summary", "decision", "note", "todo"}
+)
+PROMPT_MEMORIES = 3
+PROMPT_CHUNKS = 2
+ITEM_CHARS = 400
+RECENT_DAYS = 7
+
+
+@dataclass(slots=True)
+class Item:
+    """One injected piece of context and the key that keeps it from coming twice."""
+
+    key: str
+    text: str
+
+
+@dataclass(slots=True)
+class State:
+    """What was injected into one agent session so far."""
+
+    path: Path
+    injected: list[str] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, settings: Settings, agent: str, session_id: str, reset: bool) -> State:
+        path = settings.data_dir / "hooks" / f"{agent}-{stable_id(session_id)}.json"
+        state = cls(path)
+        if not reset:
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                state.injected = list(json.loads(path.read_text())["injected"])
+        return state
+
+    def save(self, added: Sequence[str]) -> None:
+        self.injected = [*self.injected, *added][-MAX_RECORDED:]
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = self.path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"injected": self.injected}, f)
+        os.replace(tmp, self.path)
+
+
+def expire_states(settings: Settings, now: float | None = None) -> int:
+    """Delete records of sessions no hook touched for `hook_state_days`."""
+    folder = settings.data_dir / "hooks"
+    cutoff = (now or time.time()) - settings.hook_state_days * 86400
+    removed = 0
+    for path in folder.glob("*.json") if folder.is_dir() else ():
+        try:
+            if path.stat().st_mtime < cutoff:
+                path.unlink()
+                removed += 1
+        except OSError:
+            continue
+    return removed
+
+
+def pack(head: str, items: Sequence[Item], seen: set[str], limit: int) -> tuple[str, list[str]]:
+    """`head` and the new items that fit in `limit` characters, whole; returns the text
+    (empty when no item is new) and the keys of the items it holds."""
+    lines, keys, used = [head], [], len(head)
+    for item in items:
+        if item.key in seen or item.key in keys:
+            continue
+        if used + 1 + len(item.text) > limit:
+            continue  # a shorter one further down may still fit
+        lines.append(item.text)
+        keys.append(item.key)
+        used += 1 + len(item.text)
+    return ("\n".join(lines) if keys else ""), keys
+
+
+def _briefing_items(activity: RecentActivity, session_id: str) -> list[Item]:
+    """The recent-activity lines, the hook's own session left out, each with its key."""
+    activity = {
+        **activity,
+        "sessions": [s for s in activity["sessions"] if s["session"] != session_id],
+        "failures": [f for f in activity["failures"] if not _from_web(f.get("tool"))],
+    }
+    keys = (
+        [f"session:{s['session']}" for s in activity["sessions"]]
+        + [n["id"] for n in activity["notes"]]  # the key a prompt's hit of the note has
+        + [f"file:{f['file']}:{f.get('last_at')}" for f in activity["files"]]
+        + [f"failure:{f['session']}#{f.get('seq')}" for f in activity["failures"]]
+    )
+    lines = activity_blocks(activity)  # type: ignore[arg-type]
+    return [Item(key, "- " + line) for key, line in zip(keys, lines, strict=True)]
+
+
+def _from_web(tool: str | None) -> bool:
+    name = (tool or "").lower().replace("_", "")
+    return any(word in name for word in ("web", "fetch", "browser", "search"))
+
+
+def _record_item(record: Record) -> Item:
+    if record["kind"] == "code":
+        where = f"{record.get('path')}:{record.get('start_line')}-{record.get('end_line')}"
+        name = f" {record['name']}" if record.get("name") else ""
+        head = f"- [{record['id']}] code {where}{name} (current index):"
+        body = clip(record["text"].strip("\n"), ITEM_CHARS)[0]
+        return Item(record["id"], f"{head}\n{body}")
+    when = (record.get("event_time") or "?")[:16].replace("T", " ")
+    tool = record.get("tool") or "-"
+    head = (
+        f"- [{record['id']}] {record['kind']} (session {record.get('session')}#"
+        f"{record.get('seq')}, tool {tool}, {when}):"
+    )
+    return Item(record["id"], one_line(f"{head} {record['text']}", ITEM_CHARS))
+
+
+async def _briefing(memoryd: client.Client, payload: dict[str, Any], project: str) -> list[Item]:
+    since = datetime.now(UTC) - timedelta(days=RECENT_DAYS)
+    activity = await memoryd.recent_activity(project, since)
+    return _briefing_items(activity, str(payload.get("session_id") or ""))
+
+
+async def _relevant(
+    memoryd: client.Client, payload: dict[str, Any], project: str, seen: set[str]
+) -> list[Item]:
+    prompt = str(payload.get("prompt") or "").strip()
+    if not prompt:
+        return []
+    session_id = str(payload.get("session_id") or "")
+    memories, chunks = await asyncio.gather(
+        memoryd.search(prompt, kind="memory", limit=PROMPT_MEMORIES * 4),
+        memoryd.search(prompt, kind="code", limit=PROMPT_CHUNKS * 2, project=project),
+    )
+    projects = await memoryd.session_projects(sorted({h.session for h in memories if h.session}))
+    picked = [
+        qualified("memory", h.id)
+        for h in memories
+        if h.name in INJECTED_KINDS
+        and h.session != session_id
+        and projects.get(h.session or "") == project
+        and qualified("memory", h.id) not in seen
+    ][:PROMPT_MEMORIES]
+    picked += [qualified("code", h.id) for h in chunks if qualified("code", h.id) not in seen][
+        :PROMPT_CHUNKS
+    ]
+    if not picked:
+        return []
+    records = await memoryd.get(picked, ITEM_CHARS * len(picked))
+    return [_record_item(r) for r in records]
+
+
+async def context_for(
+    settings: Settings, event: str, payload: dict[str, Any], state: State
+) -> tuple[str, list[str]]:
+    cwd = Path(str(payload.get("cwd") or os.getcwd()))
+    async with client.connect(settings) as memoryd:
+        transcript = payload.get("transcript_path")
+        if isinstance(transcript, str) and os.path.isfile(transcript):
+            await memoryd.queue_ingest([transcript])
+        scope = await memoryd.scope(cwd)
+        if scope.project is None:
+            return "", []  # not a watched repository: other repositories' memory stays out
+        seen = set(state.injected)
+        if event == "SessionStart":
+            items = await _briefing(memoryd, payload, scope.project)
+            head = f"memoryd: recent agent work in this repository ({scope.project}):"
+        else:
+            items = await _relevant(memoryd, payload, scope.project, seen)
+            head = "memoryd: earlier work related to this prompt (ids work with memoryd's get):"
+        return pack(head, items, seen, settings.hook_max_chars)
+
+
+def run(settings: Settings, agent: str, command: str, stdin: str) -> str:
+    """The hook's whole run: what to print (maybe nothing). Never raises for a problem of
+    memoryd's: the agent must go on."""
+    event = EVENTS[(agent, command)]
+    try:
+        payload = json.loads(stdin or "{}")
+    except ValueError:
+        return ""
+    if not isinstance(payload, dict):
+        return ""
+    session_id = str(payload.get("session_id") or "")
+    reset = event == "SessionStart" and payload.get("source") in RESET_SOURCES
+    state = State.load(settings, agent, session_id or "no-session", reset)
+    try:
+        text, keys = asyncio.run(
+            asyncio.wait_for(
+                context_for(settings, event, payload, state), settings.hook_timeout_seconds
+            )
+        )
+    except (MemorydError, TimeoutError, OSError):
+        text, keys = "", []
+    with contextlib.suppress(OSError):
+        if keys or reset:
+            state.save(keys)
+        expire_states(settings)
+    if not text:
+        return ""
+    return json.dumps({"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}})

@@ -1,0 +1,406 @@
+"""The derived search indexes in one directory: tantivy (BM25) and usearch (ANN), with a stamp.
+
+SurrealDB is the system of record; this directory can be rebuilt from it at any time. The
+stamp (`stamp.json`) holds the generation of the records the indexes reflect, the embedding
+model and dimension of the vectors, and how much of the vector journal is committed. It is
+written last in `commit`, so a stamp that differs from the database's generation means a crash
+came between the two writes, and the caller rebuilds.
+
+One writer (the worker process, its calls serialised by `_write`), readers in any thread of
+the same process. Searches see what was committed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import blake3
+import numpy as np
+
+from memoryd.vocabulary import SEARCH_KINDS_BY_NAME
+
+from .lexical import Filters, Lexical, Ranked, Row, Where, row_key
+from .text import code_text, memory_text, named_files, query_terms
+from .vectors import CHECKPOINT, DTYPE, JOURNAL, Vectors
+
+FORMAT = 1
+STAMP = "stamp.json"
+LEXICAL_DIR = "lexical"
+RRF_K = 60
+# A row of a file the query names gets this on top of its fused score: it ranks first.
+NAMED_FILE_BONUS = 1.0
+# Filters that keep at most this many rows are answered by an exact scan of their vectors
+# (fetching a vector from usearch costs about what one more ANN candidate does).
+EXACT_MAX = 256
+# ANN candidates per result wanted, over the share of rows that pass the filters.
+OVERSAMPLE = 1.5
+# Candidates per ranking in a hybrid search, per result asked for (at least MIN_CANDIDATES).
+CANDIDATES_PER_RESULT = 4
+MIN_CANDIDATES = 40
+
+
+def micros(at: datetime) -> int:
+    """A time as the index stores it: integer microseconds since the epoch."""
+    return int(at.timestamp()) * 1_000_000 + at.microsecond
+
+
+def label_of(table: str, id_: str) -> int:
+    """The ANN label of a row: 63 bits of a hash of its key, so a rebuild gives every row the
+    same label and no map needs to be kept (a collision is ~1e-7 likely at 1M rows)."""
+    digest = blake3.blake3(row_key(table, id_).encode()).digest(8)
+    return int.from_bytes(digest, "little") >> 1
+
+
+@dataclass(frozen=True, slots=True)
+class Doc:
+    """A row to index. `content` is the row's whole text (the index bounds it); times are
+    microseconds (see `micros`); `fields` are returned with its hits as they are."""
+
+    table: str
+    id: str
+    kind: str
+    content: str
+    project: str | None = None
+    path: str | None = None
+    language: str | None = None
+    name: str | None = None
+    parent_name: str | None = None
+    valid_from: int = 0
+    valid_until: int | None = None
+    vector: Sequence[float] | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    def row(self) -> Row:
+        if self.kind not in SEARCH_KINDS_BY_NAME:
+            raise ValueError(f"unknown search kind {self.kind!r}")
+        text = memory_text(self.content) if self.kind == "memory" else code_text(self.content)
+        return Row(
+            table=self.table,
+            id=self.id,
+            kind=self.kind,
+            text=text,
+            label=label_of(self.table, self.id),
+            project=self.project,
+            path=self.path,
+            language=self.language,
+            name=self.name,
+            parent_name=self.parent_name,
+            valid_from=self.valid_from,
+            valid_until=self.valid_until,
+            fields=self.fields,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    table: str
+    id: str
+    kind: str
+    score: float
+    project: str | None
+    path: str | None
+    language: str | None
+    name: str | None
+    parent_name: str | None
+    valid_from: int
+    valid_until: int | None
+    fields: dict[str, Any]
+
+
+def _hit(row: Row, score: float) -> Hit:
+    return Hit(
+        row.table,
+        row.id,
+        row.kind,
+        score,
+        row.project,
+        row.path,
+        row.language,
+        row.name,
+        row.parent_name,
+        row.valid_from,
+        row.valid_until,
+        row.fields,
+    )
+
+
+def _private(path: Path) -> None:
+    """Everything in the directory 0600 (tantivy creates its files with the process umask)."""
+    for entry in os.scandir(path):
+        if entry.is_dir(follow_symlinks=False):
+            _private(Path(entry.path))
+        elif entry.stat(follow_symlinks=False).st_mode & 0o077:
+            os.chmod(entry.path, 0o600)
+
+
+class SearchIndex:
+    def __init__(self, directory: Path, dtype: str = DTYPE) -> None:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(directory, 0o700)
+        self.directory = directory
+        self._write = threading.Lock()
+        stamp = self._read_stamp()
+        # Opened with no stamp (or one of another format): the indexes were unknown and start
+        # empty; the caller rebuilds them.
+        self.fresh = stamp is None
+        stamp = stamp or {}
+        self._generation: int | None = stamp.get("generation")
+        self._model: str | None = stamp.get("model")
+        self._journal: int = stamp.get("journal", 0)
+        # Set when a write reached the indexes in part: no generation is stamped until a clear.
+        self._stale = False
+        if self.fresh:
+            # Whatever is there (a crash before the first stamp, an older format) goes.
+            shutil.rmtree(directory / LEXICAL_DIR, ignore_errors=True)
+            for name in (CHECKPOINT, JOURNAL):
+                (directory / name).unlink(missing_ok=True)
+        self._lexical = Lexical(directory / LEXICAL_DIR)
+        self._vectors = Vectors(directory, dtype)
+        self._pending: dict[str, Row] = {}
+        if self.fresh:
+            self._commit_locked()
+        else:
+            self._vectors.open(self._journal)
+
+    # -- the stamp --------------------------------------------------------------------------
+
+    def _read_stamp(self) -> dict[str, Any] | None:
+        try:
+            stamp = json.loads((self.directory / STAMP).read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        return stamp if stamp.get("format") == FORMAT else None
+
+    @property
+    def generation(self) -> int | None:
+        """The generation of the records the committed indexes reflect (None: never set)."""
+        return self._generation
+
+    @property
+    def model(self) -> str | None:
+        return self._model
+
+    @property
+    def dim(self) -> int | None:
+        return self._vectors.dim
+
+    def __len__(self) -> int:
+        return self._lexical.count()
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def upsert(self, docs: Iterable[Doc], model: str | None = None) -> None:
+        """Add or replace rows. A doc's vector is of `model`; a doc without one has none (its
+        row is found by BM25 only until `set_vectors`)."""
+        with self._write:
+            rows, labels, vectors, dropped = [], [], [], []
+            for doc in docs:
+                row = doc.row()
+                rows.append(row)
+                if doc.vector is None:
+                    dropped.append(row.label)
+                else:
+                    labels.append(row.label)
+                    vectors.append(doc.vector)
+            self._lexical.put(rows)
+            self._pending.update((row.key, row) for row in rows)
+            if dropped:
+                self._vectors.remove(dropped)
+            if vectors:
+                self._set_vectors(labels, vectors, model)
+
+    def retire(self, table: str, ids: Sequence[str], at: int) -> int:
+        """Close the validity of rows valid now (they stay for `as_of`); returns how many."""
+        with self._write:
+            keys = [row_key(table, i) for i in ids]
+            rows = self._lexical.rows([k for k in keys if k not in self._pending])
+            rows.update((k, self._pending[k]) for k in keys if k in self._pending)
+            closed = [replace(r, valid_until=at) for r in rows.values() if r.valid_until is None]
+            self._lexical.put(closed)
+            self._pending.update((row.key, row) for row in closed)
+            return len(closed)
+
+    def delete(self, table: str, ids: Sequence[str]) -> None:
+        """Remove rows from both indexes (prune, forget)."""
+        with self._write:
+            keys = [row_key(table, i) for i in ids]
+            self._lexical.delete(keys)
+            for key in keys:
+                self._pending.pop(key, None)
+            self._vectors.remove([label_of(table, i) for i in ids])
+
+    def set_vectors(self, table: str, vectors: dict[str, Sequence[float]], model: str) -> None:
+        """Vectors of `model` for rows; a model other than the index's drops every vector of
+        the old one first (two models are never compared)."""
+        with self._write:
+            self._set_vectors([label_of(table, i) for i in vectors], list(vectors.values()), model)
+
+    def _set_vectors(
+        self, labels: list[int], vectors: list[Sequence[float]], model: str | None
+    ) -> None:
+        if model is None:
+            raise ValueError("vectors need the name of their model")
+        matrix = np.asarray(vectors, np.float32)
+        if model != self._model or matrix.shape[1] != self._vectors.dim:
+            self._vectors.reset(matrix.shape[1])
+            self._model = model
+        self._vectors.set(labels, matrix)
+
+    def clear(self) -> None:
+        """Empty both indexes (a rebuild follows); the stamp changes at the next commit."""
+        with self._write:
+            self._lexical.clear()
+            self._pending.clear()
+            self._vectors.reset(None)
+            self._model = None
+            self._generation = None
+            self._stale = False
+
+    def commit(self, generation: int | None = None) -> None:
+        """Make the writes durable and visible, then stamp them with `generation`."""
+        with self._write:
+            if generation is not None and not self._stale:
+                self._generation = generation
+            self._commit_locked()
+
+    def invalidate(self) -> None:
+        """Stamp the indexes as reflecting no generation (a write reached them in part), so
+        the next start rebuilds them; commits stamp none until `clear`."""
+        with self._write:
+            self._stale = True
+            self._generation = None
+            self._write_stamp(self._journal)
+
+    def _commit_locked(self) -> None:
+        journal = self._vectors.flush()
+        self._lexical.commit()
+        self._pending.clear()
+        if self._vectors.due(journal):
+            self._vectors.checkpoint()
+            journal = 0
+        self._journal = journal
+        self._write_stamp(journal)
+
+    def _write_stamp(self, journal: int) -> None:
+        stamp = {
+            "format": FORMAT,
+            "generation": self._generation,
+            "model": self._model,
+            "dim": self._vectors.dim,
+            "journal": journal,
+        }
+        tmp = self.directory / (STAMP + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(stamp, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.directory / STAMP)
+        _private(self.directory)
+
+    def close(self) -> None:
+        """Checkpoint the vectors (a quick start next time) and let tantivy's merges finish."""
+        with self._write:
+            self._vectors.flush()
+            self._lexical.commit()
+            self._vectors.checkpoint()
+            self._journal = 0
+            self._write_stamp(0)
+            self._lexical.close()
+
+    # -- search -----------------------------------------------------------------------------
+
+    def bm25(self, query: str, filters: Filters, k: int) -> list[Hit]:
+        where = self._lexical.filter_query(filters)
+        found = self._lexical.bm25(query_terms(query), named_files(query), where, k)
+        return self._hits([(label, score) for label, score, _ in found])
+
+    def knn(self, vector: Sequence[float], model: str, filters: Filters, k: int) -> list[Hit]:
+        """The nearest rows by cosine similarity; none when the index holds vectors of another
+        model."""
+        if model != self._model:
+            return []
+        where = self._lexical.filter_query(filters)
+        found = self._near(np.asarray(vector, np.float32), where, k)
+        return self._hits([(label, 1.0 - distance) for label, distance, _ in found])
+
+    def hybrid(
+        self,
+        query: str,
+        vector: Sequence[float] | None,
+        model: str | None,
+        filters: Filters,
+        limit: int,
+    ) -> list[Hit]:
+        """BM25 and k-NN fused by reciprocal rank, each row's fused score times its prior;
+        rows of a file the query names come first. The k-NN takes part only when the index
+        holds vectors of `model` (BM25 alone while a re-embedding is under way)."""
+        where = self._lexical.filter_query(filters)
+        candidates = max(limit * CANDIDATES_PER_RESULT, MIN_CANDIDATES)
+        files = named_files(query)
+        rankings = [self._lexical.bm25(query_terms(query), files, where, candidates)]
+        if vector is not None and model == self._model:
+            rankings.append(self._near(np.asarray(vector, np.float32), where, candidates))
+        fused: dict[int, float] = {}
+        priors: dict[int, float] = {}
+        for ranking in rankings:
+            for rank, (label, _, prior) in enumerate(ranking, 1):
+                fused[label] = fused.get(label, 0.0) + 1.0 / (RRF_K + rank)
+                priors[label] = prior
+        named = self._lexical.named(files, list(fused))
+        scored = sorted(
+            (
+                (score * priors[label] + (NAMED_FILE_BONUS if label in named else 0.0), label)
+                for label, score in fused.items()
+            ),
+            key=lambda pair: (-pair[0], pair[1]),
+        )
+        return self._hits([(label, score) for score, label in scored[:limit]])
+
+    def _near(self, vector: np.ndarray, where: Where, k: int) -> list[Ranked]:
+        """(label, cosine distance, prior) of the `k` nearest rows that pass `where`: the
+        ANN's nearest, oversampled by the share of rows expected to pass, or an exact scan of
+        the passing rows when they are fewer than the ANN would have to fetch."""
+        total = len(self._vectors)
+        if total == 0 or self._vectors.dim != len(vector):
+            return []
+        expected = where.share * self._lexical.count()
+        want = min(total, int(k * OVERSAMPLE / max(where.share, 1e-9)))
+        while True:
+            if expected <= max(EXACT_MAX, want):
+                return self._exact(vector, where, k)
+            labels, distances = self._vectors.search(vector, want)
+            kept = self._lexical.keep(where, labels.tolist())
+            found = [
+                (label, float(d), kept[label])
+                for label, d in zip(labels.tolist(), distances, strict=True)
+                if label in kept
+            ]
+            if len(found) >= k or want >= total:
+                return found[:k]
+            # Fewer pass than estimated (shares multiplied as if independent): go by the
+            # share that passed among these.
+            share = len(kept) / max(len(labels), 1)
+            expected = share * total
+            want = min(total, max(want * 2, int(k * OVERSAMPLE / max(share, 1 / total))))
+
+    def _exact(self, vector: np.ndarray, where: Where, k: int) -> list[Ranked]:
+        priors = self._lexical.passing(where, self._lexical.count(where))
+        labels = np.fromiter(priors, np.uint64, len(priors))
+        found, distances = self._vectors.exact(vector, labels, k)
+        return [
+            (label, float(d), priors[label])
+            for label, d in zip(found.tolist(), distances, strict=True)
+        ]
+
+    def _hits(self, ranked: list[tuple[int, float]]) -> list[Hit]:
+        rows = self._lexical.rows_by_label([label for label, _ in ranked])
+        return [_hit(rows[label], round(score, 6)) for label, score in ranked if label in rows]

@@ -1,0 +1,352 @@
+"""The lexical index: tantivy, BM25 over a bounded search text, symbol names and path words.
+
+It also holds each row's filter fields (kind, project, path, language, validity) and its ANN
+label, so the vector search filters its candidates here, and everything needed to write the
+document again when its validity changes (tantivy has no in-place update).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tantivy
+
+from .kinds import PRIORS, file_name, role
+from .text import split_identifiers
+
+# A ranked row: (label, score, prior).
+Ranked = tuple[int, float, float]
+# valid_until of a row that is valid now (an open interval).
+OPEN = 2**63 - 1
+_TOKENIZER = "memoryd_code"
+# Field boosts: a word of a symbol's name or of the path says more than one in the body.
+BOOSTS = {"text": 1.0, "symbols": 3.0, "path_text": 2.0}
+# A named file's rows are put first; within the lexical ranking this boost does the same.
+NAMED_FILE_BOOST = 50.0
+# tantivy multiplies a score by log2(2 + weight): weight = 2**(prior / min prior) - 2 >= 0.
+_MIN_PRIOR = min(PRIORS.values())
+
+
+def _analyzer() -> tantivy.TextAnalyzer:
+    return (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+        .filter(tantivy.Filter.remove_long(48))
+        .filter(tantivy.Filter.lowercase())
+        .filter(tantivy.Filter.stemmer("english"))
+        .build()
+    )
+
+
+def _schema() -> tantivy.Schema:
+    b = tantivy.SchemaBuilder()
+    for raw in ("key", "table", "id", "kind", "project", "path", "language", "file_name"):
+        b.add_text_field(raw, stored=True, tokenizer_name="raw", index_option="basic")
+    for name in ("name", "parent_name"):
+        b.add_text_field(name, stored=True, tokenizer_name="raw", index_option="basic")
+    b.add_text_field("text", stored=True, tokenizer_name=_TOKENIZER, index_option="freq")
+    b.add_text_field("symbols", tokenizer_name=_TOKENIZER, index_option="freq")
+    b.add_text_field("path_text", tokenizer_name=_TOKENIZER, index_option="freq")
+    b.add_unsigned_field("label", stored=True, indexed=True, fast=True)
+    for time in ("valid_from", "valid_until"):
+        b.add_integer_field(time, stored=True, indexed=True, fast=True)
+    b.add_float_field("weight", stored=True, fast=True)
+    b.add_bytes_field("fields", stored=True)
+    return b.build()
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One row as the lexical index holds it. `text` is already the bounded search text;
+    times are integer microseconds since the epoch (valid_until None: valid now)."""
+
+    table: str
+    id: str
+    kind: str
+    text: str
+    label: int
+    project: str | None = None
+    path: str | None = None
+    language: str | None = None
+    name: str | None = None
+    parent_name: str | None = None
+    valid_from: int = 0
+    valid_until: int | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.table}:{self.id}"
+
+
+def row_key(table: str, id_: str) -> str:
+    return f"{table}:{id_}"
+
+
+def _document(row: Row) -> tantivy.Document:
+    doc = tantivy.Document()
+    for name in ("table", "id", "kind", "project", "path", "language", "name", "parent_name"):
+        value = getattr(row, name)
+        if value is not None:
+            doc.add_text(name, value)
+    doc.add_text("key", row.key)
+    doc.add_text("text", row.text)
+    symbols = " ".join(n for n in (row.name, row.parent_name) if n)
+    if symbols:
+        doc.add_text("symbols", split_identifiers(symbols))
+    if row.path is not None:
+        doc.add_text("file_name", file_name(row.path))
+        doc.add_text("path_text", split_identifiers(row.path))
+    doc.add_unsigned("label", row.label)
+    doc.add_integer("valid_from", row.valid_from)
+    doc.add_integer("valid_until", OPEN if row.valid_until is None else row.valid_until)
+    prior = PRIORS[role(row.kind, row.path, row.language)]
+    doc.add_float("weight", 2 ** (prior / _MIN_PRIOR) - 2)
+    doc.add_bytes("fields", json.dumps(row.fields, separators=(",", ":")).encode())
+    return doc
+
+
+def _row(stored: dict[str, list[Any]]) -> Row:
+    def one(name: str) -> Any:
+        values = stored.get(name)
+        return values[0] if values else None
+
+    until = one("valid_until")
+    return Row(
+        table=one("table"),
+        id=one("id"),
+        kind=one("kind"),
+        text=one("text"),
+        label=one("label"),
+        project=one("project"),
+        path=one("path"),
+        language=one("language"),
+        name=one("name"),
+        parent_name=one("parent_name"),
+        valid_from=one("valid_from"),
+        valid_until=None if until == OPEN else until,
+        fields=json.loads(one("fields")),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Where:
+    """Filters as the index runs them, with an estimate of the share of rows that pass (the
+    product of each term's share: exact for one term, a guess for several)."""
+
+    query: tantivy.Query
+    share: float
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """Which rows a search sees. `kinds`: search kinds; `path`: a glob over the path within
+    its project (`*` stays within a directory, `**` crosses them; a glob without `/` matches
+    the file name in any directory); `as_of`: rows valid at that time (microseconds), else
+    rows valid now."""
+
+    kinds: tuple[str, ...] = ("code",)
+    project: str | None = None
+    path: str | None = None
+    language: str | None = None
+    as_of: int | None = None
+
+
+def glob_regex(glob: str) -> str:
+    """A path glob as a regex that must match a whole path (tantivy's regex is anchored)."""
+    out = [] if "/" in glob else ["(.*/)?"]
+    i = 0
+    while i < len(glob):
+        c = glob[i]
+        if glob.startswith("**/", i):
+            out.append("(.*/)?")
+            i += 3
+            continue
+        if glob.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        out.append("[^/]*" if c == "*" else "[^/]" if c == "?" else re.escape(c))
+        i += 1
+    return "".join(out)
+
+
+class Lexical:
+    """The tantivy index in `directory`: one writer (the caller serialises writes), searchers
+    for any thread. Searches see what was committed."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(mode=0o700, exist_ok=True)
+        self.schema = _schema()
+        self._index = tantivy.Index(self.schema, path=str(directory))
+        self._index.register_tokenizer(_TOKENIZER, _analyzer())
+        self._writer: tantivy.IndexWriter | None = None
+
+    def _w(self) -> tantivy.IndexWriter:
+        if self._writer is None:
+            # One indexing thread: the machine's cores belong to the model and the database.
+            self._writer = self._index.writer(64_000_000, 1)
+        return self._writer
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def put(self, rows: Iterable[Row]) -> None:
+        writer = self._w()
+        for row in rows:
+            writer.delete_documents_by_term("key", row.key)
+            writer.add_document(_document(row))
+
+    def delete(self, keys: Iterable[str]) -> None:
+        writer = self._w()
+        for key in keys:
+            writer.delete_documents_by_term("key", key)
+
+    def clear(self) -> None:
+        self._w().delete_all_documents()
+
+    def commit(self) -> None:
+        if self._writer is not None:
+            self._writer.commit()
+            self._index.reload()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.wait_merging_threads()
+            self._writer = None
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def rows(self, keys: Sequence[str]) -> dict[str, Row]:
+        """Committed rows by key."""
+        if not keys:
+            return {}
+        searcher = self._index.searcher()
+        query = tantivy.Query.term_set_query(self.schema, "key", list(keys))
+        hits = searcher.search(query, len(keys), count=False).hits
+        found = (_row(searcher.doc(address).to_dict()) for _, address in hits)
+        return {row.key: row for row in found}
+
+    def rows_by_label(self, labels: Sequence[int]) -> dict[int, Row]:
+        if not labels:
+            return {}
+        searcher = self._index.searcher()
+        query = tantivy.Query.term_set_query(self.schema, "label", list(labels))
+        hits = searcher.search(query, len(labels), count=False).hits
+        found = (_row(searcher.doc(address).to_dict()) for _, address in hits)
+        return {row.label: row for row in found}
+
+    def all_rows(self) -> list[Row]:
+        searcher = self._index.searcher()
+        n = searcher.num_docs
+        if not n:
+            return []
+        hits = searcher.search(tantivy.Query.all_query(), n, count=False).hits
+        return [_row(searcher.doc(address).to_dict()) for _, address in hits]
+
+    def filter_query(self, filters: Filters) -> Where:
+        """The filters as a query, built from term queries where it can be: a term's postings
+        are read lazily, skipping to the documents the selective side of an intersection
+        asks for, where a term set or a range costs a pass over every matching document."""
+        s, searcher = self.schema, self._index.searcher()
+        total = max(searcher.num_docs, 1)
+
+        def df(name: str, value: Any) -> float:
+            return min(1.0, searcher.doc_freq(name, value) / total)
+
+        kinds = [tantivy.Query.term_query(s, "kind", kind) for kind in filters.kinds]
+        parts = [kinds[0] if len(kinds) == 1 else self._any(*kinds)]
+        share = min(1.0, sum(df("kind", kind) for kind in filters.kinds))
+        for name in ("project", "language"):
+            value = getattr(filters, name)
+            if value is not None:
+                parts.append(tantivy.Query.term_query(s, name, value))
+                share *= df(name, value)
+        if filters.path is not None:
+            parts.append(tantivy.Query.regex_query(s, "path", glob_regex(filters.path)))
+        at = filters.as_of
+        if at is None:
+            parts.append(tantivy.Query.term_query(s, "valid_until", OPEN))
+            share *= df("valid_until", OPEN)
+        else:
+            integer = tantivy.FieldType.Integer
+            parts.append(tantivy.Query.range_query(s, "valid_until", integer, at, None, False))
+            parts.append(tantivy.Query.range_query(s, "valid_from", integer, None, at))
+        # Filters select, they do not score: a kind's term would otherwise add its own BM25.
+        query = tantivy.Query.const_score_query(self._all(*parts), 0.0)
+        if filters.path is not None:
+            # No term frequency tells how many paths a glob matches: count them (the k-NN
+            # would otherwise learn it in rounds, each running the glob again).
+            share = (searcher.search(query, 1, count=True).count or 0) / total
+        return Where(query, share)
+
+    def bm25(
+        self, terms: Sequence[str], files: Sequence[str], where: tantivy.Query, k: int
+    ) -> list[Ranked]:
+        """The best `k` rows by BM25 times prior; rows of a named file first."""
+        should = []
+        if terms:
+            should.append(
+                self._index.parse_query(" ".join(terms), list(BOOSTS), field_boosts=BOOSTS)
+            )
+        if files:
+            should.append(tantivy.Query.boost_query(self._named(files), NAMED_FILE_BOOST))
+        if not should:
+            return []
+        return self._scored(self._all(where.query, self._any(*should)), k, weight=True)
+
+    def passing(self, where: Where, k: int) -> dict[int, float]:
+        """Up to `k` rows that pass `where`: label -> prior."""
+        return self._passing(where.query, k)
+
+    def _passing(self, query: tantivy.Query, k: int) -> dict[int, float]:
+        return {label: prior for label, _, prior in self._scored(query, k, weight=False)}
+
+    def count(self, where: Where | None = None) -> int:
+        """Rows (that pass `where`)."""
+        searcher = self._index.searcher()
+        if where is None:
+            return searcher.num_docs
+        return searcher.search(where.query, 1, count=True).count or 0
+
+    def keep(self, where: Where, labels: Sequence[int]) -> dict[int, float]:
+        """The rows among `labels` that pass `where`: label -> prior."""
+        if not labels:
+            return {}
+        among = tantivy.Query.term_set_query(self.schema, "label", list(labels))
+        return self._passing(self._all(where.query, among), len(labels))
+
+    def named(self, files: Sequence[str], labels: Sequence[int]) -> set[int]:
+        """The rows among `labels` of the files named `files` (base names, lowercase)."""
+        if not files or not labels:
+            return set()
+        among = tantivy.Query.term_set_query(self.schema, "label", list(labels))
+        return set(self._passing(self._all(self._named(files), among), len(labels)))
+
+    def _named(self, files: Sequence[str]) -> tantivy.Query:
+        return tantivy.Query.term_set_query(self.schema, "file_name", list(files))
+
+    @staticmethod
+    def _all(*queries: tantivy.Query) -> tantivy.Query:
+        return tantivy.Query.boolean_query([(tantivy.Occur.Must, q) for q in queries])
+
+    @staticmethod
+    def _any(*queries: tantivy.Query) -> tantivy.Query:
+        return tantivy.Query.boolean_query([(tantivy.Occur.Should, q) for q in queries])
+
+    def _scored(self, query: tantivy.Query, k: int, *, weight: bool) -> list[Ranked]:
+        searcher = self._index.searcher()
+        result = searcher.search(
+            query, max(k, 1), count=False, weight_by_field="weight" if weight else None
+        )
+        addresses = [address for _, address in result.hits]
+        labels = searcher.fast_field_values("label", addresses)
+        weights = searcher.fast_field_values("weight", addresses)
+        return [
+            (label, score, math.log2(2 + w) * _MIN_PRIOR)
+            for label, w, (score, _) in zip(labels, weights, result.hits, strict=True)
+        ]

@@ -1,0 +1,193 @@
+"""The ANN index: usearch HNSW over integer labels, persisted as a checkpoint plus a journal.
+
+usearch saves a whole index at once (about 90 MB at 100k 384-d f16 vectors), too much for
+every job's commit. So a commit appends its changes to a journal (label + vector, or a
+removal, or a reset to a new dimension) and the checkpoint is rewritten only when the journal
+has grown past a fraction of it. Replaying the journal is idempotent, so a crash between the
+checkpoint's rename and the journal's truncation loses nothing. The caller says how many
+journal bytes are committed (its stamp); bytes past that are a write that never committed.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from usearch.index import Index
+
+_SET, _REMOVE, _RESET = 1, 2, 3
+# op, label, n: a set is followed by its n float32; a reset's n is the new dimension.
+_HEAD = struct.Struct("<BQI")
+CHECKPOINT = "vectors.usearch"
+JOURNAL = "vectors.journal"
+# Rewrite the checkpoint when the journal exceeds this and a quarter of the checkpoint.
+MIN_CHECKPOINT_BYTES = 32 << 20
+# Half precision: half the memory and disk of f32 (bench/search.py measures both).
+DTYPE = "f16"
+# HNSW graph degree and search beam (usearch's defaults are 16 and 64).
+CONNECTIVITY = 16
+EXPANSION_ADD = 128
+EXPANSION_SEARCH = 64
+
+
+def _new(dim: int, dtype: str) -> Index:
+    return Index(
+        ndim=dim,
+        metric="cos",
+        dtype=dtype,
+        connectivity=CONNECTIVITY,
+        expansion_add=EXPANSION_ADD,
+        expansion_search=EXPANSION_SEARCH,
+    )
+
+
+class Vectors:
+    """One writer, many readers: every use of the usearch index holds `_lock` (its removals
+    are not safe against concurrent searches)."""
+
+    def __init__(self, directory: Path, dtype: str = DTYPE) -> None:
+        self._dir = directory
+        # For new indexes: a checkpoint keeps the type it was saved with.
+        self._dtype = dtype
+        self._lock = threading.Lock()
+        self._index: Index | None = None
+        self._pending = bytearray()
+
+    @property
+    def dim(self) -> int | None:
+        return self._index.ndim if self._index is not None else None
+
+    def __len__(self) -> int:
+        with self._lock:
+            return 0 if self._index is None else self._index.size
+
+    def open(self, committed: int) -> None:
+        """Load the checkpoint and replay the first `committed` bytes of the journal."""
+        checkpoint = self._dir / CHECKPOINT
+        if checkpoint.exists():
+            self._index = Index.restore(str(checkpoint))
+            if self._index is not None:
+                self._index.expansion_search = EXPANSION_SEARCH
+        journal = self._dir / JOURNAL
+        data = journal.read_bytes()[:committed] if journal.exists() else b""
+        self._replay(data)
+        with open(journal, "ab") as f:
+            f.truncate(len(data))
+
+    def _replay(self, data: bytes) -> None:
+        pos, sets = 0, {}
+        while pos + _HEAD.size <= len(data):
+            op, label, n = _HEAD.unpack_from(data, pos)
+            pos += _HEAD.size
+            # Consecutive sets are applied in one batch (far faster than one at a time).
+            if op == _SET:
+                sets[label] = np.frombuffer(data, np.float32, n, pos)
+                pos += 4 * n
+                continue
+            self._apply_sets(sets)
+            sets = {}
+            if op == _REMOVE:
+                self._remove([label])
+            elif op == _RESET:
+                self._index = _new(n, self._dtype) if n else None
+        self._apply_sets(sets)
+
+    def _apply_sets(self, sets: dict[int, np.ndarray]) -> None:
+        if sets:
+            self._set(np.fromiter(sets, np.uint64, len(sets)), np.stack(list(sets.values())))
+
+    def _set(self, labels: np.ndarray, vectors: np.ndarray) -> None:
+        assert self._index is not None
+        self._remove(labels)
+        self._index.add(labels, vectors, threads=1)
+
+    def _remove(self, labels: Sequence[int] | np.ndarray) -> None:
+        if self._index is None or self._index.size == 0:
+            return
+        keys = np.asarray(labels, np.uint64)
+        present = keys[np.asarray(self._index.contains(keys), bool).reshape(-1)]
+        if len(present):
+            self._index.remove(present)
+
+    # -- writes (the writer thread) ------------------------------------------------------
+
+    def reset(self, dim: int | None) -> None:
+        """Drop every vector; the next vectors have `dim` components (None: no index)."""
+        with self._lock:
+            self._index = _new(dim, self._dtype) if dim else None
+        self._pending += _HEAD.pack(_RESET, 0, dim or 0)
+
+    def set(self, labels: Sequence[int], vectors: np.ndarray) -> None:
+        vectors = np.ascontiguousarray(vectors, np.float32)
+        if self._index is None or vectors.shape[1] != self._index.ndim:
+            raise ValueError(f"vectors of {vectors.shape[1]} dims in an index of {self.dim}")
+        with self._lock:
+            self._set(np.asarray(labels, np.uint64), vectors)
+        for label, vector in zip(labels, vectors, strict=True):
+            self._pending += _HEAD.pack(_SET, label, len(vector)) + vector.tobytes()
+
+    def remove(self, labels: Sequence[int]) -> None:
+        with self._lock:
+            self._remove(labels)
+        for label in labels:
+            self._pending += _HEAD.pack(_REMOVE, label, 0)
+
+    def flush(self) -> int:
+        """Append pending changes to the journal, durably; returns the committed length."""
+        journal = self._dir / JOURNAL
+        with open(journal, "ab") as f:
+            if self._pending:
+                f.write(self._pending)
+                f.flush()
+                os.fsync(f.fileno())
+            length = f.tell()
+        self._pending.clear()
+        return length
+
+    def due(self, journal_bytes: int) -> bool:
+        checkpoint = self._dir / CHECKPOINT
+        size = checkpoint.stat().st_size if checkpoint.exists() else 0
+        return journal_bytes > max(MIN_CHECKPOINT_BYTES, size // 4)
+
+    def checkpoint(self) -> None:
+        """Save the whole index and empty the journal (callers stamp a journal length of 0)."""
+        checkpoint = self._dir / CHECKPOINT
+        with self._lock:
+            if self._index is None:
+                checkpoint.unlink(missing_ok=True)
+            else:
+                tmp = checkpoint.with_suffix(".tmp")
+                self._index.save(str(tmp))
+                os.chmod(tmp, 0o600)
+                os.replace(tmp, checkpoint)
+        with open(self._dir / JOURNAL, "r+b") as f:
+            f.truncate(0)
+            os.fsync(f.fileno())
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def search(self, vector: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Labels and cosine distances of the `k` nearest, nearest first."""
+        with self._lock:
+            if self._index is None or self._index.size == 0:
+                return np.empty(0, np.uint64), np.empty(0, np.float32)
+            found = self._index.search(vector, min(k, self._index.size), threads=1)
+            return np.asarray(found.keys, np.uint64), np.asarray(found.distances, np.float32)
+
+    def exact(self, vector: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, ...]:
+        """The `k` nearest among `labels` by an exact scan (for filters that keep few rows)."""
+        with self._lock:
+            if self._index is None or not len(labels):
+                return np.empty(0, np.uint64), np.empty(0, np.float32)
+            labels = labels[np.asarray(self._index.contains(labels), bool).reshape(-1)]
+            if not len(labels):
+                return labels, np.empty(0, np.float32)
+            matrix = np.asarray(self._index.get(labels), np.float32).reshape(len(labels), -1)
+        norms = np.linalg.norm(matrix, axis=1) * float(np.linalg.norm(vector))
+        distances = 1.0 - (matrix @ vector) / np.maximum(norms, 1e-12)
+        order = np.argsort(distances, kind="stable")[:k]
+        return labels[order], distances[order].astype(np.float32)

@@ -1,0 +1,237 @@
+"""Every fixture transcript, read twice: by memoryd's parsers and by an independent reading here.
+
+The independent reading does not import memoryd's parsers: it walks the JSON itself, pairs
+each tool call with its result, and decides the outcome from what the record says (is_error and
+its text for Claude Code; exec_command_end exit codes, patch_apply_end and web search status for
+Codex). Both sides are tables of verb x outcome with one count per tool call (edges of one verb
+from one call count once). The file entities memoryd makes are checked against the hand-reviewed
+list in fixtures/transcripts/expected-files.tsv.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from workers.transcripts import detect_agent, parser_for, split_lines
+from workers.transcripts.model import Action, Denied, ParseResult, Source, Triggered
+
+FIXTURES = Path(__file__).parent / "fixtures" / "transcripts"
+TRANSCRIPTS = sorted(
+    [
+        *FIXTURES.glob("claude-code/*/*.jsonl"),
+        *FIXTURES.glob("codex/*.jsonl"),
+        *FIXTURES.glob("gemini/session-*.json"),
+    ],
+    key=lambda p: p.name,
+)
+
+
+def parse(path: Path) -> ParseResult:
+    data = path.read_bytes()
+    agent = detect_agent(data[:65536], str(path))
+    assert agent is not None
+    lines, _ = split_lines(data, 0)
+    # The path as the fixture sits in the repo: no home directory can be read from it.
+    return parser_for(agent).parse(lines, None, Source.of(str(path.relative_to(FIXTURES))))
+
+
+def memoryd_table(result: ParseResult) -> Counter[str]:
+    """One count per (tool call, verb) for the edges of the call's own tool (not the files a
+    shell command line implies: those are checked against expected-files.tsv)."""
+    seen: set[tuple[str, str]] = set()
+    for e in result.events:
+        if isinstance(e, Action) and e.via == "tool":
+            seen.add((e.memory_id, f"{e.verb} {e.outcome}"))
+        elif isinstance(e, Denied):
+            seen.add((e.memory_id, f"DENIED {e.reason}"))
+        elif isinstance(e, Triggered):
+            seen.add((e.memory_id, "TRIGGERED"))
+    return Counter(row for _, row in seen)
+
+
+# --- the independent reading ------------------------------------------------------------------
+
+CLAUDE_VERBS = {
+    "Read": "READS",
+    "Grep": "READS",
+    "Glob": "READS",
+    "LS": "READS",
+    "WebFetch": "READS",
+    "Edit": "MODIFIES",
+    "MultiEdit": "MODIFIES",
+    "Write": "MODIFIES",
+    "NotebookEdit": "MODIFIES",
+    "Task": "SPAWNED",  # not a verb edge: the subagent link
+}
+USER_REJECTED = "The user doesn't want to proceed with this tool use"
+PERMISSION = ("requested permissions", "requires approval", "was blocked. For security")
+
+
+def claude_reading(path: Path) -> Counter[str]:
+    calls: dict[str, str] = {}
+    results: dict[str, tuple[bool, str]] = {}
+    for raw in path.read_bytes().splitlines():
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            continue
+        message = rec.get("message") if isinstance(rec, dict) else None
+        content = message.get("content") if isinstance(message, dict) else None
+        for block in content if isinstance(content, list) else ():
+            if block.get("type") == "tool_use":
+                calls[block["id"]] = block["name"]
+            elif block.get("type") == "tool_result":
+                body = block.get("content")
+                text = body if isinstance(body, str) else json.dumps(body)
+                results[block["tool_use_id"]] = (block.get("is_error") is True, text)
+    table: Counter[str] = Counter()
+    for call_id, name in calls.items():
+        if call_id not in results:
+            continue  # no result in the file: still pending
+        is_error, text = results[call_id]
+        verb = CLAUDE_VERBS.get(name, "EXECUTES")
+        if is_error and USER_REJECTED in text:
+            table["DENIED user_rejected"] += 1
+        elif is_error and any(p in text for p in PERMISSION):
+            table["DENIED permission_denied"] += 1
+        elif verb != "SPAWNED":
+            table[f"{verb} {'error' if is_error else 'ok'}"] += 1
+            table["TRIGGERED"] += is_error
+    return +table
+
+
+def codex_reading(path: Path) -> Counter[str]:
+    calls: dict[str, str] = {}
+    ends: dict[str, str] = {}
+    for raw in path.read_bytes().splitlines():
+        rec = json.loads(raw)
+        p = rec["payload"]
+        kind = p.get("type")
+        if kind in ("function_call", "custom_tool_call") and p["name"] != "write_stdin":
+            calls[p["call_id"]] = p["name"]  # write_stdin only polls a running command
+        elif kind == "web_search_call":  # no call id in this version: one call per record
+            key = f"web_search {len(calls)}"
+            calls[key] = "web_search"
+            ends[key] = "ok" if p.get("status") == "completed" else "error"
+        elif kind == "exec_command_end":
+            words = shlex.split(p["command"][-1])  # the script of `zsh -lc '…'`
+            last = words[len(words) - words[::-1].index("|") if "|" in words else 0]
+            code = p["exit_code"]
+            ok = code == 0 or (code == 1 and last in ("rg", "grep"))  # exit 1: no match
+            ends[p["call_id"]] = "ok" if ok else "error"
+        elif kind == "patch_apply_end":
+            ends[p["call_id"]] = "ok" if p["success"] else "error"
+        elif kind == "function_call_output" and calls.get(p["call_id"]) == "update_plan":
+            ends[p["call_id"]] = "ok"
+    table: Counter[str] = Counter()
+    for call_id, name in calls.items():
+        verb = "MODIFIES" if name == "apply_patch" else "EXECUTES"
+        table[f"{verb} {ends[call_id]}"] += 1
+        table["TRIGGERED"] += ends[call_id] == "error"
+    return +table
+
+
+GEMINI_VERBS = {
+    "read_file": "READS",
+    "read_many_files": "READS",
+    "list_directory": "READS",
+    "glob": "READS",
+    "search_file_content": "READS",
+    "write_file": "MODIFIES",
+    "replace": "MODIFIES",
+}
+
+
+def gemini_reading(path: Path) -> Counter[str]:
+    table: Counter[str] = Counter()
+    for message in json.loads(path.read_text())["messages"]:
+        for call in message.get("toolCalls") or ():
+            status = call["status"]
+            verb = GEMINI_VERBS.get(call["name"], "EXECUTES")
+            if status == "cancelled":
+                table["DENIED user_rejected"] += 1
+            elif status in ("success", "error"):
+                table[f"{verb} {'ok' if status == 'success' else 'error'}"] += 1
+                table["TRIGGERED"] += status == "error"
+    return +table
+
+
+def reading(path: Path) -> Counter[str]:
+    if "claude-code" in path.parts:
+        return claude_reading(path)
+    return codex_reading(path) if "codex" in path.parts else gemini_reading(path)
+
+
+# Where the two readings differ, and why (fixture name -> rows memoryd has minus rows the
+# independent reading has; negative = memoryd has fewer).
+EXPLAINED: dict[str, dict[str, int]] = {
+    # The four BashOutput calls poll the background `uv tool install` Bash call: memoryd
+    # settles that call with their status and gives them no edge of their own.
+    "cb2e607c-c758-415a-8b45-c49e4631906a.jsonl": {"EXECUTES ok": -4},
+    # The chat holds no directory and its first five reads name relative paths: they name no
+    # file until a write_file result states an absolute path that hashes to the projectHash
+    # (tests/test_transcripts_gemini.py: with the project watched, all resolve).
+    "session-2026-01-16T11-01-file-ops-37b7abef.json": {"READS ok": -5},
+    # Every other fixture agrees call for call. (Task calls make SPAWNED, counted by neither;
+    # the denied `Read ~/.claude/CLAUDE.md` is DENIED on the Read tool, as no home is known.)
+}
+
+
+@pytest.mark.parametrize("path", TRANSCRIPTS, ids=lambda p: p.name[:12])
+def test_verbs_and_outcomes_match_an_independent_reading(path: Path) -> None:
+    mine = memoryd_table(parse(path))
+    theirs = reading(path)
+    diff = Counter(mine)
+    diff.subtract(theirs)
+    assert {k: v for k, v in diff.items() if v} == EXPLAINED.get(path.name, {})
+
+
+def test_the_tables_hold_what_the_fixtures_are_known_for() -> None:
+    # The numbers SOURCES.md states for the fixtures, as a check on both readings.
+    by_name = {p.name[:8]: memoryd_table(parse(p)) for p in TRANSCRIPTS}
+    s37 = by_name["37f83ec9"]
+    assert s37["TRIGGERED"] == 19 and s37["DENIED user_rejected"] == 2
+    assert sum(v for k, v in by_name["2b4ed4c0"].items() if k.startswith("DENIED")) == 6
+    codex = by_name["rollout-"]
+    assert codex["EXECUTES ok"] + codex["EXECUTES error"] == 43 + 2 + 3  # exec, plan, search
+    assert codex["MODIFIES ok"] == 3 and codex["TRIGGERED"] == 2
+
+
+def expected_files() -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for line in (FIXTURES / "expected-files.tsv").read_text().splitlines():
+        if line and not line.startswith("#"):
+            fixture, key, verbs = line.split("\t")
+            out.setdefault(fixture, {})[key] = verbs
+    return out
+
+
+def memoryd_files(result: ParseResult) -> dict[str, str]:
+    verbs: dict[str, set[str]] = {}
+    for e in result.events:
+        if isinstance(e, Action | Denied) and e.entity.kind == "file":
+            verb = (
+                e.verb + ("/shell" if e.via == "shell" else "")
+                if isinstance(e, Action)
+                else "DENIED"
+            )
+            verbs.setdefault(e.entity.key, set()).add(verb)
+    return {key: " ".join(sorted(v)) for key, v in verbs.items()}
+
+
+@pytest.mark.parametrize("path", TRANSCRIPTS, ids=lambda p: p.name[:12])
+def test_file_entities_are_the_hand_reviewed_ones(path: Path) -> None:
+    fixture = str(path.relative_to(FIXTURES))
+    assert memoryd_files(parse(path)) == expected_files().get(fixture, {})
+
+
+def test_the_reviewed_list_covers_every_fixture_that_names_files() -> None:
+    listed = set(expected_files())
+    assert listed <= {str(p.relative_to(FIXTURES)) for p in TRANSCRIPTS}
+    assert len(listed) == 8  # 4e27c414 (a lone summary) names no file
+    assert sum(len(v) for v in expected_files().values()) == 63 + 7  # Claude, Codex + Gemini

@@ -1,0 +1,352 @@
+"""The derived search indexes on real texts and real vectors: numpy.ma's installed source,
+tests, readme and changelog, and arq's source, chunked as the indexer chunks them and embedded
+by the default model."""
+
+from __future__ import annotations
+
+import gc
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memoryd.config import DEFAULT_MODEL
+from memoryd.embedding import TRUNCATED_DIM, TRUNCATED_MODEL, Embedder, truncate
+from memoryd.searchindex import Doc, Filters, Hit, SearchIndex, chunk_kind
+from memoryd.searchindex import index as index_module
+from tests.conftest import site_package
+from workers.chunking import chunk_text, language_for_path
+
+MA_FILES = (
+    "API_CHANGES.txt",
+    "README.rst",
+    "extras.py",
+    "mrecords.py",
+    "testutils.py",
+    "tests/test_mrecords.py",
+)
+ARQ_FILES = ("connections.py", "cron.py", "jobs.py", "worker.py")
+T0 = 1_700_000_000_000_000  # when the rows became valid (microseconds)
+
+
+@dataclass(frozen=True)
+class Corpus:
+    docs: list[Doc]
+    embedder: Embedder
+
+    def vector(self, text: str) -> list[float]:
+        return self.embedder.embed([text])[0]
+
+
+def _docs(root: Path, project: str, files: tuple[str, ...]) -> list[Doc]:
+    docs = []
+    for rel in files:
+        language = language_for_path(rel)
+        for n, chunk in enumerate(chunk_text((root / rel).read_text(), language)):
+            docs.append(
+                Doc(
+                    table="code_chunk",
+                    id=f"{project}/{rel}#{n}",
+                    kind=chunk_kind(rel, language),
+                    content=chunk.content,
+                    project=project,
+                    path=rel,
+                    language=language,
+                    name=chunk.name,
+                    parent_name=chunk.parent_name,
+                    valid_from=T0,
+                    fields={"start_line": chunk.start_line, "end_line": chunk.end_line},
+                )
+            )
+    return docs
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Corpus:
+    embedder = Embedder(DEFAULT_MODEL, tmp_path_factory.mktemp("models"))
+    docs = _docs(site_package("numpy") / "ma", "ma", MA_FILES) + _docs(
+        site_package("arq"), "arq", ARQ_FILES
+    )
+    vectors = embedder.embed([d.content for d in docs])
+    return Corpus([replace(d, vector=v) for d, v in zip(docs, vectors, strict=True)], embedder)
+
+
+@pytest.fixture
+def index(tmp_path: Path, corpus: Corpus) -> Iterator[SearchIndex]:
+    built = SearchIndex(tmp_path / "search")
+    built.upsert(corpus.docs, DEFAULT_MODEL)
+    built.commit(1)
+    yield built
+    built.close()
+
+
+def _where(hits: list[Hit]) -> list[tuple[str | None, str | None]]:
+    return [(h.path, h.name) for h in hits]
+
+
+def _all_searches(
+    ix: SearchIndex,
+    corpus: Corpus,
+    filters: Filters,
+    query: str = "build a masked record array from a list of arrays",
+) -> dict[str, list[Hit]]:
+    vector = corpus.vector(query)
+    return {
+        "bm25": ix.bm25(query, filters, 10),
+        "knn": ix.knn(vector, DEFAULT_MODEL, filters, 10),
+        "hybrid": ix.hybrid(query, vector, DEFAULT_MODEL, filters, 10),
+    }
+
+
+def test_every_row_is_indexed_and_docs_are_their_own_kind(
+    index: SearchIndex, corpus: Corpus
+) -> None:
+    assert len(index) == len(corpus.docs)
+    kinds = {d.path: d.kind for d in corpus.docs}
+    assert {p for p, k in kinds.items() if k == "docs"} == {"API_CHANGES.txt", "README.rst"}
+    # A code search never returns prose; a docs search returns nothing else.
+    for name, hits in _all_searches(index, corpus, Filters(kinds=("code",))).items():
+        assert hits and all(kinds[h.path] == "code" for h in hits), name
+    for name, hits in _all_searches(index, corpus, Filters(kinds=("docs",))).items():
+        assert hits and {h.path for h in hits} <= {"API_CHANGES.txt", "README.rst"}, name
+
+
+def test_filters_by_project_language_and_path(index: SearchIndex, corpus: Corpus) -> None:
+    searches = _all_searches(index, corpus, Filters(project="arq"))
+    for name, hits in searches.items():
+        assert len(hits) == 10 and {h.project for h in hits} == {"arq"}, name
+    for name, hits in _all_searches(index, corpus, Filters(path="tests/*")).items():
+        assert {h.path for h in hits} == {"tests/test_mrecords.py"}, name
+    # A glob without a slash matches the file name in any directory.
+    for name, hits in _all_searches(index, corpus, Filters(path="test_*.py")).items():
+        assert {h.path for h in hits} == {"tests/test_mrecords.py"}, name
+    for name, hits in _all_searches(index, corpus, Filters(path="**/*.py", project="ma")).items():
+        assert {h.path for h in hits} <= {
+            "extras.py",
+            "mrecords.py",
+            "testutils.py",
+            "tests/test_mrecords.py",
+        }, name
+    docs = Filters(kinds=("docs",), language="rst")
+    for name, hits in _all_searches(index, corpus, docs).items():
+        assert hits and {h.path for h in hits} == {"README.rst"}, name
+    nothing = Filters(project="no-such-project")
+    assert all(hits == [] for hits in _all_searches(index, corpus, nothing).values())
+
+
+def test_knn_filters_the_ann_candidates_as_the_exact_scan_does(
+    index: SearchIndex, corpus: Corpus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Filters that keep many rows run on the ANN's candidates (oversampled); those that keep
+    few, on an exact scan. Both give the filter's nearest rows."""
+    vector = corpus.vector("connect to redis with retries")
+    for filters in (Filters(project="arq"), Filters(path="cron.py"), Filters()):
+        exact = index.knn(vector, DEFAULT_MODEL, filters, 5)
+        monkeypatch.setattr(index_module, "EXACT_MAX", 3)
+        approximate = index.knn(vector, DEFAULT_MODEL, filters, 5)
+        monkeypatch.undo()
+        assert _where(approximate) == _where(exact)
+        assert [h.score for h in approximate] == pytest.approx([h.score for h in exact], abs=2e-3)
+
+
+def test_a_file_named_in_the_query_ranks_first(index: SearchIndex, corpus: Corpus) -> None:
+    file_rows = sum(1 for d in corpus.docs if d.path == "cron.py")
+    assert file_rows >= 3
+    query = "fix type annotations in cron.py"
+    vector = corpus.vector(query)
+    for hits in (
+        index.hybrid(query, vector, DEFAULT_MODEL, Filters(), 10),
+        index.bm25(query, Filters(), 10),
+    ):
+        paths = [h.path for h in hits]
+        assert paths[:file_rows] == ["cron.py"] * file_rows
+        assert "cron.py" not in paths[file_rows:]
+    # Without the name, the same words find other files first.
+    plain = "fix type annotations"
+    hits = index.hybrid(plain, corpus.vector(plain), DEFAULT_MODEL, Filters(), 10)
+    assert [h.path for h in hits][:file_rows] != ["cron.py"] * file_rows
+
+
+def test_tests_config_and_prose_rank_below_the_same_text_in_source(
+    tmp_path: Path, corpus: Corpus
+) -> None:
+    """One real chunk under four paths: its source file, a test, a config file and a
+    changelog. Same words, same vector: the priors alone order them."""
+    chunk = next(d for d in corpus.docs if d.name == "fromarrays" and d.path == "mrecords.py")
+    copies = {
+        "pkg/records.py": ("code", "python"),
+        "pkg/records.toml": ("code", "toml"),
+        "tests/test_records.py": ("code", "python"),
+        "CHANGES.md": ("docs", "markdown"),
+    }
+    ix = SearchIndex(tmp_path / "search")
+    ix.upsert(
+        [
+            replace(chunk, id=path, path=path, kind=kind, language=language)
+            for path, (kind, language) in copies.items()
+        ],
+        DEFAULT_MODEL,
+    )
+    ix.commit(1)
+    both = Filters(kinds=("code", "docs"))
+    query = "fromarrays masked records"
+    order = list(copies)
+    assert [h.path for h in ix.hybrid(query, chunk.vector, DEFAULT_MODEL, both, 4)] == order
+    assert [h.path for h in ix.bm25(query, both, 4)] == order
+    # Asked for docs, the changelog is found.
+    assert [h.path for h in ix.bm25(query, Filters(kinds=("docs",)), 4)] == ["CHANGES.md"]
+    ix.close()
+
+
+CRON = "when does the cron job run next"
+
+
+def test_retire_keeps_rows_for_as_of_and_delete_removes_them(
+    index: SearchIndex, corpus: Corpus
+) -> None:
+    cron = [d for d in corpus.docs if d.path == "cron.py"]
+    retired_at = T0 + 5_000_000
+    assert index.retire("code_chunk", [d.id for d in cron], retired_at) == len(cron)
+    # Retiring again closes nothing: the rows are closed already.
+    assert index.retire("code_chunk", [d.id for d in cron], retired_at + 1) == 0
+    # The file's new version: one row, valid from the moment the old ones were retired.
+    new = replace(cron[0], id="arq/cron.py#new", valid_from=retired_at)
+    index.upsert([new], DEFAULT_MODEL)
+    index.commit(2)
+    only_cron = Filters(path="cron.py")
+    for name, hits in _all_searches(index, corpus, only_cron, CRON).items():
+        assert [h.id for h in hits] == ["arq/cron.py#new"], name
+    before = replace(only_cron, as_of=retired_at - 1)
+    for name, hits in _all_searches(index, corpus, before, CRON).items():
+        assert sorted(h.id for h in hits) == sorted(d.id for d in cron), name
+        assert all(h.valid_until == retired_at for h in hits)
+    at = replace(only_cron, as_of=retired_at)
+    for name, hits in _all_searches(index, corpus, at, CRON).items():
+        assert [h.id for h in hits] == ["arq/cron.py#new"], name
+    # Before anything was valid, nothing is.
+    assert all(
+        not h for h in _all_searches(index, corpus, replace(at, as_of=T0 - 1), CRON).values()
+    )
+
+    index.delete("code_chunk", [d.id for d in cron])
+    index.commit(3)
+    assert len(index) == len(corpus.docs) + 1 - len(cron)
+    for name, hits in _all_searches(index, corpus, before, CRON).items():
+        assert hits == [], name
+    # Its vector is gone too: the row's own vector finds other rows.
+    own = index.knn(cron[0].vector or [], DEFAULT_MODEL, Filters(as_of=retired_at - 1), 3)
+    assert cron[0].id not in {h.id for h in own}
+
+
+def test_reopen_from_disk_equals_before_and_keeps_the_stamp(
+    tmp_path: Path, index: SearchIndex, corpus: Corpus
+) -> None:
+    index.retire("code_chunk", [corpus.docs[0].id], T0 + 1)
+    index.commit(41)
+    searches = {
+        f: _all_searches(index, corpus, f)
+        for f in (Filters(), Filters(kinds=("docs",)), Filters(as_of=T0))
+    }
+    index.close()
+    reopened = SearchIndex(tmp_path / "search")
+    assert (reopened.fresh, reopened.generation, reopened.model, reopened.dim) == (
+        False,
+        41,
+        DEFAULT_MODEL,
+        384,
+    )
+    assert {f: _all_searches(reopened, corpus, f) for f in searches} == searches
+    reopened.close()
+
+
+def test_a_crash_keeps_what_was_committed_and_drops_the_rest(
+    tmp_path: Path, corpus: Corpus
+) -> None:
+    """No close: the vectors come back from the journal, and writes after the last commit
+    (a crash before it) are gone, stamp and all."""
+    ix = SearchIndex(tmp_path / "search")
+    assert ix.fresh and ix.generation is None
+    ix.upsert(corpus.docs[:100], DEFAULT_MODEL)
+    ix.commit(5)
+    filters = Filters(project="ma")
+    expected = _all_searches(ix, corpus, filters)
+    ix.upsert(corpus.docs[100:], DEFAULT_MODEL)
+    ix.delete("code_chunk", [corpus.docs[0].id])
+    del ix
+    gc.collect()
+    assert not (tmp_path / "search" / "vectors.usearch").exists()  # only the journal
+
+    again = SearchIndex(tmp_path / "search")
+    assert (again.fresh, again.generation, len(again)) == (False, 5, 100)
+    assert _all_searches(again, corpus, filters) == expected
+    again.close()
+
+
+def test_a_write_that_reached_the_index_in_part_stamps_no_generation(
+    tmp_path: Path, index: SearchIndex
+) -> None:
+    """Until a rebuild (clear), no commit claims a generation, and a restart sees none."""
+    index.invalidate()
+    index.commit(2)
+    assert index.generation is None
+    index.close()
+    reopened = SearchIndex(tmp_path / "search")
+    assert (reopened.fresh, reopened.generation) == (False, None)
+    reopened.clear()
+    reopened.commit(3)
+    assert reopened.generation == 3
+    reopened.close()
+
+
+def test_a_new_model_replaces_every_vector(index: SearchIndex, corpus: Corpus) -> None:
+    """Vectors of another model (another dimension here) are never compared with the old."""
+    some = corpus.docs[:20]
+    cut = {d.id: truncate(np.asarray(d.vector), TRUNCATED_DIM).tolist() for d in some}
+    index.set_vectors("code_chunk", cut, TRUNCATED_MODEL)
+    index.commit(9)
+    assert (index.model, index.dim) == (TRUNCATED_MODEL, TRUNCATED_DIM)
+    query = corpus.vector("masked records")
+    assert index.knn(query, DEFAULT_MODEL, Filters(kinds=("code", "docs")), 5) == []
+    found = index.knn(
+        truncate(np.asarray(query), TRUNCATED_DIM).tolist(),
+        TRUNCATED_MODEL,
+        Filters(kinds=("code", "docs")),
+        50,
+    )
+    assert {h.id for h in found} == set(cut)
+    # Hybrid runs on BM25 alone for a query vector of the old model (arq: one prior for all).
+    arq = Filters(project="arq")
+    bm25 = index.bm25("connection pool settings", arq, 10)
+    assert len(bm25) == 10
+    hybrid = index.hybrid("connection pool settings", query, DEFAULT_MODEL, arq, 10)
+    assert [h.id for h in hybrid] == [h.id for h in bm25]
+
+
+def test_odd_queries_do_not_fail(index: SearchIndex) -> None:
+    for query in (
+        '"unbalanced',
+        "a:b AND (c",
+        "the of and",
+        "",
+        "***",
+        "NOT OR AND",
+        "serialize_result(job_id)",
+        "x-y.py",
+    ):
+        assert isinstance(index.bm25(query, Filters(), 5), list)
+        assert isinstance(index.hybrid(query, None, None, Filters(), 5), list)
+    assert index.bm25("", Filters(), 5) == []
+
+
+def test_the_directory_is_private(index: SearchIndex, tmp_path: Path) -> None:
+    root = tmp_path / "search"
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames:
+            assert stat.S_IMODE((Path(dirpath) / name).stat().st_mode) == 0o700
+        for name in filenames:
+            assert stat.S_IMODE((Path(dirpath) / name).stat().st_mode) == 0o600, name

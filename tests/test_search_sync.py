@@ -1,0 +1,228 @@
+"""The search indexes kept in step with the records, through the real stack (private Redis,
+embedded SurrealDB, the real model): a rebuild from the database changes no result, a crash
+between the record write and the index write heals at the next start, `as_of` sees what was
+valid then, prune takes rows out of both, and the filters hold."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import blake3
+
+from memoryd import client, jobs, projects, queue
+from memoryd.ids import file_entity_id, file_key
+from memoryd.runtime import Runtime
+from tests.conftest import git_init, settings_for
+from workers.indexing import plan_file
+
+# (query, search options): code with and without filters, a file named, memories and goals.
+QUERIES: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("run a job again after it failed", {}),
+    ("when does the cron job run next", {"path": "cron.py"}),
+    ("redis connection pool settings", {"language": "python"}),
+    ("fix the type of the result in jobs.py", {}),
+    ("serialize the job arguments", {"path": "**/*.py"}),
+    ("No PR found for the current branch", {"kind": "memory"}),
+    ("make the project installable as a library", {"kind": "goal"}),
+)
+NEW_CRON = '''"""Cron, rewritten."""
+
+
+def lunar_phase_schedule(moon):
+    """Run the job at every full moon."""
+    return moon.next_full()
+'''
+
+
+SESSION = "5e55a0c1-0000-4000-8000-00000000beef"
+
+
+def _transcript(path: Path) -> Path:
+    """A short Claude Code session, in the agent's own record format: a prompt (the goal),
+    an answer, a Bash call and its failure."""
+    common = {"sessionId": SESSION, "cwd": "/src/shop", "version": "2.1.17", "gitBranch": ""}
+    records = [
+        {
+            "type": "user",
+            "message": {
+                "role": "user",
+                "content": "make the project installable as a library with uv",
+            },
+        },
+        {
+            "type": "assistant",
+            "message": {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "I will open a pull request for the packaging change."}
+                ],
+            },
+        },
+        {
+            "type": "assistant",
+            "message": {
+                "role": "assistant",
+                "content": [
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_1",
+                        "name": "Bash",
+                        "input": {"command": "gh pr view"},
+                    }
+                ],
+            },
+        },
+        {
+            "type": "user",
+            "message": {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_1",
+                        "is_error": True,
+                        "content": "no pull requests found for branch main: No PR found for the "
+                        "current branch",
+                    }
+                ],
+            },
+        },
+    ]
+    lines, parent = [], None
+    for n, record in enumerate(records):
+        uuid = f"00000000-0000-4000-8000-{n:012d}"
+        stamp = f"2026-01-23T17:13:{10 + n}.000Z"
+        lines.append(
+            json.dumps({**common, **record, "uuid": uuid, "parentUuid": parent, "timestamp": stamp})
+        )
+        parent = uuid
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _tree(arq_tree: Path, target: Path) -> Path:
+    shutil.copytree(arq_tree, target, ignore=shutil.ignore_patterns(".git"))
+    git_init(target)
+    return target
+
+
+async def _sync(rt: Runtime, root: Path) -> str:
+    assert rt.redis is not None
+    project = projects.resolve(root)
+    for job, _ in await projects.sync(rt.redis, project, 500):
+        await queue.wait_for(job, timeout=300)
+    return project.id
+
+
+async def _results(memoryd: client.Client, **extra: Any) -> dict[str, list[dict[str, Any]]]:
+    found = {}
+    for query, options in QUERIES:
+        hits = await memoryd.search(query, limit=8, **options, **extra)
+        found[f"{query} {options}"] = [hit.as_dict() for hit in hits]
+    return found
+
+
+async def test_a_rebuild_gives_the_same_results_and_as_of_sees_the_past(
+    stack: Runtime, arq_tree: Path, tmp_path: Path
+) -> None:
+    assert stack.redis is not None and stack.store is not None and stack.search is not None
+    memoryd = client.Client(stack.redis, stack.settings)
+    root = _tree(arq_tree, tmp_path / "arq")
+    project_id = await _sync(stack, root)
+    [ingested] = await memoryd.ingest([str(_transcript(tmp_path / f"{SESSION}.jsonl"))])
+    assert (ingested["memories"], ingested["goals"]) >= (3, 1), ingested
+    before = await _results(memoryd)
+    assert all(before.values()), [q for q, hits in before.items() if not hits]
+    # The filters hold; a file named in the query comes first.
+    assert {h["path"] for h in before["when does the cron job run next {'path': 'cron.py'}"]} == {
+        "cron.py"
+    }
+    assert before["fix the type of the result in jobs.py {}"][0]["path"] == "jobs.py"
+    top = before["No PR found for the current branch {'kind': 'memory'}"][0]
+    assert "No PR found" in top["text"] and top["session"] == SESSION
+
+    counts = await stack.store.counts()
+    rebuilt = await memoryd.reindex()
+    assert rebuilt["rows"] == {t: counts[t] for t in ("code_chunk", "memory", "goal")}
+    assert rebuilt["generation"] == await stack.store.search_generation()
+    assert await _results(memoryd) == before
+
+    # cron.py rewritten: its old chunks are retired, kept for as_of.
+    old = [h["id"] for h in before["when does the cron job run next {'path': 'cron.py'}"]]
+    then = datetime.now(UTC)
+    (root / "cron.py").write_text(NEW_CRON)
+    await _sync(stack, root)
+    now = await memoryd.search("cron schedule next run", path="cron.py", limit=20)
+    valid = await stack.store.valid_chunks(project_id, "cron.py")
+    assert {(h.start_line, h.end_line) for h in now} == {
+        (c["start_line"], c["end_line"]) for c in valid
+    }
+    assert not {h.id for h in now} & set(old)
+    past = await memoryd.search("when does the cron job run next", path="cron.py", as_of=then)
+    assert {h.id for h in past} >= set(old[:3])
+    assert "lunar_phase_schedule" not in {h.name for h in past}
+    with_history = await _results(memoryd, as_of=then) | await _results(memoryd)
+    await memoryd.reindex()
+    assert await _results(memoryd, as_of=then) | await _results(memoryd) == with_history
+
+    # A prune far in the future deletes the retired chunks: gone from both stores.
+    job = await queue.enqueue(stack.redis, jobs.PRUNE, at="2100-01-01T00:00:00+00:00")
+    assert job is not None
+    pruned = await queue.wait_for(job, timeout=300)
+    assert pruned["deleted"]["code_chunk"] >= len(old)
+    assert await memoryd.search("when does the cron job run next", path="cron.py", as_of=then) == []
+    counts = await stack.store.counts()
+    assert len(stack.search.index) == counts["code_chunk"] + counts["memory"] + counts["goal"]
+
+
+async def test_a_crash_between_the_record_write_and_the_index_write_heals_at_start(
+    data_dir: Path, arq_tree: Path, tmp_path: Path
+) -> None:
+    root = _tree(arq_tree, tmp_path / "arq")
+    text = 'def quasar_flux_capacitor():\n    """Charge the quasar flux."""\n    return 88\n'
+    rt = Runtime(settings_for(data_dir))
+    try:
+        await rt.start_queue(exclusive=True)
+        await rt.serve()
+        assert rt.store is not None and rt.search is not None and rt.redis is not None
+        project_id = await _sync(rt, root)
+        plan = plan_file(
+            project_id, "flux.py", text, blake3.blake3(text.encode()).hexdigest(), 1500
+        )
+        # As the indexer writes them: with their vectors (without, a k-NN neighbour ties
+        # with the chunk in the fusion).
+        assert rt.embedder is not None
+        vectors = rt.embedder.embed([c["content"] for c in plan.chunks])
+        for chunk, vector in zip(plan.chunks, vectors, strict=True):
+            chunk.update(embedding=list(vector), embedding_model=rt.embedder.model)
+        file = {
+            "entity_id": file_entity_id(project_id, "flux.py"),
+            "key": file_key(project_id, "flux.py"),
+            "path": "flux.py",
+        }
+        # The record write commits; the process dies before the index write.
+        written = await rt.store.write_file_index(
+            project_id, plan.chunks, [], [file], ["flux.py"], plan.symbols
+        )
+        assert rt.search.index.generation == written.generation - 1
+        memoryd = client.Client(rt.redis, rt.settings)
+        assert [h.path for h in await memoryd.search("quasar flux capacitor")][:1] != ["flux.py"]
+    finally:
+        await rt.close()
+
+    again = Runtime(settings_for(data_dir))
+    try:
+        await again.start_queue(exclusive=True)
+        await again.serve()
+        assert again.store is not None and again.search is not None and again.redis is not None
+        assert again.search.index.generation == written.generation
+        assert await again.store.search_generation() == written.generation
+        memoryd = client.Client(again.redis, again.settings)
+        hits = await memoryd.search("quasar flux capacitor")
+        assert (hits[0].path, hits[0].name) == ("flux.py", "quasar_flux_capacitor")
+    finally:
+        await again.close()
