@@ -147,7 +147,7 @@ def test_actions_on_excluded_files_keep_their_verb_not_their_content(
     )
     [session] = history["sessions"]
     verbs = [a["verb"] for a in session["actions"]]
-    assert verbs.count("READS") == 8 and verbs.count("MODIFIES") == 6
+    assert verbs.count("READS") == 10 and verbs.count("MODIFIES") == 6
 
     exported = memoryd(config, "export", "--data-dir", str(data)).stdout
     rows = [json.loads(line) for line in exported.splitlines()]
@@ -156,7 +156,7 @@ def test_actions_on_excluded_files_keep_their_verb_not_their_content(
     callers = {
         r["row"]["in"]
         for r in rows
-        if r["table"] in ("reads", "modifies", "denied") and r["row"]["out"] == target
+        if r["table"] in ("reads", "modifies", "denied", "mentions") and r["row"]["out"] == target
     }
     memories = {f"memory:{r['row']['id']}": r["row"] for r in rows if r["table"] == "memory"}
     assert len(callers) >= 14
