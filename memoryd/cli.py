@@ -6,6 +6,8 @@ import json
 import logging
 import os
 import re
+import shutil
+import signal
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -131,7 +133,6 @@ def _with_client(settings: Settings, work: Callable[[Client], Awaitable[T]]) -> 
 async def _until_signal(*waitables: Awaitable[Any]) -> None:
     """Wait for SIGINT/SIGTERM (or for one of `waitables` to end)."""
     import asyncio
-    import signal
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -173,6 +174,15 @@ async def _start_metrics(rt: Runtime) -> metrics.Endpoint | None:
     )
 
 
+def _watched(settings: Settings) -> list[projects.Project]:
+    """The configured repos but those the config keeps out (`exclude`, `include`)."""
+    from memoryd import projects
+
+    return [
+        projects.resolve(p, settings.remembers) for p in settings.repos if settings.remembers(p)
+    ]
+
+
 def _describe(rt: Runtime) -> str:
     s = rt.settings
     redis = (
@@ -195,10 +205,9 @@ def run(
     )
     _setup_logging("INFO", log_format or settings.log_format)
     _daemon_umask()
-    from memoryd import projects
     from memoryd.runtime import Runtime
 
-    watched = [projects.resolve(p) for p in settings.repos] if settings.repos else []
+    watched = _watched(settings)
 
     async def main() -> None:
         async with Runtime(settings) as rt:
@@ -258,10 +267,9 @@ def watch(
     settings = _settings(data_dir=data_dir, redis_url=redis_url, extra_repos=repo)
     _setup_logging("INFO", log_format or settings.log_format)
     _daemon_umask()
-    from memoryd import projects
     from memoryd.runtime import Runtime
 
-    watched = [projects.resolve(p) for p in settings.repos]
+    watched = _watched(settings)
 
     async def main() -> None:
         async with Runtime(settings) as rt:
@@ -294,7 +302,7 @@ def index(
 
     settings = _client(data_dir, redis_url, surreal_url)
     try:
-        project = projects.resolve(path)
+        project = projects.resolve(path, settings.remembers)
     except MemorydError as exc:
         _fail(exc)
         raise
@@ -618,6 +626,120 @@ def pin(
     print(f"{done['memory']}: {'pinned' if done['pinned'] else 'unpinned'}")
 
 
+@app.command("export")
+def export_graph(
+    project: Annotated[
+        str | None, typer.Option(help="Only this project (id, name or root).")
+    ] = None,
+    data_dir: DataDir = None,
+    redis_url: RedisUrl = None,
+    surreal_url: SurrealUrl = None,
+) -> None:
+    """Write records, edges and entities to stdout as JSON lines (vectors are re-embeddable)."""
+    settings = _client(data_dir, redis_url, surreal_url)
+    rows = _with_client(settings, lambda memoryd: memoryd.export(sys.stdout.buffer, project))
+    _err().print(f"{rows} rows exported")
+
+
+@app.command("import")
+def import_graph(
+    file: Annotated[Path, typer.Argument(help="A `memoryd export` file (or a .jsonl.zst backup).")],
+    data_dir: DataDir = None,
+    redis_url: RedisUrl = None,
+    surreal_url: SurrealUrl = None,
+    as_json: AsJson = False,
+) -> None:
+    """Load an export into this data dir; `reembed` gives the rows their vectors back."""
+    settings = _client(data_dir, redis_url, surreal_url)
+    if not file.is_file():
+        _fail(MemorydError(f"{file} is not a file"))
+    counts = _with_client(settings, lambda memoryd: memoryd.import_file(file))
+    print(json.dumps(counts, indent=2) if as_json else f"imported {json.dumps(counts)}")
+
+
+@app.command()
+def forget(
+    session: Annotated[
+        str | None, typer.Option(help="A session id (or its unique prefix).")
+    ] = None,
+    project: Annotated[str | None, typer.Option(help="A project id, name or root.")] = None,
+    path: Annotated[str | None, typer.Option(help="A glob of absolute file paths.")] = None,
+    before: Annotated[
+        str | None, typer.Option(help="Everything before this ISO-8601 time.")
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only show what would go.")] = False,
+    data_dir: DataDir = None,
+    redis_url: RedisUrl = None,
+    surreal_url: SurrealUrl = None,
+    as_json: AsJson = False,
+) -> None:
+    """Remove records, their edges and vectors for good; a forgotten session never comes back."""
+    given = {k: v for k, v in (("session", session), ("project", project), ("path", path),
+                                ("before", before)) if v is not None}  # fmt: skip
+    if len(given) != 1:
+        _fail(MemorydError("give exactly one of --session, --project, --path, --before"))
+    [(scope, value)] = given.items()
+    if scope == "path" and not value.startswith(("/", "*")):
+        value = os.path.abspath(value)
+    settings = _client(data_dir, redis_url, surreal_url)
+    done = _with_client(settings, lambda memoryd: memoryd.forget_scope(scope, value, dry_run))
+    if as_json:
+        print(json.dumps(done, indent=2))
+        return
+    verb = "would remove" if dry_run else "removed"
+    counts = ", ".join(f"{t} {n}" for t, n in sorted(done["removed"].items())) or "nothing"
+    print(f"{verb}: {counts}")
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@app.command()
+def pause(
+    for_: Annotated[
+        str | None,
+        typer.Option("--for", help="How long: 90s, 30m, 2h, 1d (default: until resume)."),
+    ] = None,
+    data_dir: DataDir = None,
+    redis_url: RedisUrl = None,
+    surreal_url: SurrealUrl = None,
+) -> None:
+    """Stop capture (transcripts and code): nothing new is remembered; search goes on."""
+    seconds = None
+    if for_ is not None:
+        number, unit = for_[:-1], for_[-1:]
+        if unit not in _UNITS or not number.isdigit() or int(number) == 0:
+            _fail(MemorydError(f"--for: expected a duration such as 90s, 30m, 2h, 1d: {for_!r}"))
+        seconds = int(number) * _UNITS[unit]
+    settings = _client(data_dir, redis_url, surreal_url)
+    _with_client(settings, lambda memoryd: memoryd.pause(seconds))
+    print(f"capture paused{f' for {for_}' if for_ else ''}; `memoryd resume` turns it on again")
+
+
+@app.command()
+def resume(
+    catch_up: Annotated[
+        bool, typer.Option("--catch-up", help="Read what transcripts gained while paused.")
+    ] = False,
+    data_dir: DataDir = None,
+    redis_url: RedisUrl = None,
+    surreal_url: SurrealUrl = None,
+    as_json: AsJson = False,
+) -> None:
+    """Turn capture on again; what happened while paused is skipped unless --catch-up."""
+    settings = _client(data_dir, redis_url, surreal_url)
+    done = _with_client(settings, lambda memoryd: memoryd.resume(catch_up))
+    if as_json:
+        print(json.dumps(done, indent=2))
+    elif done["paused_since"] is None:
+        print("capture was not paused")
+    else:
+        print(
+            f"capture resumed (paused since {done['paused_since']}): {done['caught_up']} "
+            f"transcripts caught up, {done['skipped']} skipped to their end"
+        )
+
+
 @app.command()
 def status(
     data_dir: DataDir = None,
@@ -637,7 +759,16 @@ def status(
     print(f"redis         {info['redis']} ({info['redis_mode']})")
     print(f"surrealdb     {info['surreal']} ({info['surreal_mode']})")
     print(f"daemon        {'running' if info['daemon_running'] else 'not running'}")
+    if info["paused_since"]:
+        print(f"capture       paused since {info['paused_since']} (`memoryd resume`)")
     print(f"model         {info['model']}")
+    kept = info["remembered"]
+    print(
+        "agents        "
+        + ", ".join(f"{a} {'on' if on else 'off'}" for a, on in kept["agents"].items())
+    )
+    for label in ("transcripts", "repos", "exclude", "include"):
+        print(f"{label:<14}{', '.join(kept[label]) or '-'}")
     waiting = sum(info["waiting_for_reembed"].values())
     print(f"re-embedding  {waiting} rows wait for the configured model")
     print(f"schema        {info['schema_version']}")
@@ -783,8 +914,14 @@ def service_install(
 
 
 @service_app.command("uninstall")
-def service_uninstall() -> None:
-    """Stop and disable the service and remove its file (the data dir is kept)."""
+def service_uninstall(
+    purge: Annotated[
+        bool, typer.Option("--purge", help="Also delete the data dir: every memory, for good.")
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask before --purge.")] = False,
+    data_dir: DataDir = None,
+) -> None:
+    """Stop and disable the service and remove its file (the data dir is kept unless --purge)."""
     from memoryd import service_manager
 
     try:
@@ -792,7 +929,26 @@ def service_uninstall() -> None:
     except MemorydError as exc:
         _fail(exc)
         raise
-    _report(report.lines, report.ok)
+    for line in report.lines:
+        _err().print(line, highlight=False, soft_wrap=True)
+    if purge:  # whatever the service manager said: a daemon still running is refused
+        _purge(_settings(data_dir=data_dir).data_dir, yes)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def _purge(data: Path, yes: bool) -> None:
+    from memoryd.embedded import daemon_pid
+
+    if not data.exists():
+        _err().print(f"{data} does not exist; nothing to purge")
+        return
+    if daemon_pid(data) is not None:
+        _fail(MemorydError(f"a memoryd daemon still uses {data}: stop it, then purge again"))
+    if not yes and not typer.confirm(f"Delete {data} and everything memoryd remembers?"):
+        _fail(MemorydError("nothing deleted"))
+    shutil.rmtree(data)
+    _err().print(f"removed {data}")
 
 
 @service_app.command("status")

@@ -9,19 +9,21 @@ raised (NotFound, InvalidRequest…), or DaemonUnavailable when nothing serves t
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import socket
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from arq import ArqRedis
 
 from memoryd import jobs, queue
 from memoryd.agent import DEFAULT_BUDGET, Scope, resolve_scope
-from memoryd.config import Settings, config_file
+from memoryd.config import Settings, config_file, default_transcripts
 from memoryd.errors import DaemonUnavailable, InvalidRequest
+from memoryd.export import read_jsonl, write_jsonl
 from memoryd.results import (
     FileHistory,
     Forgotten,
@@ -113,6 +115,36 @@ class Client:
         result: dict[str, Any] = await queue.wait_for(job, self.settings.job_timeout_seconds)
         return result
 
+    async def export(self, out: IO[bytes], project: str | None = None) -> int:
+        """Write the graph (or one project's part of it) to `out` as JSON lines
+        (memoryd/export.py), a page per query, so no table is ever held whole; returns the
+        rows written."""
+        scope = await self._call(jobs.EXPORT_TABLES, project)
+        return await write_jsonl(_Pages(self, scope["project"]), out, scope["tables"])
+
+    async def import_file(self, path: Path, batch: int = 500) -> dict[str, int]:
+        """Load an export (plain or zstd) into this daemon's database, a batch of rows per
+        job, then the search indexes rebuilt; rows per table. Rows come without vectors:
+        `reembed` gives them back."""
+        counts: dict[str, int] = {}
+        for table, lines in itertools.groupby(read_jsonl(path), key=lambda line: line["table"]):
+            rows = (line["row"] for line in lines)
+            while chunk := list(itertools.islice(rows, batch)):
+                job = await queue.enqueue(self.redis, jobs.IMPORT_ROWS, table, chunk)
+                assert job is not None  # no job id given: never refused
+                done = await queue.wait_for(job, self.settings.job_timeout_seconds)
+                counts[str(table)] = counts.get(str(table), 0) + done
+        await self.reindex()  # the rows came in past the search indexes' writer
+        return counts
+
+    async def forget_scope(self, scope: str, value: str, dry_run: bool = False) -> dict[str, Any]:
+        """Forget a session, project, path glob or everything before a time (see
+        workers/privacy.py): rows removed per table (to remove, with `dry_run`)."""
+        job = await queue.enqueue(self.redis, jobs.FORGET_SCOPE, scope, value, dry_run)
+        assert job is not None  # no job id given: never refused
+        result: dict[str, Any] = await queue.wait_for(job, self.settings.job_timeout_seconds)
+        return result
+
     async def projects(self) -> list[ProjectInfo]:
         """The watched projects."""
         result: list[ProjectInfo] = await self._call(jobs.PROJECTS)
@@ -185,6 +217,29 @@ class Client:
         result: list[ProjectProgress] = await self._call(jobs.INDEX_PROGRESS)
         return result
 
+    async def pause(self, seconds: int | None = None) -> None:
+        """Stop capture (for `seconds`, or until resume); search goes on."""
+        await queue.pause(self.redis, seconds)
+
+    async def resume(self, catch_up: bool = False) -> dict[str, Any]:
+        """Capture on again. `catch_up`: read what the transcripts gained meanwhile; else it
+        is skipped (the cursors of transcripts changed since the pause move to their ends)."""
+        since = await queue.resume(self.redis)
+        if since is None:
+            return {"paused_since": None, "caught_up": 0, "skipped": 0}
+        changed = _changed_since(self.settings.transcript_roots, since.timestamp())
+        if catch_up:
+            # Fresh jobs: a job of the same file and size that ran during the pause (and
+            # left the file alone) would otherwise stand for this one.
+            waiting = await queue.enqueue_ingest(self.redis, changed, fresh=True)
+            for job in waiting:
+                await queue.wait_for(job, self.settings.job_timeout_seconds)
+            return {"paused_since": since.isoformat(), "caught_up": len(changed), "skipped": 0}
+        job = await queue.enqueue(self.redis, jobs.SKIP_TRANSCRIPTS, changed)
+        assert job is not None  # no job id given: never refused
+        skipped = await queue.wait_for(job, self.settings.job_timeout_seconds)
+        return {"paused_since": since.isoformat(), "caught_up": 0, "skipped": skipped}
+
     async def daemon_running(self) -> bool:
         return await queue.live_workers(self.redis) > 0
 
@@ -202,6 +257,16 @@ class Client:
             "surreal": s.database_url,
             "surreal_mode": "embedded" if s.embedded_db else "server",
             "daemon_running": daemon,
+            "paused_since": since.isoformat()
+            if (since := await queue.paused_since(self.redis))
+            else None,
+            "remembered": {
+                "agents": {agent: s.follows(agent) for agent in default_transcripts()},
+                "transcripts": [str(p) for p in s.transcript_roots],
+                "repos": [str(p) for p in s.repos if s.remembers(p)],
+                "exclude": s.exclude,
+                "include": s.include,
+            },
             "queue": {
                 "jobs": await queue.queue_depth(self.redis, jobs.JOBS_QUEUE),
                 "queries": await queue.queue_depth(self.redis, jobs.QUERY_QUEUE),
@@ -210,6 +275,34 @@ class Client:
             },
             **info,
         }
+
+
+def _changed_since(roots: list[Path], since: float) -> list[str]:
+    from memoryd.watch.transcripts import transcript_files  # the watcher's own listing
+
+    changed = []
+    for path in transcript_files(roots):
+        with contextlib.suppress(OSError):  # gone meanwhile: nothing to read or skip
+            if os.stat(path).st_mtime >= since:
+                changed.append(path)
+    return changed
+
+
+class _Pages:
+    """The daemon's tables as memoryd.export reads them: each page one query job."""
+
+    def __init__(self, client: Client, project: str | None) -> None:
+        self.client = client
+        self.project = project
+
+    async def table_names(self) -> list[str]:
+        raise AssertionError("the export names its tables")
+
+    async def rows_after(self, table: str, after: str | None, batch: int) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = await self.client._call(
+            jobs.EXPORT_PAGE, table, after, batch, self.project
+        )
+        return rows
 
 
 @contextlib.asynccontextmanager

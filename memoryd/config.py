@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -100,13 +101,24 @@ def default_data_dir() -> Path:
     return _xdg("XDG_DATA_HOME", ".local/share") / "memoryd"
 
 
-def default_transcripts() -> list[Path]:
+def default_transcripts() -> dict[str, Path]:
     """Where Claude Code, Codex CLI and Gemini CLI write their transcripts (honouring their env
-    vars). aider writes its log into the repository it works in: watched repositories only."""
+    vars), per agent. aider writes its log into the repository it works in: watched
+    repositories only."""
     claude = Path(os.environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude") / "projects"
     codex = Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex") / "sessions"
     gemini = Path(os.environ.get("GEMINI_CLI_HOME") or Path.home()) / ".gemini" / "tmp"
-    return [claude, codex, gemini]
+    return {"claude-code": claude, "codex": codex, "gemini": gemini}
+
+
+def _matches(path: str | Path, patterns: list[str]) -> bool:
+    """`path` or a folder above it matches one of the globs."""
+    given = Path(path)
+    return any(
+        fnmatch.fnmatchcase(str(p), pattern)
+        for p in (given, *given.parents)
+        for pattern in patterns
+    )
 
 
 def config_file() -> Path:
@@ -145,6 +157,13 @@ class Settings(BaseSettings):
     repos: list[Path] = Field(default_factory=list)
     # Transcript folders to watch; unset means the agents' own defaults (default_transcripts).
     transcripts: list[Path] | None = None
+    # Which agents' transcripts are followed (an agent not named is followed).
+    agents: dict[str, bool] = Field(default_factory=dict)
+    # What is remembered, as globs of absolute paths (`~` allowed): a path under one matching
+    # `exclude` never is (its files are not indexed, sessions started there are not ingested);
+    # when `include` is set, only paths under one of its globs are.
+    exclude: list[str] = Field(default_factory=list)
+    include: list[str] = Field(default_factory=list)
     # Files per index job: large enough to feed the model full batches.
     index_batch_files: int = Field(32, ge=1)
     max_file_bytes: int = Field(2_000_000, ge=1)
@@ -207,6 +226,23 @@ class Settings(BaseSettings):
                 parse_schedule(spec)
         return {**DEFAULT_SCHEDULE, **value}
 
+    @field_validator("exclude", "include", mode="after")
+    @classmethod
+    def _expand_globs(cls, value: list[str]) -> list[str]:
+        return [os.path.expanduser(p).rstrip("/") or "/" for p in value]
+
+    def remembers(self, path: str | Path | None) -> bool:
+        """Whether memoryd keeps what happens at `path` (a file, a folder, a session's cwd);
+        a session with no known folder only when no `include` list narrows what is kept."""
+        if path is None:
+            return not self.include
+        if _matches(path, self.exclude):
+            return False
+        return not self.include or _matches(path, self.include)
+
+    def follows(self, agent: str) -> bool:
+        return self.agents.get(agent, True)
+
     @field_validator("data_dir", mode="after")
     @classmethod
     def _absolute(cls, value: Path) -> Path:
@@ -233,7 +269,7 @@ class Settings(BaseSettings):
     def transcript_roots(self) -> list[Path]:
         if self.transcripts is not None:
             return [p.expanduser().resolve() for p in self.transcripts]
-        return default_transcripts()
+        return [root for agent, root in default_transcripts().items() if self.follows(agent)]
 
     @property
     def embedded_redis(self) -> bool:

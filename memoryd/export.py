@@ -5,9 +5,10 @@ references are written `table:key`, times ISO-8601. Vectors are left out: they a
 
 from __future__ import annotations
 
+import io
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -47,6 +48,17 @@ async def write_jsonl(
             written += len(rows)
             after = str(rows[-1]["id"])
     return written
+
+
+def read_jsonl(path: Path) -> Iterator[dict[str, object]]:
+    """The lines of an export (`memoryd export`) or a backup (zstd), one at a time."""
+    with open(path, "rb") as raw:
+        stream: IO[bytes] = raw
+        if path.suffix == ".zst":
+            stream = zstandard.ZstdDecompressor().stream_reader(raw)  # type: ignore[assignment]
+        for line in io.TextIOWrapper(stream, encoding="utf-8"):
+            if line.strip():
+                yield json.loads(line)
 
 
 def _cleaned(value: Any, clean: Callable[[str], str]) -> Any:

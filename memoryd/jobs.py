@@ -41,6 +41,9 @@ INGEST_TRANSCRIPT = _work("ingest_transcript")
 DECAY = _work("decay")
 PRUNE = _work("prune")
 REEMBED = _work("reembed")
+IMPORT_ROWS = _work("import_rows")
+FORGET_SCOPE = _work("forget_scope")
+SKIP_TRANSCRIPTS = _work("skip_transcripts")
 REINDEX = _work("reindex")
 MAINTENANCE = {job.name: job for job in (DECAY, PRUNE, REEMBED)}
 
@@ -51,6 +54,8 @@ STORED_PATHS = _query("stored_paths")
 HISTORY = _query("history")
 SESSION = _query("session")
 PIN = _query("pin")
+EXPORT_TABLES = _query("export_tables")
+EXPORT_PAGE = _query("export_page")
 PROJECTS = _query("projects")
 SESSION_PROJECTS = _query("session_projects")
 GET = _query("get")
@@ -75,6 +80,11 @@ ALL = (
     HISTORY,
     SESSION,
     PIN,
+    IMPORT_ROWS,
+    FORGET_SCOPE,
+    SKIP_TRANSCRIPTS,
+    EXPORT_TABLES,
+    EXPORT_PAGE,
     PROJECTS,
     SESSION_PROJECTS,
     GET,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import uuid
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from arq import ArqRedis
@@ -19,8 +19,16 @@ from memoryd.scan import find_repo_root, project_id_for, walk
 
 @dataclass(frozen=True, slots=True)
 class Project:
+    """``remembers``: what the config keeps (memoryd.config.Settings.remembers); the paths it
+    keeps out are never queued."""
+
     id: str
     root: Path
+    remembers: Callable[[Path], bool] | None = field(default=None, compare=False)
+
+    def kept(self, paths: Iterable[str]) -> list[str]:
+        keep = self.remembers
+        return [p for p in paths if keep is None or keep(self.root / p)]
 
 
 def _git(root: Path, *args: str) -> str | None:
@@ -33,15 +41,18 @@ def _git(root: Path, *args: str) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def resolve(path: Path) -> Project:
-    """The project a path belongs to; refuses paths that are not existing directories."""
+def resolve(path: Path, remembers: Callable[[Path], bool] | None = None) -> Project:
+    """The project a path belongs to; refuses paths that are not existing directories, and
+    those `remembers` keeps out."""
     path = path.expanduser()
     if not path.exists():
         raise MemorydError(f"{path} does not exist")
     if not path.is_dir():
         raise MemorydError(f"{path} is not a directory")
     root = find_repo_root(path)
-    return Project(project_id_for(root), root)
+    if remembers is not None and not remembers(root):
+        raise MemorydError(f"{root} is excluded by the config (`exclude`/`include`)")
+    return Project(project_id_for(root), root, remembers)
 
 
 async def register(
@@ -82,7 +93,7 @@ async def sync(
     stored = await queue.call(redis, jobs.STORED_PATHS, project.id)
     if dirs is not None:
         stored = [p for p in stored if any(_inside(p, d) for d in dirs)]
-    paths = sorted(set(on_disk) | set(stored) | set(extra))
+    paths = project.kept(sorted(set(on_disk) | set(stored) | set(extra)))
     if dirs is not None:
         return await queue.enqueue_index(redis, project.id, project.root, paths, batch, fresh=fresh)
     # A whole-project sync: its jobs count towards the progress it starts (before the first

@@ -32,6 +32,8 @@ WATCHING_KEY_PREFIX = "memoryd:watching:"
 WATCHING_KEY_TTL = 30
 # A maintenance task's run holds this lock (plus the task name) while it runs.
 MAINTENANCE_LOCK_PREFIX = "memoryd:lock:"
+# Set while capture is paused (`memoryd pause`): when it was paused; expires with `--for`.
+PAUSED_KEY = "memoryd:paused"
 
 
 def redis_settings(url: str) -> RedisSettings:
@@ -139,6 +141,8 @@ async def enqueue_index(
     follow-up for files that kept changing while it read them. `progress`: the whole-project
     sync the jobs belong to (each counts its files into it); `before` is told how many files
     are about to be enqueued, before the first job is."""
+    if not fresh and await paused_since(redis):
+        return []
     wanted = list(dict.fromkeys(paths))
     if not fresh:
         wanted = await _not_queued(redis, project_id, wanted)
@@ -203,11 +207,37 @@ def ingest_job_id(path: str) -> str:
     return f"ingest:{stable_id(path)}:{version}"
 
 
+async def pause(redis: ArqRedis, seconds: int | None = None) -> None:
+    """Stop capture: watchers queue nothing, index and ingest jobs write nothing; queries go
+    on. With `seconds`, capture resumes by itself then (and catches up as files change)."""
+    if not await redis.exists(PAUSED_KEY):
+        await redis.set(PAUSED_KEY, datetime.now(UTC).isoformat())
+    if seconds:
+        await redis.expire(PAUSED_KEY, seconds)
+    else:
+        await redis.persist(PAUSED_KEY)
+
+
+async def paused_since(redis: ArqRedis) -> datetime | None:
+    value = await redis.get(PAUSED_KEY)
+    return datetime.fromisoformat(_text(value)) if value else None
+
+
+async def resume(redis: ArqRedis) -> datetime | None:
+    """Capture on again; returns when it was paused (None: it was not)."""
+    since = await paused_since(redis)
+    await redis.delete(PAUSED_KEY)
+    return since
+
+
 async def enqueue_ingest(
     redis: ArqRedis, paths: Sequence[str], fresh: bool = False, from_offset: int | None = None
 ) -> list[Job]:
     """`fresh` (an explicit `memoryd ingest`) always runs, so its report is about this run.
-    `from_offset`: a worker's follow-up slice of a huge transcript, named by where it starts."""
+    `from_offset`: a worker's follow-up slice of a huge transcript, named by where it starts.
+    While capture is paused nothing but an explicit request is queued."""
+    if not fresh and await paused_since(redis):
+        return []
     queued = []
     for path in paths:
         if from_offset is not None:

@@ -257,6 +257,24 @@ def test_install_status_uninstall_without_systemctl(
     assert spec.data_dir.is_dir()  # data is never removed
 
 
+def test_uninstall_purge_removes_the_data_dir_only_when_confirmed(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _no_managers(tmp_path, monkeypatch)
+    monkeypatch.setenv("MEMORYD_CONFIG", str(tmp_path / "none.toml"))
+    data = tmp_path / "data"
+    (data / "db").mkdir(parents=True)
+    (data / "db" / "000001.vlog").write_bytes(b"memories")
+    command = [str(MEMORYD), "service", "uninstall", "--purge", "--data-dir", str(data)]
+    kept = subprocess.run(command, input="n\n", capture_output=True, text=True, timeout=120)
+    assert kept.returncode == 1 and "nothing deleted" in kept.stderr
+    assert (data / "db" / "000001.vlog").read_bytes() == b"memories"
+    gone = subprocess.run([*command, "--yes"], capture_output=True, text=True, timeout=120)
+    assert f"removed {data}" in gone.stderr and not data.exists()
+    # The service manager is missing here, which the exit code still reports.
+    assert gone.returncode == 1 and ("systemctl" in gone.stderr or "launchctl" in gone.stderr)
+
+
 def test_unreachable_user_manager_is_explained(home: Path, tmp_path: Path) -> None:
     if shutil.which("systemctl") is None:
         pytest.skip("systemctl is not installed here")

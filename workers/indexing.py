@@ -471,6 +471,9 @@ async def _index_files(
         await queue.claim_files(ctx["redis"], project_id, paths, ctx["job_id"])
     pending = list(dict.fromkeys(paths))
     report = IndexReport(files=len(pending))
+    if "redis" in ctx and await queue.paused_since(ctx["redis"]):
+        log.info("capture is paused: %d files of %s left alone", len(paths), project_id)
+        return report
     outcomes: dict[str, str] = {}  # what became of each file, by the last round that changed it
     for round_number in range(_ROUNDS):
         looks = await _index_round(ctx, project_id, root_path, pending, report, outcomes)
@@ -548,6 +551,8 @@ async def _index_round(
     store, embedder, settings = ctx["store"], ctx["embedder"], ctx["settings"]
     states = await store.code_file_states(project_id, paths)
     keep = await asyncio.to_thread(wanted_paths, root, paths)
+    # What the config keeps out (`exclude`, `include`) is never read: as if ignored.
+    keep = {rel for rel in keep if settings.remembers(root / rel)}
     looks: list[_Look] = []
     groups: dict[str, _Rows] = {}
     for rel in paths:

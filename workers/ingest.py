@@ -7,12 +7,14 @@ and the one-transaction write of rows plus the new offset.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -332,6 +334,9 @@ async def _ingest(ctx: JobContext, path: str) -> IngestReport:
     started = time.perf_counter()
     store, embedder = ctx["store"], ctx["embedder"]
     report = IngestReport(path)
+    if "redis" in ctx and await queue.paused_since(ctx["redis"]):
+        report.note = "capture is paused (`memoryd resume`)"
+        return report
     cursor = await store.transcript_cursor(path)
     try:
         info = os.stat(path)
@@ -365,8 +370,12 @@ async def _ingest(ctx: JobContext, path: str) -> IngestReport:
         agent = (cursor or {}).get("agent") if saved else None
         agent = agent or detect_agent(await asyncio.to_thread(_head, path, compressed), path)
         report.agent = agent
-        if agent is None:
-            report.note = "not a transcript format memoryd knows; skipped"
+        if agent is None or not ctx["settings"].follows(agent):
+            report.note = (
+                "not a transcript format memoryd knows; skipped"
+                if agent is None
+                else f"{agent} transcripts are not followed (config `agents`); skipped"
+            )
             log.warning("ingest %s: %s", path, report.note)
             await ctx["search"].write_transcript_batch(
                 {}, _cursor(path, info, None, info.st_size, None, 0, report.note)
@@ -382,7 +391,9 @@ async def _ingest(ctx: JobContext, path: str) -> IngestReport:
             lines, next_offset = await asyncio.to_thread(_read_batch, path, offset, compressed)
             if not lines:
                 break
-            result = await asyncio.to_thread(parser.parse, lines, state, source)
+            result = await _remembered(
+                ctx, await asyncio.to_thread(parser.parse, lines, state, source)
+            )
             rows = await asyncio.to_thread(rows_for, result, path, last)
             await _embed(embedder, rows)
             state = result.state
@@ -420,6 +431,91 @@ async def _ingest(ctx: JobContext, path: str) -> IngestReport:
         report.seconds,
     )
     return report
+
+
+def is_forgotten(forgotten: set[str] | frozenset[str], session_id: str | None) -> bool:
+    """A forgotten session, or a subagent of one ("<parent>:agent-…")."""
+    return session_id is not None and (
+        session_id in forgotten or session_id.partition(":")[0] in forgotten
+    )
+
+
+async def _remembered(ctx: JobContext, result: ParseResult) -> ParseResult:
+    """The parse (and the parser's state) without the sessions `memoryd forget` removed (a
+    transcript tailed or read again never brings them back) and those started in a folder
+    the config keeps out (`exclude`, `include`)."""
+    ids = {info.session_id for info in result.sessions}
+    ids |= {sid for e in result.events if (sid := getattr(e, "session_id", None))}
+    forgotten = await ctx["store"].forgotten_sessions(ids | {s.partition(":")[0] for s in ids})
+    cwd = {info.session_id: info.cwd for info in result.sessions}
+    cwd |= {k: v.get("cwd") for k, v in result.state.sessions.items()}
+    excluded = {sid for sid in ids if not ctx["settings"].remembers(cwd.get(sid))}
+    result = await _without_excluded_files(ctx, result)
+    if not forgotten and not excluded:
+        return result
+
+    gone = functools.partial(is_forgotten, forgotten | excluded)
+    # An excluded session keeps its entry in the parser's state: its folder is how the next
+    # batch knows it (a Codex transcript names its folder once, at the start).
+    scrubbed = scrub_state({"parser": result.state.to_json()}, gone, keep=frozenset(excluded))
+    return replace(
+        result,
+        events=tuple(e for e in result.events if not gone(getattr(e, "session_id", None))),
+        sessions=tuple(info for info in result.sessions if not gone(info.session_id)),
+        state=ParserState.from_json(scrubbed["parser"]),
+    )
+
+
+EXCLUDED_CONTENT = "[excluded]"
+
+
+async def _without_excluded_files(ctx: JobContext, result: ParseResult) -> ParseResult:
+    """Actions on files the config keeps out keep their verb and target, not their content:
+    the call, its results and the edge's detail (a diff, a command line) are emptied."""
+    settings = ctx["settings"]
+    if not settings.exclude and not settings.include:
+        return result
+    roots = {p["id"]: p["root"] for p in await ctx["store"].projects()}
+
+    def hidden(entity: Entity) -> bool:
+        if entity.kind != vocabulary.FILE:
+            return False
+        project, _, rel = entity.key.partition(":")
+        path = f"{roots[project]}/{rel}" if entity.project_id in roots else entity.key
+        return not settings.remembers(path)
+
+    calls = {
+        e.memory_id for e in result.events if isinstance(e, Action | Denied) and hidden(e.entity)
+    }
+    if not calls:
+        return result
+    call_ids = {e.call_id for e in result.events if isinstance(e, Memory) and e.id in calls}
+    call_ids.discard(None)
+
+    def emptied(event: Any) -> Any:
+        if isinstance(event, Memory) and (event.id in calls or event.call_id in call_ids):
+            return replace(event, content=EXCLUDED_CONTENT)
+        if isinstance(event, Action) and event.memory_id in calls:
+            return replace(event, detail="")
+        return event
+
+    return replace(result, events=tuple(emptied(e) for e in result.events))
+
+
+def scrub_state(
+    saved: dict[str, Any], gone: Callable[[str], bool], keep: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    """A cursor's saved state without what it kept of forgotten sessions (their fields but
+    those of `keep`, their calls waiting for a result, their latest memory)."""
+    parser = dict(saved["parser"])
+    parser["sessions"] = {
+        k: v for k, v in parser["sessions"].items() if not gone(k) or is_forgotten(keep, k)
+    }
+    parser["pending"] = {
+        k: v for k, v in parser["pending"].items() if not gone(v.get("session_id"))
+    }
+    last = {k: v for k, v in saved.get("last", {}).items() if not gone(k)}
+    return {**saved, "parser": parser, "last": last}
 
 
 def _cursor(

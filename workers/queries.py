@@ -14,6 +14,7 @@ from memoryd import search as search_module
 from memoryd.agent import check_budget
 from memoryd.errors import InvalidRequest, NotFound
 from memoryd.ids import split_file_key
+from memoryd.results import SearchResult
 from memoryd.store import key_of, plain
 from memoryd.vocabulary import MODIFIES
 from workers.context import JobContext
@@ -31,19 +32,39 @@ async def search(
     path: str | None = None,
     language: str | None = None,
 ) -> list[dict[str, Any]]:
+    settings = ctx["settings"]
+    narrowed = bool(settings.exclude or settings.include)
     results = await search_module.search(
         ctx["store"],
         ctx["embedder"],
         ctx["search"].index,
         query,
-        limit=limit,
+        limit=limit * 2 if narrowed else limit,  # room for what the config leaves out
         project=project,
         kind=kind,
         as_of=datetime.fromisoformat(as_of) if as_of else None,
         path=path,
         language=language,
     )
-    return [r.as_dict() for r in results]
+    if narrowed:
+        results = await _remembered(ctx, results)
+    return [r.as_dict() for r in results[:limit]]
+
+
+async def _remembered(ctx: JobContext, results: list[SearchResult]) -> list[SearchResult]:
+    """Hits the config keeps out (`exclude`, `include`) left out: code by its file, memories
+    and goals by the folder their session ran in (rows stored before the rule was set)."""
+    store, settings = ctx["store"], ctx["settings"]
+    roots = {p["id"]: p["root"] for p in await store.projects()}
+    sessions = {r.session for r in results if r.session}
+    cwd = {plain(row["id"]): row.get("cwd") for row in await store.session_rows(sorted(sessions))}
+    return [
+        r
+        for r in results
+        if settings.remembers(
+            f"{roots.get(r.project or '', '')}/{r.path}" if r.path else cwd.get(r.session or "")
+        )
+    ]
 
 
 class Counted:
@@ -120,6 +141,8 @@ async def register_project(
     files_total: int = 0,
 ) -> str:
     """Record a project; `run`: a whole-project sync of `files_total` files starts."""
+    if not ctx["settings"].remembers(fields["root"]):
+        raise InvalidRequest(f"{fields['root']} is excluded by the config (`exclude`/`include`)")
     await ctx["store"].upsert_project(project_id, fields)
     if run is not None:
         await ctx["store"].start_progress(project_id, run, files_total)

@@ -16,7 +16,7 @@ from memoryd.config import SCHEDULE_OFF, Settings, parse_schedule
 from memoryd.errors import Failure, JobFailed, MemorydError
 from memoryd.jobs import JOBS_QUEUE, QUERY_QUEUE, JobSpec
 from memoryd.metrics import JobFunction
-from workers import forget, maintenance, notes, queries
+from workers import forget, maintenance, notes, privacy, queries, transfer
 from workers.context import JobContext
 from workers.indexing import index_files
 from workers.ingest import ingest_transcript
@@ -67,6 +67,11 @@ FUNCTIONS: dict[JobSpec, JobFunction] = {
     jobs.HISTORY: queries.history,
     jobs.SESSION: queries.session,
     jobs.PIN: queries.pin,
+    jobs.IMPORT_ROWS: transfer.import_rows,
+    jobs.FORGET_SCOPE: privacy.forget_scope,
+    jobs.SKIP_TRANSCRIPTS: privacy.skip_transcripts,
+    jobs.EXPORT_TABLES: transfer.export_tables,
+    jobs.EXPORT_PAGE: transfer.export_page,
     jobs.PROJECTS: queries.projects,
     jobs.SESSION_PROJECTS: queries.session_projects,
     jobs.GET: queries.get,

@@ -11,6 +11,7 @@ from memoryd.store.code import CodeQueries
 from memoryd.store.forget import ForgetQueries
 from memoryd.store.maintenance import MaintenanceQueries
 from memoryd.store.notes import NoteQueries
+from memoryd.store.privacy import PrivacyQueries
 from memoryd.store.progress import ProgressQueries
 from memoryd.store.recall import RecallQueries
 from memoryd.store.rewrite import RewriteQueries
@@ -18,6 +19,7 @@ from memoryd.store.schema import SCHEMA_DIR, VECTOR_TABLES, SchemaQueries
 from memoryd.store.search import SearchQueries
 from memoryd.store.status import StatusQueries
 from memoryd.store.transcripts import TranscriptQueries
+from memoryd.store.transfer import TransferQueries
 from memoryd.store.views import ViewQueries
 
 
@@ -31,6 +33,8 @@ class Store(
     NoteQueries,
     ForgetQueries,
     MaintenanceQueries,
+    PrivacyQueries,
+    TransferQueries,
     RewriteQueries,
     ProgressQueries,
     StatusQueries,

@@ -50,14 +50,27 @@ class StatusQueries(StoreBase):
         )
         return {t: (rows[0]["n"] if rows else 0) for t, rows in zip(tables, results, strict=True)}
 
-    async def rows_after(self, table: str, after: str | None, batch: int) -> list[dict[str, Any]]:
+    async def rows_after(
+        self,
+        table: str,
+        after: str | None,
+        batch: int,
+        scope: str | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> list[dict[str, Any]]:
         """One page of a table in id order, as plain data (record ids as `table:key`): for
-        exports, which read a table of any size in bounded pages."""
-        where = "WHERE id > $after " if after is not None else ""
+        exports, which read a table of any size in bounded pages. `scope`: a condition on
+        the rows (with its `params`)."""
+        conditions = [c for c in (after is not None and "id > $after", scope) if c]
+        where = f"WHERE {' AND '.join(f'({c})' for c in conditions)} " if conditions else ""
         rows = (
             await self.query(
                 f"SELECT * FROM {table} {where}ORDER BY id LIMIT $batch",
-                {"after": rid(table, after) if after is not None else None, "batch": batch},
+                {
+                    **(params or {}),
+                    "after": rid(table, after) if after is not None else None,
+                    "batch": batch,
+                },
             )
         )[0] or []
         return [{**plain(row, qualified=True), "id": key_of(row["id"])} for row in rows]

@@ -239,7 +239,7 @@ class RepoWatcher:
             found = await asyncio.to_thread(wanted_paths, project.root, list(pending.paths))
             paths = sorted(found)
             jobs = await queue.enqueue_index(
-                self.redis, project.id, project.root, paths, self.batch
+                self.redis, project.id, project.root, project.kept(paths), self.batch
             )
             log.info("queued %d changed files of %s in %d jobs", len(paths), project.id, len(jobs))
         if pending.head:

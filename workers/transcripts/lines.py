@@ -29,6 +29,12 @@ _DECODER = json.JSONDecoder()
 _WS = " \t\r\n"
 # A JSON \u escape of a UTF-16 surrogate; only lines containing one need the slow clean-up walk.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+# What a user wraps in <private>…</private> in a prompt is never stored: it is cut out of
+# every string of a record as the line is decoded, before any parser sees it. An unclosed
+# marker hides the rest of its text. Only lines that mention the word are walked.
+_PRIVATE_HINT = re.compile(r"private", re.IGNORECASE)
+_PRIVATE_SPAN = re.compile(r"<private>.*?(?:</private>|\Z)", re.IGNORECASE | re.DOTALL)
+PRIVATE_MARK = "[PRIVATE]"
 # Keys that mark a salvaged fragment as a real record rather than a nested object of a stub.
 _RECORD_KEYS = ("type", "record_type", "uuid", "id", "sessionId", "payload")
 
@@ -153,7 +159,7 @@ def decode_line(line: Line, max_line: int = MAX_LINE_BYTES) -> Decoded:
         return _salvage(line, text)
     if not isinstance(obj, dict):
         return Decoded(line, (), (_skip(line.offset, "not a JSON object", text),))
-    return Decoded(line, (_clean_surrogates(obj, text),))
+    return Decoded(line, (_without_private(_clean_surrogates(obj, text), text),))
 
 
 def _salvage(line: Line, text: str) -> Decoded:
@@ -178,7 +184,7 @@ def _salvage(line: Line, text: str) -> Decoded:
         if obj is not None:
             flush(pos)
             dropped = -1
-            records.append(_clean_surrogates(obj, text[pos:end]))
+            records.append(_without_private(_clean_surrogates(obj, text[pos:end]), text))
             pos = end
             while pos < n and text[pos] in _WS:
                 pos += 1
@@ -214,6 +220,23 @@ def _clean_surrogates(obj: dict[str, Any], text: str) -> dict[str, Any]:
     return cleaned if isinstance(cleaned, dict) else obj
 
 
+def _without_private(obj: dict[str, Any], text: str) -> dict[str, Any]:
+    if not _PRIVATE_HINT.search(text):
+        return obj
+    cleaned = _strip_private(obj)
+    return cleaned if isinstance(cleaned, dict) else obj
+
+
+def _strip_private(value: Any) -> Any:
+    if isinstance(value, str):
+        return _PRIVATE_SPAN.sub(PRIVATE_MARK, value) if "<" in value else value
+    if isinstance(value, dict):
+        return {k: _strip_private(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_strip_private(v) for v in value]
+    return value
+
+
 def _walk(value: Any) -> Any:
     if isinstance(value, str):
         return fix_surrogates(value)
@@ -234,5 +257,5 @@ def fix_surrogates(s: str) -> str:
 
 
 def _skip(offset: int, reason: str, text: str) -> Skipped:
-    excerpt = text[:_EXCERPT_CHARS]
+    excerpt = _PRIVATE_SPAN.sub(PRIVATE_MARK, text)[:_EXCERPT_CHARS]
     return Skipped(offset, reason, fix_surrogates(excerpt))

@@ -1,0 +1,201 @@
+"""What is remembered: `<private>` spans never stored, excluded projects never read."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from tests.conftest import MEMORYD, git_init
+from tests.test_ingest import RENDERER, S37, SMALL, cli
+from tests.test_transfer import two_dirs  # noqa: F401  (a fixture)
+
+SECRET = "Zebra-Quokka-7731"
+
+
+def test_a_private_span_is_stored_nowhere(
+    two_dirs: tuple[Path, Path],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    data = two_dirs[0]
+    prompt = "Summarize the findings."
+    text = SMALL.read_text()
+    assert text.count(prompt) == 1
+    transcript = tmp_path / SMALL.name
+    transcript.write_text(
+        text.replace(prompt, f"{prompt} <private>my bank pin is {SECRET}</private> Thanks.")
+    )
+    cli("ingest", str(transcript), "--data-dir", str(data))
+
+    exported = cli("export", "--data-dir", str(data)).stdout
+    rows = [json.loads(line) for line in exported.splitlines()]
+    assert not any(SECRET in json.dumps(row) for row in rows)
+    memories = [r["row"] for r in rows if r["table"] == "memory"]
+    [stored] = [m["content"] for m in memories if prompt in m["content"]]
+    assert stored.endswith(f"{prompt} [PRIVATE] Thanks.")
+    [goal] = [r["row"]["intent"] for r in rows if r["table"] == "goal"]
+    assert "[PRIVATE]" in goal and "bank pin" not in goal
+    # Not in any file of the data dir either: database, queue, logs.
+    files = [p for p in data.rglob("*") if p.is_file()]
+    # The stored prompt is readable in those bytes, so the check below can see text.
+    assert any(b"[PRIVATE] Thanks." in path.read_bytes() for path in files)
+    for path in files:
+        assert SECRET.encode() not in path.read_bytes(), path
+
+
+def memoryd(config: Path, *args: str, transcripts: str = "[]") -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
+    env |= {"MEMORYD_CONFIG": str(config), "MEMORYD_TRANSCRIPTS": transcripts}
+    return subprocess.run([MEMORYD, *args], capture_output=True, text=True, timeout=600, env=env)
+
+
+def test_excluded_repos_paths_and_sessions_never_reach_the_database(
+    two_dirs: tuple[Path, Path],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    data = two_dirs[0]
+    hidden, shown = tmp_path / "hidden", tmp_path / "shown"
+    (shown / "vault").mkdir(parents=True)
+    hidden.mkdir()
+    (hidden / "c.py").write_text("def hidden_function_qq7():\n    return 1\n")
+    (shown / "a.py").write_text("def visible_function():\n    return 2\n")
+    (shown / "vault" / "b.py").write_text("def vaulted_function_zx9():\n    return 3\n")
+    for repo in (hidden, shown):
+        git_init(repo)
+    # The transcript's session ran in /src/experiments/claude_p.
+    exclude = [str(hidden), str(shown / "vault"), "/src/experiments/*"]
+    config = tmp_path / "memoryd.toml"
+    config.write_text(f"exclude = {json.dumps(exclude)}\nagents = {{ codex = false }}\n")
+
+    refused = memoryd(config, "index", str(hidden), "--data-dir", str(data))
+    assert refused.returncode == 1 and "excluded by the config" in refused.stderr
+    done = memoryd(config, "index", str(shown), "--data-dir", str(data), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["indexed"] == 1
+    done = memoryd(config, "ingest", str(SMALL), "--data-dir", str(data), "--json")
+    [report] = json.loads(done.stdout)["reports"]
+    assert report["lines"] > 0 and report["memories"] == 0 and report["sessions"] == 0
+
+    status = json.loads(memoryd(config, "status", "--data-dir", str(data), "--json").stdout)
+    assert status["remembered"]["exclude"] == exclude
+    assert status["remembered"]["agents"] == {"claude-code": True, "codex": False, "gemini": True}
+    assert status["counts"]["session"] == 0 and status["counts"]["memory"] == 0
+    assert status["counts"]["file_state"] == 1 and status["counts"]["project"] == 1
+    exported = memoryd(config, "export", "--data-dir", str(data)).stdout
+    assert "visible_function" in exported
+    for word in ("hidden_function_qq7", "vaulted_function_zx9", "vault/b.py", "Haiku model"):
+        assert word not in exported
+        for path in (p for p in data.rglob("*") if p.is_file()):
+            assert word.encode() not in path.read_bytes(), (word, path)
+
+
+def test_paused_capture_ingests_nothing_and_catches_up_only_if_told(
+    two_dirs: tuple[Path, Path],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    data, folder = two_dirs[0], tmp_path / "transcripts"
+    folder.mkdir()
+    config = tmp_path / "none.toml"
+
+    def run(*args: str) -> dict:
+        done = memoryd(
+            config, *args, "--data-dir", str(data), transcripts=json.dumps([str(folder)])
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout) if "--json" in args else {"out": done.stdout}
+
+    def counts() -> dict[str, int]:
+        return run("status", "--json")["counts"]
+
+    assert "capture paused for 2h" in run("pause", "--for", "2h")["out"]
+    assert run("status", "--json")["paused_since"] is not None
+    skipped, caught = folder / S37.name, folder / SMALL.name
+    shutil.copy(S37, skipped)
+    [report] = run("ingest", str(skipped), "--json")["reports"]
+    assert report["memories"] == 0 and report["note"].startswith("capture is paused")
+    assert counts()["memory"] == 0
+
+    resumed = run("resume", "--json")
+    assert resumed["caught_up"] == 0 and resumed["skipped"] == 1
+    assert run("status", "--json")["paused_since"] is None
+    [report] = run("ingest", str(skipped), "--json")["reports"]
+    assert report["memories"] == 0 and report["note"] == "up to date"
+    assert counts()["memory"] == 0 and counts()["session"] == 0
+
+    run("pause")
+    shutil.copy(SMALL, caught)
+    resumed = run("resume", "--catch-up", "--json")
+    assert resumed["caught_up"] == 1 and resumed["skipped"] == 0
+    after = counts()
+    assert after["session"] == 1 and after["memory"] > 0
+    [report] = run("ingest", str(caught), "--json")["reports"]
+    assert report["memories"] == 0 and report["note"] == "up to date"
+
+
+def test_actions_on_excluded_files_keep_their_verb_not_their_content(
+    two_dirs: tuple[Path, Path],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    data = two_dirs[0]
+    config = tmp_path / "memoryd.toml"
+    config.write_text(f"exclude = {json.dumps([RENDERER])}\n")
+    assert memoryd(config, "ingest", str(S37), "--data-dir", str(data)).returncode == 0
+    history = json.loads(
+        memoryd(config, "history", RENDERER, "--data-dir", str(data), "--json").stdout
+    )
+    [session] = history["sessions"]
+    verbs = [a["verb"] for a in session["actions"]]
+    assert verbs.count("READS") == 10 and verbs.count("MODIFIES") == 6
+
+    exported = memoryd(config, "export", "--data-dir", str(data)).stdout
+    rows = [json.loads(line) for line in exported.splitlines()]
+    [renderer] = [r["row"]["id"] for r in rows if r["row"].get("key") == RENDERER]
+    target = f"entity:{renderer}"
+    callers = {
+        r["row"]["in"]
+        for r in rows
+        if r["table"] in ("reads", "modifies", "denied", "mentions") and r["row"]["out"] == target
+    }
+    memories = {f"memory:{r['row']['id']}": r["row"] for r in rows if r["table"] == "memory"}
+    assert len(callers) >= 14
+    call_ids = {memories[c].get("call_id") for c in callers}
+    assert None not in call_ids
+    results = [
+        m for m in memories.values() if m.get("call_id") in call_ids and m["kind"] != "tool_call"
+    ]
+    assert len(results) >= 14
+    for memory in [memories[c] for c in callers] + results:
+        assert memory["content"] == "[excluded]"
+    edges = [r["row"] for r in rows if r["table"] == "modifies" and r["row"]["out"] == target]
+    assert edges and all(e["detail"] == "" for e in edges)
+    kept = sum(m["content"] != "[excluded]" for m in memories.values())
+    assert kept == 282 - len(callers) - len(results)
+
+
+def test_search_leaves_out_what_was_stored_before_it_was_excluded(
+    two_dirs: tuple[Path, Path],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    data, repo = two_dirs[0], tmp_path / "repo"
+    (repo / "vault").mkdir(parents=True)
+    (repo / "open.py").write_text("def parse_invoice_total(lines):\n    return sum(lines)\n")
+    (repo / "vault" / "hidden.py").write_text("def parse_invoice_tax(lines):\n    return 0\n")
+    git_init(repo)
+    before, after = tmp_path / "before.toml", tmp_path / "after.toml"
+    before.write_text("")
+    after.write_text(f"exclude = {json.dumps([str(repo / 'vault'), '/src/experiments/*'])}\n")
+    assert memoryd(before, "index", str(repo), "--data-dir", str(data)).returncode == 0
+    assert memoryd(before, "ingest", str(SMALL), "--data-dir", str(data)).returncode == 0
+
+    def found(config: Path, kind: str, query: str) -> list[dict]:
+        done = memoryd(config, "search", query, "--kind", kind, "--data-dir", str(data), "--json")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)["results"]
+
+    code = ("code", "parse invoice")
+    assert {r["path"] for r in found(before, *code)} == {"open.py", "vault/hidden.py"}
+    assert {r["path"] for r in found(after, *code)} == {"open.py"}
+    memory = ("memory", "WebSearch Task tool Haiku")
+    assert found(before, *memory) and found(after, *memory) == []

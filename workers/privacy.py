@@ -1,0 +1,87 @@
+"""`memoryd forget --session | --project | --path | --before`: a scope resolved to row
+references and deleted through the one deletion path (workers/forget.py). Forgotten sessions
+are remembered by id, so tailing their transcript never brings them back."""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import os
+from datetime import datetime
+from typing import Any
+
+from memoryd.errors import InvalidRequest, NotFound
+from memoryd.search import resolve_project
+from memoryd.store import Ref
+from workers.context import JobContext
+from workers.forget import forget_rows
+from workers.ingest import is_forgotten, scrub_state
+
+SCOPES = ("session", "project", "path", "before")
+# Rows deleted per transaction: each batch commits on its own.
+_BATCH = 1000
+
+
+async def forget_scope(
+    ctx: JobContext, scope: str, value: str, dry_run: bool = False
+) -> dict[str, Any]:
+    store = ctx["store"]
+    sessions: list[str] = []
+    if scope == "session":
+        # A prefix also matches the subagent sessions ("<id>:agent-…"), which go with it.
+        found = await store.find_sessions(value)
+        matches = [m for m in found if ":" not in m] or found
+        if len(matches) != 1:
+            raise (
+                NotFound(f"no session {value!r}")
+                if not matches
+                else InvalidRequest(f"{value!r} names {len(matches)} sessions; give more of the id")
+            )
+        refs, sessions = await store.session_scope(matches[0])
+    elif scope == "project":
+        refs, sessions = await store.project_scope(await resolve_project(store, value))
+    elif scope == "path":
+        roots = {p["id"]: p["root"] for p in await store.projects()}
+        refs = await store.path_scope(roots, lambda path: fnmatch.fnmatchcase(path, value))
+    elif scope == "before":
+        try:
+            refs, sessions = await store.before_scope(datetime.fromisoformat(value))
+        except ValueError:
+            raise InvalidRequest(f"--before: not an ISO-8601 time: {value!r}") from None
+    else:
+        raise InvalidRequest(f"unknown scope {scope!r}; choose from {', '.join(SCOPES)}")
+    if dry_run:
+        return {"dry_run": True, "sessions": sessions, "removed": _per_table(refs)}
+    # Remembered first: a transcript tailed while this runs skips them already.
+    sources = await store.session_sources(sessions)
+    await store.remember_forgotten(sources)
+    gone = functools.partial(is_forgotten, set(sessions))
+    for path in {p for p in sources.values() if p}:
+        cursor = await store.transcript_cursor(path)
+        if cursor is not None and cursor.get("state"):
+            await store.set_cursor_state(path, scrub_state(cursor["state"], gone))
+    removed: dict[str, int] = {}
+    for start in range(0, len(refs), _BATCH):
+        for table, n in (await forget_rows(ctx, refs[start : start + _BATCH])).items():
+            removed[table] = removed.get(table, 0) + n
+    return {"dry_run": False, "sessions": sessions, "removed": removed}
+
+
+async def skip_transcripts(ctx: JobContext, paths: list[str]) -> int:
+    """`memoryd resume` without --catch-up: these transcripts' cursors to their ends."""
+    skipped = 0
+    for path in paths:
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue
+        await ctx["store"].skip_transcript(path, info.st_ino, info.st_size)
+        skipped += 1
+    return skipped
+
+
+def _per_table(refs: list[Ref]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for ref in refs:
+        counts[ref.table] = counts.get(ref.table, 0) + 1
+    return counts
