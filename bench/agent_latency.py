@@ -100,8 +100,8 @@ def build(data: Path, tree: Path, chunks: int, memories: int, have: dict[str, in
         )
     if have["memories"] < memories:
         path = data.parent / f"agent-latency-{uuid.uuid4().hex[:8]}.jsonl"
-        # Two memories per pair; pairs carry up to 16 KB results each.
-        pairs, _ = transcript_bench.build_big(path, (memories // 2) * 17_000, str(uuid.uuid4()))
+        # Two memories per pair; a pair of the fixtures takes about 37 KB (measured).
+        pairs, _ = transcript_bench.build_big(path, (memories // 2) * 38_000, str(uuid.uuid4()))
         print(f"ingesting {pairs} tool call/result pairs…", flush=True)
         subprocess.run([MEMORYD, "ingest", str(path)], env=env(data), check=True)
 
