@@ -57,7 +57,12 @@ def instrumented_worker(rt: Runtime) -> Worker:
         functions=functions,  # type: ignore[arg-type]
         queue_name=TEST_QUEUE,
         redis_settings=queue.redis_settings(rt.settings.queue_url),
-        ctx={"store": rt.store, "embedder": rt.embedder, "settings": rt.settings},
+        ctx={
+            "store": rt.store,
+            "embedder": rt.embedder,
+            "settings": rt.settings,
+            "search": rt.search,
+        },
         burst=True,  # run what is queued, then return
         handle_signals=False,
         poll_delay=0.05,
