@@ -711,7 +711,7 @@ def doctor(
         typer.Option(
             "--check",
             help="Run only this check (repeatable): data_dir, redis, database, model, repos, "
-            "transcripts or inotify.",
+            "transcripts, inotify or agents.",
         ),
     ] = None,
     repo: Repos = None,
