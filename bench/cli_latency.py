@@ -36,6 +36,7 @@ import arq
 
 from memoryd import client, projects, queue
 from memoryd.config import load_settings
+from memoryd.errors import DaemonUnavailable
 from memoryd.ids import file_state_id
 from memoryd.migrate import migrate
 from memoryd.store import Store
@@ -135,14 +136,18 @@ async def index_repo(data_dir: Path, repo: Path) -> None:
             await queue.wait_for(job, 1800)
 
 
-def wait_until_serving(env: dict[str, str], daemon: subprocess.Popen[bytes]) -> None:
+async def wait_until_serving(data_dir: Path, daemon: subprocess.Popen[bytes], log: Path) -> None:
+    """Through the client API, which never serves the queue itself (a `memoryd status` would,
+    while the daemon is not up yet, and take the database from it)."""
+    settings = load_settings(data_dir=data_dir)
     for _ in range(600):
         if daemon.poll() is not None:
-            raise SystemExit("the daemon exited")
-        done = subprocess.run([MEMORYD, "status", "--json"], capture_output=True, env=env)
-        if done.returncode == 0 and b'"daemon_running": true' in done.stdout:
-            return
-        time.sleep(0.5)
+            raise SystemExit(f"the daemon exited:\n{log.read_text()[-3000:]}")
+        try:
+            async with client.connect(settings):
+                return
+        except DaemonUnavailable:
+            await asyncio.sleep(0.5)
     raise SystemExit("the daemon did not start in 5 minutes")
 
 
@@ -171,10 +176,10 @@ def main() -> None:
         started = time.perf_counter()
         rows = asyncio.run(fill(data_dir, args.rows))
         print(f"  {rows} rows in {time.perf_counter() - started:.0f}s")
-        daemon = subprocess.Popen(
-            [MEMORYD, "run"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        wait_until_serving(env, daemon)
+        daemon_log = work / "daemon.log"
+        with daemon_log.open("wb") as out:
+            daemon = subprocess.Popen([MEMORYD, "run"], env=env, stdout=out, stderr=out)
+        asyncio.run(wait_until_serving(data_dir, daemon, daemon_log))
         asyncio.run(index_repo(data_dir, repo))
         load_before = os.getloadavg()
         commands = {"--help": ["--help"], "status": ["status"], "search": ["search", QUERY]}
