@@ -1,7 +1,7 @@
 """What an agent waits for: MCP `search` and `file_history` through the running daemon, and a
 hook end to end (process start included), with the daemon idle and while it indexes and ingests.
 
-    .venv/bin/python bench/agent_latency.py --data-dir DIR [--chunks 20000] [--memories 20000]
+    .venv/bin/python -m bench.agent_latency --data-dir DIR [--chunks 20000] [--memories 20000]
         [--samples 40]
 
 The dataset is built once into DIR (keep it outside the repo; a second run reuses it): a tree of
@@ -29,11 +29,11 @@ import time
 import uuid
 from pathlib import Path
 
-import index_throughput
-import transcripts as transcript_bench
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from bench import index_throughput
+from bench import transcripts as transcript_bench
 from memoryd import client
 from memoryd.config import load_settings
 from memoryd.errors import DaemonUnavailable

@@ -2,33 +2,35 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
 import re
-import shutil
-import signal
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from memoryd import agent_cli, client, jobs, logs, metrics, projects, queue, service_manager
-from memoryd import doctor as doctor_checks
-from memoryd.client import Client
-from memoryd.config import Settings, config_file, load_settings
-from memoryd.embedded import daemon_pid
+# Only what every command needs is imported here: `memoryd --help` and the commands that ask
+# the daemon must not pay for the model, the database SDK, watchers or rich's progress bars.
+# Each command imports the rest where it uses it.
+from memoryd import agent_cli, jobs, logs
 from memoryd.errors import MemorydError
-from memoryd.runtime import Runtime
 from memoryd.vocabulary import SEARCH_KINDS_BY_NAME
-from memoryd.watch.repos import RepoWatcher
-from memoryd.watch.transcripts import TranscriptWatcher, transcript_files
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from memoryd import metrics, projects
+    from memoryd.client import Client
+    from memoryd.config import Settings
+    from memoryd.runtime import Runtime
+    from memoryd.watch.repos import RepoWatcher
+    from memoryd.watch.transcripts import TranscriptWatcher
 
 app = typer.Typer(
     name="memoryd",
@@ -36,7 +38,6 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-err = Console(stderr=True)
 log = logging.getLogger("memoryd")
 T = TypeVar("T")
 
@@ -64,6 +65,13 @@ LogFormat = Annotated[
 ]
 
 
+@cache
+def _err() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
 def _setup_logging(level: str = "INFO", fmt: str = "auto") -> None:
     try:
         logs.setup(level, fmt)
@@ -77,6 +85,8 @@ def _daemon_umask() -> None:
 
 
 def _settings(**overrides: Any) -> Settings:
+    from memoryd.config import load_settings
+
     try:
         return load_settings(**overrides)
     except MemorydError as exc:
@@ -91,11 +101,13 @@ def _client(data_dir: Path | None, redis_url: str | None, surreal_url: str | Non
 
 
 def _fail(exc: BaseException) -> None:
-    err.print(f"[bold red]memoryd:[/] {exc}", highlight=False, soft_wrap=True)
+    _err().print(f"[bold red]memoryd:[/] {exc}", highlight=False, soft_wrap=True)
     raise typer.Exit(1)
 
 
 def _run(main: Callable[[], Awaitable[T]]) -> T:
+    import asyncio
+
     try:
         return asyncio.run(main())
     except MemorydError as exc:
@@ -105,7 +117,9 @@ def _run(main: Callable[[], Awaitable[T]]) -> T:
 
 def _with_client(settings: Settings, work: Callable[[Client], Awaitable[T]]) -> T:
     """Run `work` with a client of the running daemon, or, when none serves the queue, of a
-    worker started in this process for the length of the command."""
+    worker started in this process for the length of the command (only then are the model and
+    the database loaded)."""
+    from memoryd import client
 
     async def main() -> T:
         async with client.connect(settings, serve=True) as memoryd:
@@ -116,6 +130,9 @@ def _with_client(settings: Settings, work: Callable[[Client], Awaitable[T]]) -> 
 
 async def _until_signal(*waitables: Awaitable[Any]) -> None:
     """Wait for SIGINT/SIGTERM (or for one of `waitables` to end)."""
+    import asyncio
+    import signal
+
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -135,6 +152,9 @@ async def _until_signal(*waitables: Awaitable[Any]) -> None:
 async def _start_watchers(
     redis: Any, settings: Settings, watched: list[projects.Project]
 ) -> list[RepoWatcher | TranscriptWatcher]:
+    from memoryd.watch.repos import RepoWatcher
+    from memoryd.watch.transcripts import TranscriptWatcher
+
     repos = RepoWatcher(redis, watched, settings.debounce_seconds, settings.index_batch_files)
     transcripts = TranscriptWatcher(redis, settings.transcript_roots, settings.debounce_seconds)
     await repos.start()
@@ -145,6 +165,8 @@ async def _start_watchers(
 async def _start_metrics(rt: Runtime) -> metrics.Endpoint | None:
     """The Prometheus endpoint when `metrics_port` is set; lag needs the database (not the
     watcher alone), queue depth only Redis."""
+    from memoryd import metrics
+
     s = rt.settings
     return await metrics.start(
         s.metrics_port, s.metrics_host, rt.redis, rt.store, s.transcript_roots
@@ -180,6 +202,8 @@ def run(
     )
     _setup_logging("INFO", log_format or settings.log_format)
     _daemon_umask()
+    from memoryd.runtime import Runtime
+
     watched = _watched(settings)
 
     async def main() -> None:
@@ -212,6 +236,7 @@ def worker(
     settings = _settings(data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url)
     _setup_logging("INFO", log_format or settings.log_format)
     _daemon_umask()
+    from memoryd.runtime import Runtime
 
     async def main() -> None:
         async with Runtime(settings) as rt:
@@ -239,6 +264,8 @@ def watch(
     settings = _settings(data_dir=data_dir, redis_url=redis_url, extra_repos=repo)
     _setup_logging("INFO", log_format or settings.log_format)
     _daemon_umask()
+    from memoryd.runtime import Runtime
+
     watched = _watched(settings)
 
     async def main() -> None:
@@ -266,7 +293,10 @@ def index(
     surreal_url: SurrealUrl = None,
     as_json: AsJson = False,
 ) -> None:
-    """Index a repository once, through the queue, with a progress bar."""
+    """Index a repository once, through the queue: a progress bar, or a line every few seconds
+    when not on a terminal."""
+    from memoryd import projects
+
     settings = _client(data_dir, redis_url, surreal_url)
     try:
         project = projects.resolve(path, settings.remembers)
@@ -276,35 +306,70 @@ def index(
 
     async def work(memoryd: Client) -> dict[str, Any]:
         jobs = await projects.sync(memoryd.redis, project, settings.index_batch_files, fresh=True)
-        return await _follow(jobs, settings, quiet=as_json)
+        return await _follow(jobs, settings, project.id, quiet=as_json)
 
     totals = _with_client(settings, work)
     totals = {"project": project.id, "root": str(project.root), **totals}
     if as_json:
         print(json.dumps(totals))
     else:
-        err.print(
+        _err().print(
             f"indexed {project.root} as {project.id}: {totals['files']} files "
             f"({totals['indexed']} indexed, {totals['unchanged']} unchanged, "
-            f"{totals['skipped']} skipped, {totals['removed']} removed), "
-            f"{totals['chunks']} chunks, {totals['embedded']} embedded"
+            f"{totals['skipped']} skipped, {totals['removed']} removed, "
+            f"{totals['untracked']} untracked), "
+            f"{totals['chunks']} chunks, {totals['embedded']} embedded",
+            soft_wrap=True,  # one line in a log, however narrow the terminal is thought to be
+            highlight=False,
         )
 
 
-async def _follow(jobs: list[tuple[Any, int]], settings: Settings, quiet: bool) -> dict[str, Any]:
-    """Wait for index jobs with a progress bar over files; sum their reports."""
-    keys = ("files", "indexed", "unchanged", "skipped", "removed", "chunks", "embedded", "retired")
+async def _follow(
+    jobs: list[tuple[Any, int]], settings: Settings, project_id: str, quiet: bool
+) -> dict[str, Any]:
+    """Wait for index jobs, sum their reports, and show how far they got: a progress bar on a
+    terminal, else (a log, CI, a pipe) a line every `progress_seconds`."""
+    import asyncio
+    import time
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from memoryd import queue
+
+    keys = (
+        *("files", "indexed", "unchanged", "skipped", "removed", "untracked"),
+        *("chunks", "embedded", "retired"),
+    )
     totals: dict[str, Any] = dict.fromkeys(keys, 0)
     totals["skips"] = {}
+    total = sum(n for _, n in jobs)
+    started = time.monotonic()
+
+    async def lines() -> None:
+        while True:
+            await asyncio.sleep(settings.progress_seconds)
+            print(
+                f"indexing {project_id}: {totals['files']}/{total} files, "
+                f"{totals['chunks']} chunks, {time.monotonic() - started:.0f}s",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    terminal = _err().is_terminal
+    ticker = None if terminal else asyncio.create_task(lines())
     columns = (TextColumn("indexing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err, disable=quiet or not err.is_terminal) as bar:
-        task = bar.add_task("files", total=sum(n for _, n in jobs))
-        for job, count in jobs:
-            report = await queue.wait_for(job, timeout=settings.job_timeout_seconds)
-            for key in keys:
-                totals[key] += report[key]
-            totals["skips"].update(report["skips"])
-            bar.advance(task, count)
+    try:
+        with Progress(*columns, console=_err(), disable=quiet or not terminal) as bar:
+            task = bar.add_task("files", total=total)
+            for job, count in jobs:
+                report = await queue.wait_for(job, timeout=settings.job_timeout_seconds)
+                for key in keys:
+                    totals[key] += report[key]
+                totals["skips"].update(report["skips"])
+                bar.advance(task, count)
+    finally:
+        if ticker is not None:
+            ticker.cancel()
     return totals
 
 
@@ -333,7 +398,8 @@ def search(
     surreal_url: SurrealUrl = None,
     as_json: AsJson = False,
 ) -> None:
-    """Hybrid search (vector k-NN + BM25, reciprocal rank fusion): `path:start-end  score  name`."""
+    """Hybrid search (vector k-NN + BM25, reciprocal rank fusion): `project  path:start-end  score
+    name` lines."""
     settings = _client(data_dir, redis_url, surreal_url)
 
     when = _timestamp(as_of) if as_of else None
@@ -353,7 +419,7 @@ def search(
         print(json.dumps({"query": query, "results": [r.as_dict() for r in results]}, indent=2))
         return
     if not results:
-        err.print("no results")
+        _err().print("no results")
     for r in results:
         print(r.line())
 
@@ -367,6 +433,8 @@ def ingest(
     as_json: AsJson = False,
 ) -> None:
     """Ingest agent transcripts once (agent detected from content), through the queue."""
+    from memoryd.watch.transcripts import transcript_files
+
     settings = _client(data_dir, redis_url, surreal_url)
     for path in paths:
         if not path.exists():
@@ -394,6 +462,8 @@ def ingest(
             f"{r['path']}: {r['agent'] or '?'}, {r['lines']} lines, {r['memories']} memories, "
             f"{edges}, {r['skipped']} lines skipped{note}"
         )
+        for session_id in r["session_ids"]:
+            print(f"  session {session_id}")
     print(f"{totals['files']} files: {totals['memories']} memories added or updated")
 
 
@@ -565,7 +635,7 @@ def export_graph(
     """Write records, edges and entities to stdout as JSON lines (vectors are re-embeddable)."""
     settings = _client(data_dir, redis_url, surreal_url)
     rows = _with_client(settings, lambda memoryd: memoryd.export(sys.stdout.buffer, project))
-    err.print(f"{rows} rows exported")
+    _err().print(f"{rows} rows exported")
 
 
 @app.command("import")
@@ -710,13 +780,56 @@ def status(
         print(f"database size {info['database_bytes'] / 1e6:.1f} MB")
     for root, lag in info["transcript_lag"].items():
         print(f"transcripts   {root}: {lag['bytes']} bytes in {lag['files']} files not ingested")
+    ago = info["counted_seconds_ago"]
+    print(f"rows          {'counted now' if ago < 1 else f'counted {ago:.0f}s ago'}")
     for table, n in info["counts"].items():
         print(f"  {table:<14}{n}")
     print(f"  {'valid chunks':<14}{info['valid_chunks']}")
     for p in info["projects"]:
-        print(f"project       {p['id']}  {p['root']}")
+        print(f"project       {p['id']}  {p['root']}  {_progress_line(p['index'])}")
+        if p["index"] and p["index"]["last_error"]:
+            print(f"              last error: {_one_line(p['index']['last_error'])}")
     for task, run in info["maintenance"].items():
-        print(f"last {task:<9}{run['finished_at']}  {json.dumps(run['result'])[:100]}")
+        print(f"last {task:<9}{run['finished_at']}  {_summary(run['result'])}")
+
+
+def _progress_line(index: dict[str, Any] | None) -> str:
+    """`ready 120/120 files, 950 chunks, <start> .. <end>` (or `indexing … since <start>`)."""
+    if index is None:
+        return "not indexed yet"
+    done = f"{index['state']} {index['files_done']}/{index['files_total']} files"
+    started = _short_time(index["started_at"])
+    when = (
+        f"{started} .. {_short_time(index['finished_at'])}"
+        if index["finished_at"]
+        else f"since {started}"
+    )
+    return f"{done}, {index['chunks']} chunks, {when}"
+
+
+def _short_time(iso: str) -> str:
+    """`2026-11-23T11:36:59.611335Z` as `2026-11-23 11:36:59Z`: seconds are enough here."""
+    return datetime.fromisoformat(iso).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _summary(result: Any, width: int = 100) -> str:
+    """A maintenance result on one line: `key value` pairs (nested keys dotted), cut after the
+    last pair that fits, never inside one."""
+
+    def pairs(value: Any, prefix: str = "") -> list[str]:
+        if isinstance(value, dict):
+            return [p for k, v in value.items() for p in pairs(v, f"{prefix}{k}.")]
+        if isinstance(value, list):
+            return [f"{prefix[:-1]} [{len(value)}]"]
+        return [f"{prefix[:-1]} {value}"]
+
+    line = ""
+    for pair in pairs(result) if isinstance(result, dict) else [str(result)]:
+        more = f"{line}, {pair}" if line else pair
+        if len(more) > width:
+            return f"{line}, …" if line else pair[: width - 1] + "…"
+        line = more
+    return line
 
 
 @app.command()
@@ -724,7 +837,9 @@ def doctor(
     check: Annotated[
         list[str] | None,
         typer.Option(
-            "--check", help=f"Run only this check (repeatable): {', '.join(doctor_checks.CHECKS)}."
+            "--check",
+            help="Run only this check (repeatable): data_dir, redis, database, model, repos, "
+            "transcripts or inotify.",
         ),
     ] = None,
     repo: Repos = None,
@@ -734,6 +849,8 @@ def doctor(
     as_json: AsJson = False,
 ) -> None:
     """Check the setup (Redis, database, model, watched paths, inotify) and say what to fix."""
+    from memoryd import doctor as doctor_checks
+
     _setup_logging("WARNING")
     settings = _settings(
         data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url, extra_repos=repo
@@ -759,7 +876,7 @@ app.add_typer(service_app, name="service")
 
 def _report(lines: list[str], ok: bool) -> None:
     for line in lines:
-        err.print(line, highlight=False, soft_wrap=True)
+        _err().print(line, highlight=False, soft_wrap=True)
     if not ok:
         raise typer.Exit(1)
 
@@ -779,6 +896,9 @@ def service_install(
     ] = None,
 ) -> None:
     """Write the unit (or plist) for this memoryd and data dir, enable and start it."""
+    from memoryd import service_manager
+    from memoryd.config import config_file
+
     settings = _settings(data_dir=data_dir)
     try:
         kind = service_manager.platform_kind()
@@ -799,13 +919,15 @@ def service_uninstall(
     data_dir: DataDir = None,
 ) -> None:
     """Stop and disable the service and remove its file (the data dir is kept unless --purge)."""
+    from memoryd import service_manager
+
     try:
         report = service_manager.uninstall(service_manager.platform_kind())
     except MemorydError as exc:
         _fail(exc)
         raise
     for line in report.lines:
-        err.print(line, highlight=False, soft_wrap=True)
+        _err().print(line, highlight=False, soft_wrap=True)
     if purge:  # whatever the service manager said: a daemon still running is refused
         _purge(_settings(data_dir=data_dir).data_dir, yes)
     if not report.ok:
@@ -813,20 +935,26 @@ def service_uninstall(
 
 
 def _purge(data: Path, yes: bool) -> None:
+    import shutil
+
+    from memoryd.embedded import daemon_pid
+
     if not data.exists():
-        err.print(f"{data} does not exist; nothing to purge")
+        _err().print(f"{data} does not exist; nothing to purge")
         return
     if daemon_pid(data) is not None:
         _fail(MemorydError(f"a memoryd daemon still uses {data}: stop it, then purge again"))
     if not yes and not typer.confirm(f"Delete {data} and everything memoryd remembers?"):
         _fail(MemorydError("nothing deleted"))
     shutil.rmtree(data)
-    err.print(f"removed {data}")
+    _err().print(f"removed {data}")
 
 
 @service_app.command("status")
 def service_status(as_json: AsJson = False) -> None:
     """Whether the service is installed, which memoryd it runs, and its state."""
+    from memoryd import service_manager
+
     try:
         state = service_manager.status(service_manager.platform_kind())
     except MemorydError as exc:

@@ -29,6 +29,7 @@ from memoryd.results import (
     Forgotten,
     PinResult,
     ProjectInfo,
+    ProjectProgress,
     RecentActivity,
     Record,
     Remembered,
@@ -234,6 +235,11 @@ class Client:
         skipped = await queue.wait_for(job, self.settings.job_timeout_seconds)
         return {"paused_since": since.isoformat(), "caught_up": 0, "skipped": skipped}
 
+    async def index_progress(self) -> list[ProjectProgress]:
+        """Each project and how far its last whole-project index got."""
+        result: list[ProjectProgress] = await self._call(jobs.INDEX_PROGRESS)
+        return result
+
     async def daemon_running(self) -> bool:
         return await queue.live_workers(self.redis) > 0
 
@@ -299,11 +305,36 @@ class _Pages:
         return rows
 
 
-def _accepts(path: Path) -> bool:
-    """Whether something listens on the private Redis's socket: a socket file left behind by
-    a daemon that died refuses at once, where the Redis client would retry for a second."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(1.0)
+@contextlib.asynccontextmanager
+async def connect(settings: Settings, *, serve: bool = False) -> AsyncIterator[Client]:
+    """A client of the running daemon. `serve` (one-shot CLI commands): when no daemon runs,
+    start the private Redis, the database and a worker in this process for the length of the
+    block instead of failing. Agents' processes (MCP, hooks) never do that: a daemon in an
+    agent's process tree would die with the session and fight the service for the database."""
+    redis = await _daemon_queue(settings)
+    if redis is None:
+        if not serve:
+            raise DaemonUnavailable(NOT_RUNNING)
+        # Only now: it loads the model and the database SDK (seconds), which a command that
+        # a running daemon answers never needs.
+        from memoryd.runtime import Runtime
+
+        async with Runtime(settings) as rt:
+            served = await rt.start_queue()
+            await rt.serve_if_needed()
+            yield Client(served, settings)
+        return
+    try:
+        yield Client(redis, settings)
+    finally:
+        await redis.aclose()
+
+
+def _listening(path: Path) -> bool:
+    """Something accepts connections on this unix socket: a socket file left by a killed Redis
+    refuses at once, where a Redis client would retry for a second."""
+    with socket.socket(socket.AF_UNIX) as probe:
+        probe.settimeout(1)
         try:
             probe.connect(str(path))
         except OSError:
@@ -311,26 +342,18 @@ def _accepts(path: Path) -> bool:
     return True
 
 
-@contextlib.asynccontextmanager
-async def connect(settings: Settings, *, serve: bool = False) -> AsyncIterator[Client]:
-    """A client of the running daemon. `serve` (one-shot CLI commands): when no daemon runs,
-    start the private Redis, the database and a worker in this process for the length of the
-    block instead of failing. Agents' processes (MCP, hooks) never do that: a daemon in an
-    agent's process tree would die with the session and fight the service for the database."""
-    if serve:
-        from memoryd.runtime import Runtime  # loads the model and the database SDK
-
-        async with Runtime(settings) as rt:
-            redis = await rt.start_queue()
-            await rt.serve_if_needed()
-            yield Client(redis, settings)
-        return
-    if settings.embedded_redis and not _accepts(settings.redis_socket):
-        raise DaemonUnavailable(NOT_RUNNING)
-    redis = await queue.connect(settings.queue_url)
+async def _daemon_queue(settings: Settings) -> ArqRedis | None:
+    """A connection to the queue a live worker serves, or None when nothing serves it. An
+    external Redis that cannot be reached is an error (nothing here could start it)."""
+    if settings.embedded_redis and not _listening(settings.redis_socket):
+        return None
     try:
-        if await queue.live_workers(redis) == 0:
-            raise DaemonUnavailable(NOT_RUNNING)
-        yield Client(redis, settings)
-    finally:
+        redis = await queue.connect(settings.queue_url)
+    except DaemonUnavailable:
+        if settings.embedded_redis:
+            return None  # the socket of a private Redis that is gone
+        raise
+    if await queue.live_workers(redis) == 0:
         await redis.aclose()
+        return None
+    return redis

@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from cron_converter import Cron
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
@@ -77,6 +76,8 @@ def parse_schedule(text: str) -> dict[str, set[int] | None]:
             f"{text!r}: expected 5 fields (minute hour day month weekday) or 6 (seconds first)"
         )
     seconds = fields.pop(0) if len(fields) == 6 else "0"
+    from cron_converter import Cron  # only a configured schedule is parsed: not on every start
+
     try:
         # Seconds take the minutes' range, so the minute parser reads them.
         [second, *_] = Cron(f"{seconds} * * * *").to_list()
@@ -172,6 +173,8 @@ class Settings(BaseSettings):
     secret_files: list[str] = Field(default_factory=lambda: list(DEFAULT_SECRET_FILES))
     debounce_seconds: float = Field(0.3, ge=0)
     job_timeout_seconds: int = Field(1800, ge=10)
+    # `memoryd index` off a terminal (a log, CI): a progress line this often.
+    progress_seconds: float = Field(5.0, gt=0)
     # Prometheus endpoint: off unless a port is set (0: any free port). Loopback by default;
     # a container that must be scraped from its network sets metrics_host = "0.0.0.0".
     metrics_port: int | None = Field(None, ge=0, le=65535)
@@ -216,8 +219,10 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"unknown task {', '.join(unknown)}; the tasks are {', '.join(DEFAULT_SCHEDULE)}"
             )
-        for spec in value.values():
-            if spec != SCHEDULE_OFF:
+        for task, spec in value.items():
+            # The defaults are known to parse; every command builds Settings, and only a
+            # configured schedule should cost the cron parser's import.
+            if spec not in (SCHEDULE_OFF, DEFAULT_SCHEDULE[task]):
                 parse_schedule(spec)
         return {**DEFAULT_SCHEDULE, **value}
 

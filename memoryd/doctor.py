@@ -306,6 +306,7 @@ class Tree:
 
     root: Path
     dirs: int = 0
+    git_dirs: int = 0  # of `dirs`, those inside .git: watched, but not the project's
     unreadable: list[str] = field(default_factory=list)
     truncated: bool = False
 
@@ -314,10 +315,11 @@ def walk_tree(root: Path, stop_after: int) -> Tree:
     """Count directories (watchdog watches every one, .git and node_modules included, and
     does not follow symlinks), noting the ones that cannot be read. Stops past `stop_after`."""
     tree = Tree(root)
-    stack = [root]
+    stack = [(root, False)]
     while stack:
-        current = stack.pop()
+        current, in_git = stack.pop()
         tree.dirs += 1
+        tree.git_dirs += in_git
         if tree.dirs > stop_after:
             tree.truncated = True
             return tree
@@ -326,7 +328,7 @@ def walk_tree(root: Path, stop_after: int) -> Tree:
                 for entry in entries:
                     try:
                         if entry.is_dir(follow_symlinks=False):
-                            stack.append(Path(entry.path))
+                            stack.append((Path(entry.path), in_git or entry.name == ".git"))
                     except OSError:
                         continue
         except OSError:
@@ -359,7 +361,10 @@ def check_tree(kind: str, path: Path, tree: Tree | None, optional: bool) -> Chec
         return fail(
             name, f"{path} is not readable", f"give your user read access: chmod u+rx {path}"
         )
-    size = f"{tree.dirs}{'+' if tree.truncated else ''} directories"
+    more = "+" if tree.truncated else ""
+    size = f"{tree.dirs - tree.git_dirs}{more} directories"
+    if tree.git_dirs:
+        size += f", and {tree.git_dirs} inside .git (watched too)"
     if tree.unreadable:
         return warn(
             name,
@@ -445,7 +450,9 @@ def check_paths(settings: Settings, wanted: Sequence[str]) -> list[Check]:
         if "repos" in wanted:
             checks.append(check_tree("repos", root or configured, tree, optional=False))
     if "repos" in wanted and not repos:
-        checks.append(ok("repos", "no repositories configured (add with --repo or `repos`)"))
+        checks.append(
+            ok("repos", "no repositories configured or watched (add with --repo or `repos`)")
+        )
     explicit = settings.transcripts is not None
     for folder in settings.transcript_roots:
         tree = _walk(folder, budget - sum(t.dirs for t in trees))
@@ -486,11 +493,15 @@ async def diagnose(settings: Settings, only: Sequence[str] | None = None) -> lis
     if "data_dir" in wanted:
         checks.append(check_data_dir(settings))
     daemon_info: dict[str, Any] = {}
-    needs_queue = {"redis", "database"} & set(wanted)
+    # The paths checks need the queue too: a running daemon says which repos it watches
+    # (its own --repo flags are not in this process's configuration).
+    needs_queue = {"redis", "database", "repos", "inotify"} & set(wanted)
     if needs_queue and not any(c.level == "fail" for c in checks):
         rt = Runtime(settings)
         try:
             redis = await _start_queue(rt, settings, checks, "redis" in wanted)
+            if redis is not None:
+                settings = await _with_watched_repos(redis, settings)
             if "database" in wanted:
                 if redis is not None and await queue.live_workers(redis) > 0:
                     check, daemon_info = await check_database_via_daemon(redis, settings)
@@ -567,6 +578,12 @@ def check_agents() -> Check:
             "memoryd integrate claude-code (or codex, gemini)",
         )
     return ok("agents", f"registered in {', '.join(found)}; every command runs, hooks answer")
+
+
+async def _with_watched_repos(redis: Any, settings: Settings) -> Settings:
+    watched = await queue.watched_roots(redis)
+    merged = list(dict.fromkeys([*settings.repos, *watched]))
+    return settings.model_copy(update={"repos": merged}) if watched else settings
 
 
 async def _start_queue(rt: Any, settings: Settings, checks: list[Check], report: bool) -> Any:

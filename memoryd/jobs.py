@@ -64,6 +64,7 @@ RECENT_ACTIVITY = _query("recent_activity")
 # Agent-written memories are small and interactive: they run on the query queue.
 REMEMBER = _query("remember")
 FORGET = _query("forget")
+INDEX_PROGRESS = _query("index_progress")
 
 ALL = (
     INDEX_FILES,
@@ -91,4 +92,5 @@ ALL = (
     RECENT_ACTIVITY,
     REMEMBER,
     FORGET,
+    INDEX_PROGRESS,
 )

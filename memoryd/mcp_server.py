@@ -200,22 +200,25 @@ def build_server(settings: Settings, cwd: Path | None = None) -> MCPServer:
 
     @server.tool(
         structured_output=False,
-        description="Search memoryd: code chunks of the watched repositories (kind=code), what "
-        "happened in past agent sessions (kind=memory: prompts, messages, tool calls, errors, "
-        "notes), what users asked for (kind=goal), or all three. Use it first, before reading "
-        "files or asking the user about past work: it returns one line per hit with an id, "
-        f"the project, path:lines or session#seq. Then call get with the ids. {scope} "
-        f"path: keep code hits under this path prefix. {budget}",
+        description="Search memoryd: code chunks of the watched repositories (kind=code), their "
+        "prose files (kind=docs: docs, readmes, changelogs), what happened in past agent "
+        "sessions (kind=memory: prompts, messages, tool calls, errors, notes), what users asked "
+        "for (kind=goal), or all of them. Use it first, before reading files or asking the user "
+        "about past work: it returns one line per hit with an id, the project, path:lines or "
+        f"session#seq. Then call get with the ids. {scope} path: a glob over paths in the "
+        "project (src/**/*.py; without a /, a file name anywhere); language: python, "
+        f"typescript, markdown...; both keep to code and docs. limit: hits per kind. {budget}",
     )
     async def search(
         query: str,
         kind: SearchKind = "all",
         project: str | None = None,
         path: str | None = None,
+        language: str | None = None,
         limit: int = 10,
         max_chars: int = DEFAULT_BUDGET,
     ) -> str:
-        return await tools.search(query, kind, project, path, limit, max_chars)
+        return await tools.search(query, kind, project, path, language, limit, max_chars)
 
     @server.tool(
         structured_output=False,

@@ -5,7 +5,9 @@ What is measured, and where the numbers come from:
   function (arq's own hooks see neither the function name nor the outcome);
 - embedding throughput: `instrument_embedder()` times each call of the loaded model;
 - queue depth, age of the oldest job, ingest lag: a `Sampler` task reads Redis and the
-  transcript cursors every few seconds, so a scrape never waits on either.
+  transcript cursors every few seconds, so a scrape never waits on either;
+- MCP tool calls and hooks by name and outcome, and their latency: recorded into Redis by
+  those processes (memoryd/agent_metrics.py) and read by the same `Sampler`.
 
 Counting is always on (an increment costs nanoseconds); only the endpoint is opt-in. All series
 live in this module's own registry, so nothing a library registers globally leaks into it.
@@ -39,7 +41,9 @@ from prometheus_client import (
     ProcessCollector,
     start_http_server,
 )
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 
+from memoryd import agent_metrics
 from memoryd.errors import Failure
 from memoryd.jobs import JOBS_QUEUE, QUERY_QUEUE
 
@@ -280,6 +284,36 @@ async def ingest_lag(store: _Cursors, roots: Iterable[Path]) -> dict[str, tuple[
     return lag
 
 
+class _AgentCalls:
+    """The agent layer's calls (MCP, hooks), as the Sampler last read them from Redis."""
+
+    def __init__(self) -> None:
+        self.stats: list[agent_metrics.CallStats] = []
+
+    def collect(self) -> Iterable[Metric]:
+        calls = CounterMetricFamily(
+            "memoryd_agent_calls",
+            "MCP tool calls and hook runs that ended, by surface (mcp, hook), call and outcome.",
+            labels=["surface", "call", "outcome"],
+        )
+        latency = HistogramMetricFamily(
+            "memoryd_agent_call_seconds",
+            "How long MCP tool calls and hook runs took, by surface and call.",
+            labels=["surface", "call"],
+        )
+        for s in self.stats:
+            calls.add_metric([s.surface, s.name, "ok"], s.ok)
+            calls.add_metric([s.surface, s.name, "error"], s.error)
+            buckets = [(str(b), n) for b, n in zip(agent_metrics.BUCKETS, s.buckets, strict=True)]
+            latency.add_metric([s.surface, s.name], [*buckets, ("+Inf", s.count)], s.seconds)
+        yield calls
+        yield latency
+
+
+AGENT_CALLS = _AgentCalls()
+REGISTRY.register(AGENT_CALLS)  # type: ignore[arg-type]
+
+
 class Sampler:
     """Refreshes the gauges that need Redis or the database, off the scrape path."""
 
@@ -315,6 +349,7 @@ class Sampler:
     async def sample_once(self) -> None:
         await self.sample_queues()
         await self.sample_lag()
+        AGENT_CALLS.stats = await agent_metrics.read(self.redis)
 
     async def run(self, interval: float = 15.0) -> None:
         """Sample until cancelled. Failures are counted and logged once per distinct cause, so a

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +55,11 @@ def resolve(path: Path, remembers: Callable[[Path], bool] | None = None) -> Proj
     return Project(project_id_for(root), root, remembers)
 
 
-async def register(redis: ArqRedis, project: Project) -> None:
+async def register(
+    redis: ArqRedis, project: Project, run: str | None = None, files_total: int = 0
+) -> None:
+    """Record the project (root, git remote, branch, head); `run`: a whole-project sync of
+    `files_total` files starts, whose progress `status` shows."""
     fields = {
         "root": str(project.root),
         "name": project.root.name,
@@ -62,7 +67,7 @@ async def register(redis: ArqRedis, project: Project) -> None:
         "git_branch": await asyncio.to_thread(_git, project.root, "branch", "--show-current"),
         "git_head": await asyncio.to_thread(_git, project.root, "rev-parse", "HEAD"),
     }
-    await queue.call(redis, jobs.REGISTER_PROJECT, project.id, fields)
+    await queue.call(redis, jobs.REGISTER_PROJECT, project.id, fields, run, files_total)
 
 
 async def sync(
@@ -82,15 +87,28 @@ async def sync(
     paths are added as they are. `fresh` (an explicit `memoryd index`): enqueue every file,
     also those already waiting in a queued job, so the report covers them all."""
     dirs = None if under is None else sorted({d.strip("/") for d in under})
-    if dirs is None or "" in dirs:
-        await register(redis, project)
+    if dirs is not None and "" in dirs:
         dirs = None
     on_disk = await asyncio.to_thread(_walk_dirs, project.root, dirs)
     stored = await queue.call(redis, jobs.STORED_PATHS, project.id)
     if dirs is not None:
         stored = [p for p in stored if any(_inside(p, d) for d in dirs)]
     paths = project.kept(sorted(set(on_disk) | set(stored) | set(extra)))
-    return await queue.enqueue_index(redis, project.id, project.root, paths, batch, fresh=fresh)
+    if dirs is not None:
+        return await queue.enqueue_index(redis, project.id, project.root, paths, batch, fresh=fresh)
+    # A whole-project sync: its jobs count towards the progress it starts (before the first
+    # of them is enqueued, so none can finish uncounted).
+    run = uuid.uuid4().hex
+    return await queue.enqueue_index(
+        redis,
+        project.id,
+        project.root,
+        paths,
+        batch,
+        fresh=fresh,
+        progress=run,
+        before=lambda total: register(redis, project, run, total),
+    )
 
 
 def _inside(path: str, directory: str) -> bool:

@@ -29,9 +29,10 @@ class SearchResult:
         return {k: v for k, v in asdict(self).items() if v is not None or k in _ALWAYS}
 
     def line(self) -> str:
-        """The CLI's plain output: `path:start-end  score  name` for code and docs."""
+        """The CLI's plain output: `project  path:start-end  score  name` for code and docs
+        (the project, since one path can exist in every indexed repository)."""
         if self.path is not None:
-            where = f"{self.path}:{self.start_line}-{self.end_line}"
+            where = f"{self.project or '-'}  {self.path}:{self.start_line}-{self.end_line}"
             return f"{where}  {self.score:.4f}  {self.name or '-'}"
         where = self.session if self.seq is None else f"{self.session}#{self.seq}"
         return f"{where}  {self.score:.4f}  {self.name}: {self.text}"
@@ -127,6 +128,26 @@ class SessionReplay(SessionSummary, total=False):
 
     events: list[ReplayEvent]
     subagents: list[Subagent]
+
+
+class IndexProgress(TypedDict):
+    """The last whole-project sync of a project (`memoryd index`, the daemon's start): state
+    is indexing, ready or failed; times are ISO-8601 UTC."""
+
+    state: str
+    files_done: int
+    files_total: int
+    chunks: int
+    started_at: str
+    finished_at: str | None
+    last_error: str | None
+
+
+class ProjectProgress(TypedDict):
+    id: str
+    name: str
+    root: str
+    index: IndexProgress | None  # None: registered, never synced as a whole
 
 
 class PinResult(TypedDict):

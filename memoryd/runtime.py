@@ -101,12 +101,16 @@ class Runtime:
                 Embedder, s.model, s.data_dir / "models", s.embed_batch_size
             )
         metrics.instrument_embedder(self.embedder)  # embed throughput; counting costs ~nothing
+        # The model's memory is not the database's: counted as its growth, it made the first
+        # check reopen the database for nothing.
+        self.store.rebase_memory()
         applied = await migrate(self.store, s, s.data_dir / "backups")
         if applied:
             log.info("schema applied: %s", ", ".join(applied))
         self.search = await IndexSync.open(self.store, s.data_dir, self.embedder.model)
         # Imported here: memoryd depends on workers only where it starts one.
         from workers.context import JobContext
+        from workers.queries import Counted
         from workers.registry import build_workers
 
         ctx: JobContext = {
@@ -114,6 +118,7 @@ class Runtime:
             "embedder": self.embedder,
             "search": self.search,
             "settings": s,
+            "status_counts": Counted(),
         }
         self.workers = build_workers(
             ctx, queue.redis_settings(self.settings.queue_url), s, scheduled

@@ -1163,3 +1163,21 @@ def test_every_mapped_language_has_a_grammar() -> None:
         assert language is not None
         assert chunk_text("a\n", language)  # loads the grammar
         assert tree_sitter_language_pack.get_language(language) is not None  # type: ignore[arg-type]
+
+
+def test_markdown_heading_names_are_the_words_a_reader_sees() -> None:
+    text = (
+        "# The [memoryd](https://example.org/memoryd) daemon\n\n"
+        + "intro line\n" * 12
+        + "## Run `memoryd run` with **care** and _snake_case_ names\n\n"
+        + "body line\n" * 12
+        + "## ![logo](logo.png) See <https://example.org/docs> or [the guide][guide]\n\n"
+        + "more line\n" * 12
+    )
+    chunks = chunk_text(text, "markdown", max_chars=200, min_chars=20)
+    assert_cover(text, chunks)
+    assert described(chunks) == {
+        ("section", "The memoryd daemon", None),
+        ("section", "Run memoryd run with care and snake_case names", "The memoryd daemon"),
+        ("section", "logo See https://example.org/docs or the guide", "The memoryd daemon"),
+    }

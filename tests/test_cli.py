@@ -45,7 +45,8 @@ def test_index_search_status_without_a_daemon(data_dir: Path, arq_tree: Path) ->
     assert found.returncode == 0, found.stderr
     lines = found.stdout.splitlines()
     assert len(lines) == 3
-    path_range, score, _name = lines[0].split("  ")
+    project, path_range, score, _name = lines[0].split("  ")
+    assert project == report["project"]
     assert re.fullmatch(r"connections\.py:\d+-\d+", path_range)
     assert 0 < float(score) < 1
     assert any("from_dsn" in line for line in lines)
@@ -123,7 +124,7 @@ def test_run_watches_serves_and_stops_cleanly(
             found = memoryd(
                 "search", "striped_zebra_counter", "--data-dir", str(data_dir), "--limit", "1"
             )
-            if found.stdout.startswith("zebra_module.py:1-2"):
+            if found.stdout.split("  ")[1:2] == ["zebra_module.py:1-2"]:
                 break
             time.sleep(1)
         else:

@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from memoryd import doctor
+from memoryd import doctor, projects, queue
 from memoryd.config import Settings
 from memoryd.embedded import socket_alive
 from memoryd.embedding import Embedder
 from memoryd.errors import MemorydError
 from memoryd.runtime import Runtime
 from memoryd.store import Store
+from memoryd.watch.repos import RepoWatcher
 from tests.conftest import git_init, settings_for
 
 
@@ -64,8 +65,13 @@ async def test_a_healthy_setup_with_no_daemon(
     assert "started for this check" in found["redis"][0].summary
     assert "created at first start" in found["database"][0].summary
     assert "384 dims" in found["model"][0].summary
-    # .git's own directories count: watchdog watches them too.
-    assert int(found["repos"][0].summary.split("(")[1].split()[0]) > 3
+    # The project's directories are three; .git's are said apart (watchdog watches them too,
+    # so the inotify budget counts them).
+    git_dirs = sum(len(dirs) for _, dirs, _ in os.walk(repo / ".git")) + 1
+    assert found["repos"][0].summary == (
+        f"{repo} (3 directories, and {git_dirs} inside .git (watched too))"
+    )
+    assert found["inotify"][0].summary.startswith(f"{3 + git_dirs + 1} directories to watch")
     assert doctor.exit_code(checks) == 0
     # It left nothing running and created no database.
     assert not socket_alive(settings.redis_socket)
@@ -94,6 +100,36 @@ async def test_the_database_held_by_a_running_daemon_is_asked_through_the_queue(
     assert database.level == "ok", database
     assert f"served by the running memoryd (pid {os.getpid()})" in database.summary
     assert re.search(r"schema \d+_\w+\.surql; \d+ code_chunk", database.summary)
+
+
+async def test_the_repos_a_running_daemon_watches_are_checked(
+    stack: Runtime, tmp_path: Path
+) -> None:
+    """The daemon's --repo flags are not in doctor's configuration: it asks the watchers."""
+    assert stack.redis is not None
+    repo = small_repo(tmp_path / "repo")
+    watcher = RepoWatcher(stack.redis, [projects.resolve(repo)], 0.1, 32)
+    await watcher.start()
+    try:
+        code = (
+            "import json; from memoryd import doctor; from memoryd.config import load_settings; "
+            f"s = load_settings(data_dir={str(stack.settings.data_dir)!r}); "
+            "print(json.dumps([c.as_dict() for c in doctor.run(s, ['repos'])]))"
+        )
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            code,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, errors = await asyncio.wait_for(proc.communicate(), 120)
+        assert proc.returncode == 0, errors.decode()
+        [check] = [doctor.Check(**c) for c in json.loads(out)]
+        assert check.level == "ok" and check.summary.startswith(f"{repo} (3 directories, ")
+    finally:
+        await watcher.stop()
+    assert await queue.watched_roots(stack.redis) == []  # a stopped watcher says so
 
 
 async def test_a_locked_database_with_nobody_serving_says_what_to_do(data_dir: Path) -> None:

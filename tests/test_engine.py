@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+import re
 from pathlib import Path
 
 import pytest
 
-from memoryd import jobs, queue
+from memoryd import heap, jobs, queue
 from memoryd.embedding import Embedder
 from memoryd.runtime import Runtime
 from memoryd.store import connection as engine
@@ -70,3 +72,30 @@ def test_engine_memory_is_what_this_machine_reports() -> None:
     total = int(meminfo.split("MemTotal:")[1].split()[0]) * 1024
     found = engine.engine_memory_bytes()
     assert found is not None and 0 < found <= total
+    # Where there is no /proc (macOS) the machine's memory comes from sysconf: the same number.
+    assert engine._physical_memory() == total
+
+
+async def test_the_models_memory_is_not_counted_as_the_databases(
+    stack: Runtime, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Counted from the database's open, the model loaded after it made the first check reopen
+    the database for nothing ("reopened to give back its memory: 187 MiB -> 215 MiB")."""
+    store = stack.store
+    assert store is not None
+    if heap.anon_rss_bytes() is None:
+        pytest.skip("this system's memory is not measured (neither Linux nor macOS)")
+    growth = store.memory_growth
+    assert growth is not None and growth < 16 << 20
+    caplog.set_level(logging.INFO, logger=engine.__name__)
+    await store.reopen()
+    [line] = [r.getMessage() for r in caplog.records if "reopened" in r.getMessage()]
+    assert re.fullmatch(
+        r"database reopened \(what it held in memory is on disk now\): "
+        r"(\d+ MiB given back|nothing given back) \(\d+ MiB -> \d+ MiB\) in \d+\.\d\ds",
+        line,
+    )
+    given, before, after = re.findall(
+        r"(\d+|nothing) (?:MiB )?given back \((\d+) MiB -> (\d+)", line
+    )[0]
+    assert (given == "nothing") == (int(before) <= int(after))

@@ -243,3 +243,29 @@ async def test_a_file_written_without_pause_does_not_keep_the_queue_busy(
     else:
         pytest.fail("the follow-ups never stopped")
     assert caplog.text.count("a follow-up job will index them") == 3
+
+
+async def test_counts_add_up_after_sed_in_place(
+    stack: Runtime, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`sed -i` writes a temp file next to the real one and renames it over: the watcher
+    sends both paths, and the temp file is gone by the time the job looks. Every file of a
+    job lands in exactly one count."""
+    assert stack.redis is not None
+    root = tmp_path / "sed"
+    root.mkdir()
+    (root / "rates.py").write_text(GOOD)
+    (root / "other.py").write_text("def other():\n    return 2\n")
+    pid = projects.resolve(root).id
+    await _sync(stack, root)
+    subprocess.run(["sed", "-i", "s/0.25/0.3/", str(root / "rates.py")], check=True)
+    caplog.set_level(logging.INFO, logger="workers.indexing")
+    paths = ["other.py", "rates.py", "sedAb12Cd"]
+    [(job, _)] = await queue.enqueue_index(stack.redis, pid, root, paths, 32)
+    report = await queue.wait_for(job, timeout=60)
+    counts = [report[k] for k in ("indexed", "unchanged", "skipped", "removed", "untracked")]
+    assert (report["files"], counts) == (3, [1, 1, 0, 0, 1])
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("index_files")]
+    assert line.startswith(
+        f"index_files {pid}: 3 files: 1 indexed, 1 unchanged, 0 skipped, 0 removed, 1 untracked;"
+    )

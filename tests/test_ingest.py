@@ -57,12 +57,14 @@ def test_ingest_report_has_the_exact_counts(ingested: tuple[Path, dict]) -> None
     assert s37["edges"]["triggered"] == 19
     assert s37["edges"]["denied"] == 2
     assert s37["edges"]["next"] == 281  # one chain through all 282 memories
+    assert s37["session_ids"] == [S37.stem]  # what `memoryd session` takes next
     assert s37["edges"]["mentions"] > 0
     cb2 = by_name[f"{CB2}.jsonl"]
     assert cb2["memories"] == 201 and cb2["edges"]["spawned"] == 1
     assert cb2["edges"]["triggered"] == 5
     summary_only = by_name["4e27c414-a885-46a0-b5c8-d58e1417377d.jsonl"]
     assert summary_only["memories"] == 0 and summary_only["sessions"] == 0
+    assert summary_only["session_ids"] == []
     codex = by_name["rollout-2026-05-11T11-26-55-019e1625-789d-76c0-80ab-3724b5ddb799.jsonl"]
     assert codex["agent"] == "codex"
     assert codex["memories"] == 117 and codex["edges"]["triggered"] == 2

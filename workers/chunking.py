@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from itertools import accumulate
@@ -378,11 +379,33 @@ def _c_name(node: Node) -> tuple[str | None, str | None]:
     return _text(declarator), owner
 
 
+# Inline Markdown in a heading, reduced to the words a reader sees (the grammar's heading
+# content is the raw source): links and images to their text, autolinks to their address,
+# code spans and emphasis to their content.
+_MD_LINK = re.compile(r"!?\[([^\]]*)\](?:\([^)]*\)|\[[^\]]*\])")
+_MD_AUTOLINK = re.compile(r"<((?:https?|mailto):[^>\s]+)>")
+# Underscores inside a word (snake_case) are not emphasis.
+_MD_EMPHASIS = re.compile(
+    r"(\*{1,3}|~~)(?P<a>\S(?:.*?\S)?)\1|(?<!\w)(_{1,3})(?P<b>\S(?:.*?\S)?)\3(?!\w)"
+)
+_MD_CODE = re.compile(r"`+([^`]*)`+")
+
+
+def _plain_heading(text: str | None) -> str | None:
+    if text is None:
+        return None
+    text = _MD_LINK.sub(r"\1", text)
+    text = _MD_AUTOLINK.sub(r"\1", text)
+    text = _MD_CODE.sub(r"\1", text)
+    text = _MD_EMPHASIS.sub(lambda m: m["a"] or m["b"], text)
+    return " ".join(text.split()) or None
+
+
 def _heading(node: Node) -> str | None:
     first = _first_named(node)
     if first is None or not first.type.endswith("heading"):
         return None
-    return _text(_field(first, "heading_content"))
+    return _plain_heading(_text(_field(first, "heading_content")))
 
 
 def _config_key(node: Node) -> str | None:

@@ -12,17 +12,20 @@ if TYPE_CHECKING:
     from memoryd.embedding import Embedder
     from memoryd.indexsync import IndexSync
     from memoryd.store import Store
+    from workers.queries import Counted
 
 
 class JobContext(TypedDict, total=False):
-    """``store``, ``embedder``, ``search`` (the search indexes and their one writer) and
-    ``settings`` are set by the runtime that serves the queues (memoryd/runtime.py);
-    ``redis``, ``job_id``, ``job_try`` and ``enqueue_time`` by arq for each run."""
+    """``store``, ``embedder``, ``search`` (the search indexes and their one writer),
+    ``settings`` and ``status_counts`` are set by the runtime that serves the queues
+    (memoryd/runtime.py); ``redis``, ``job_id``, ``job_try`` and ``enqueue_time`` by arq for
+    each run."""
 
     store: Store
     embedder: Embedder
     search: IndexSync
     settings: Settings
+    status_counts: Counted
     redis: ArqRedis
     job_id: str
     job_try: int

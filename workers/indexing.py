@@ -19,6 +19,7 @@ was being indexed is indexed again, so the last write always describes the file 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import stat
@@ -125,17 +126,23 @@ def plan_file(
 
 @dataclass(slots=True)
 class IndexReport:
+    """Each of the `files` is counted once, by what became of it in the end: indexed,
+    unchanged, skipped, removed (its rows retired) or untracked (nothing on disk to index and
+    nothing stored: an editor's or `sed -i`'s temp file renamed away, an ignored path)."""
+
     files: int = 0
     indexed: int = 0
     unchanged: int = 0
     skipped: int = 0
     removed: int = 0
+    untracked: int = 0
     chunks: int = 0
     embedded: int = 0
     retired: int = 0
     reindexed: int = 0  # files that changed while being indexed, indexed again
     requeued: int = 0  # files still changing after every round, handed to a follow-up job
     failed: int = 0  # files whose rows the database refused (logged)
+    last_error: str | None = None  # the last of those refusals
     seconds: float = 0.0
     skips: dict[str, str] = field(default_factory=dict)
 
@@ -416,22 +423,60 @@ def _log_look(look: _Look, previous: dict[str, Any] | None) -> None:
 
 
 async def index_files(
-    ctx: JobContext, project_id: str, root: str, paths: list[str], generation: int = 0
+    ctx: JobContext,
+    project_id: str,
+    root: str,
+    paths: list[str],
+    generation: int = 0,
+    progress: str | None = None,
 ) -> dict:
     """Bring the index of these files up to date; missing files are retired. `generation`
-    counts follow-up jobs for files that kept changing while being indexed."""
+    counts follow-up jobs for files that kept changing while being indexed. `progress`: the
+    whole-project sync this job is part of, whose progress it advances."""
+    store = ctx["store"]
+    try:
+        report = await _index_files(ctx, project_id, Path(root), paths, generation)
+    except Exception as exc:
+        if progress is not None:
+            with contextlib.suppress(Exception):  # the job's own error is the one to raise
+                await store.fail_progress(project_id, progress, f"{type(exc).__name__}: {exc}")
+        raise
+    if progress is not None:
+        try:
+            done = await store.advance_progress(
+                project_id, progress, report.files, report.chunks, report.last_error
+            )
+        except QueryFailed as exc:  # the files are indexed: only the account of it is lost
+            log.warning("progress of %s not counted: %s", project_id, exc)
+            done = None
+        if done is not None:
+            seconds = (done["finished_at"] - done["started_at"]).total_seconds()
+            log.info(
+                "initial index of %s done: %d files, %d chunks in %.0fs%s",
+                project_id,
+                done["files_total"],
+                done["chunks"],
+                seconds,
+                f"; last error: {done['last_error']}" if done["last_error"] else "",
+            )
+    return report.as_dict()
+
+
+async def _index_files(
+    ctx: JobContext, project_id: str, root_path: Path, paths: list[str], generation: int
+) -> IndexReport:
     started = time.perf_counter()
     settings = ctx["settings"]
-    root_path = Path(root)
     if "redis" in ctx:
         await queue.claim_files(ctx["redis"], project_id, paths, ctx["job_id"])
-    report = IndexReport(files=len(paths))
     if "redis" in ctx and await queue.paused_since(ctx["redis"]):
         log.info("capture is paused: %d files of %s left alone", len(paths), project_id)
-        return report.as_dict()
+        return IndexReport(files=len(paths)).as_dict()
     pending = list(dict.fromkeys(paths))
+    report = IndexReport(files=len(pending))
+    outcomes: dict[str, str] = {}  # what became of each file, by the last round that changed it
     for round_number in range(_ROUNDS):
-        looks = await _index_round(ctx, project_id, root_path, pending, report)
+        looks = await _index_round(ctx, project_id, root_path, pending, report, outcomes)
         written = [look for look in looks if look.action not in ("unchanged", "ignored")]
         changed = await asyncio.to_thread(
             _changed_files, root_path, written, settings.max_file_bytes
@@ -465,26 +510,43 @@ async def index_files(
                 generation=generation + 1,
             )
             report.requeued = len(pending)
+    for outcome in outcomes.values():
+        setattr(report, outcome, getattr(report, outcome) + 1)
     report.seconds = round(time.perf_counter() - started, 3)
     log.info(
-        "index_files %s: %d files, %d indexed, %d unchanged, %d skipped, %d removed, "
-        "%d chunks (%d embedded), %d retired in %.2fs",
+        "index_files %s: %d files: %d indexed, %d unchanged, %d skipped, %d removed, "
+        "%d untracked; %d chunks (%d embedded), %d retired in %.2fs",
         project_id,
         report.files,
         report.indexed,
         report.unchanged,
         report.skipped,
         report.removed,
+        report.untracked,
         report.chunks,
         report.embedded,
         report.retired,
         report.seconds,
     )
-    return report.as_dict()
+    return report
+
+
+def _outcome(look: _Look, rows: _Rows | None) -> str:
+    """Which count of IndexReport a file's look lands in."""
+    if look.action in ("unchanged", "same"):
+        return "unchanged"
+    if look.action in ("skipped", "indexed"):
+        return look.action
+    return "removed" if rows is not None else "untracked"  # ignored or vanished
 
 
 async def _index_round(
-    ctx: JobContext, project_id: str, root: Path, paths: list[str], report: IndexReport
+    ctx: JobContext,
+    project_id: str,
+    root: Path,
+    paths: list[str],
+    report: IndexReport,
+    outcomes: dict[str, str],
 ) -> list[_Look]:
     store, embedder, settings = ctx["store"], ctx["embedder"], ctx["settings"]
     states = await store.code_file_states(project_id, paths)
@@ -511,16 +573,13 @@ async def _index_round(
         rows = _rows_for(project_id, look, previous)
         if rows is not None:
             groups[rel] = rows
-        if look.action in ("unchanged", "same"):
-            report.unchanged += 1
-        elif look.action == "skipped":
-            report.skipped += 1
+        outcome = _outcome(look, rows)
+        # A later round finding what an earlier one wrote unchanged keeps the earlier word.
+        outcomes[rel] = outcomes.get(rel, outcome) if outcome == "unchanged" else outcome
+        if look.action == "skipped":
             report.skips[rel] = look.reason or "skipped"
-        elif look.action == "indexed":
-            report.indexed += 1
-    report.removed += sum(
-        1 for rows in groups.values() for s in rows.states if s["status"] == "deleted"
-    )
+        else:
+            report.skips.pop(rel, None)
     chunks = [chunk for rows in groups.values() for chunk in rows.chunks]
     await _attach_vectors(store, embedder, chunks, report)
     report.chunks += len(chunks)
@@ -558,6 +617,7 @@ async def _write(
             if len(batch) == 1:
                 log.warning("cannot store %s: %s", batch[0][0], exc)
                 report.failed += 1
+                report.last_error = f"cannot store {batch[0][0]}: {exc}"
             else:
                 log.warning(
                     "a batch of %d files was refused (%s); writing file by file", len(batch), exc

@@ -262,6 +262,8 @@ class IngestReport:
     memories: int = 0
     goals: int = 0
     edges: Counter[str] = field(default_factory=Counter)
+    # The sessions this run wrote to, in order: what `memoryd session` takes next.
+    session_ids: list[str] = field(default_factory=list)
     restarted: bool = False
     note: str | None = None
     seconds: float = 0.0
@@ -272,6 +274,10 @@ class IngestReport:
         self.sessions += rows.count("sessions")
         self.memories += rows.count("memories")
         self.goals += rows.count("goals")
+        for row in [*rows.tables.get("sessions", []), *rows.tables.get("memories", [])]:
+            ref = row["id"] if "session" not in row else row["session"]
+            if ref.key not in self.session_ids:
+                self.session_ids.append(ref.key)
         for name, table_rows in rows.tables.items():
             if name.startswith("edge_"):
                 self.edges[name.removeprefix("edge_")] += len(table_rows)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -64,36 +67,104 @@ async def _remembered(ctx: JobContext, results: list[SearchResult]) -> list[Sear
     ]
 
 
+class Counted:
+    """The slow part of `status`: rows per table, rows waiting for a vector, transcript lag,
+    database size. SurrealDB keeps no row counts, so each is a scan (at 100k rows, seconds with
+    a WHERE on 2 cores). A small database is counted at every call; once a count took longer
+    than FRESH_BELOW, `status` answers from the last one and counts again in the background
+    when it is older than `max_age`, saying how old it is."""
+
+    FRESH_BELOW = 0.05
+
+    def __init__(self, max_age: float = 10.0) -> None:
+        self.max_age = max_age
+        self.values: dict[str, Any] | None = None
+        self.at = 0.0
+        self.cost = 0.0
+        self._refresh: asyncio.Task[None] | None = None
+
+    async def get(self, count: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+        if self._refresh is not None and not self._refresh.done() and self.values is None:
+            await self._refresh
+        elif self.values is None or self.cost < self.FRESH_BELOW:
+            await self._count(count)
+        elif time.monotonic() - self.at > self.max_age and (
+            self._refresh is None or self._refresh.done()
+        ):
+            self._refresh = asyncio.create_task(self._count(count))
+        assert self.values is not None
+        return {**self.values, "counted_seconds_ago": round(time.monotonic() - self.at, 1)}
+
+    async def _count(self, count: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+        started = time.monotonic()
+        self.values = await count()
+        self.at = time.monotonic()
+        self.cost = self.at - started
+
+
 async def status(ctx: JobContext) -> dict[str, Any]:
     store = ctx["store"]
+    settings, model = ctx["settings"], ctx["embedder"].model
+
+    async def count() -> dict[str, Any]:
+        return {
+            "counts": await store.counts(),
+            "valid_chunks": await store.valid_chunk_count(),
+            "transcript_lag": {
+                root: {"bytes": behind, "files": files}
+                for root, (behind, files) in (
+                    await metrics.ingest_lag(store, settings.transcript_roots)
+                ).items()
+            },
+            "database_bytes": await asyncio.to_thread(_tree_size, settings.data_dir / "db")
+            if settings.embedded_db
+            else None,
+            "waiting_for_reembed": await store.count_stale_vectors(model),
+        }
+
+    counted = ctx.get("status_counts") or Counted()
     return {
-        "counts": await store.counts(),
-        "valid_chunks": await store.valid_chunk_count(),
-        "projects": [
-            {"id": p["id"], "name": p["name"], "root": p["root"]} for p in await store.projects()
-        ],
+        **await counted.get(count),
+        "projects": await project_progress(store),
         "schema_version": await store.schema_version(),
         "maintenance": {task: plain(run) for task, run in (await store.last_maintenance()).items()},
-        "model": ctx["embedder"].model,
-        "transcript_lag": {
-            root: {"bytes": behind, "files": files}
-            for root, (behind, files) in (
-                await metrics.ingest_lag(store, ctx["settings"].transcript_roots)
-            ).items()
-        },
-        "database_bytes": _tree_size(ctx["settings"].data_dir / "db")
-        if ctx["settings"].embedded_db
-        else None,
-        "waiting_for_reembed": await store.count_stale_vectors(ctx["embedder"].model),
+        "model": model,
         "database": store.url,
     }
 
 
-async def register_project(ctx: JobContext, project_id: str, fields: dict[str, Any]) -> str:
+async def register_project(
+    ctx: JobContext,
+    project_id: str,
+    fields: dict[str, Any],
+    run: str | None = None,
+    files_total: int = 0,
+) -> str:
+    """Record a project; `run`: a whole-project sync of `files_total` files starts."""
     if not ctx["settings"].remembers(fields["root"]):
         raise InvalidRequest(f"{fields['root']} is excluded by the config (`exclude`/`include`)")
     await ctx["store"].upsert_project(project_id, fields)
+    if run is not None:
+        await ctx["store"].start_progress(project_id, run, files_total)
     return project_id
+
+
+async def index_progress(ctx: JobContext) -> list[dict[str, Any]]:
+    """Each project with the progress of its last whole-project sync."""
+    return await project_progress(ctx["store"])
+
+
+async def project_progress(store: Any) -> list[dict[str, Any]]:
+    progress = await store.index_progress()
+    return [
+        {
+            "id": p["id"],
+            "name": p["name"],
+            "root": p["root"],
+            "index": plain(progress[p["id"]]) if p["id"] in progress else None,
+        }
+        for p in await store.projects()
+    ]
 
 
 async def stored_paths(ctx: JobContext, project_id: str) -> list[str]:

@@ -79,6 +79,7 @@ FUNCTIONS: dict[JobSpec, JobFunction] = {
     jobs.RECENT_ACTIVITY: queries.recent_activity,
     jobs.REMEMBER: notes.remember,
     jobs.FORGET: forget.forget,
+    jobs.INDEX_PROGRESS: queries.index_progress,
 }
 
 

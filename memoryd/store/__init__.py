@@ -12,6 +12,7 @@ from memoryd.store.forget import ForgetQueries
 from memoryd.store.maintenance import MaintenanceQueries
 from memoryd.store.notes import NoteQueries
 from memoryd.store.privacy import PrivacyQueries
+from memoryd.store.progress import ProgressQueries
 from memoryd.store.recall import RecallQueries
 from memoryd.store.rewrite import RewriteQueries
 from memoryd.store.schema import SCHEMA_DIR, VECTOR_TABLES, SchemaQueries
@@ -35,6 +36,7 @@ class Store(
     PrivacyQueries,
     TransferQueries,
     RewriteQueries,
+    ProgressQueries,
     StatusQueries,
     StoreBase,
 ):

@@ -112,6 +112,14 @@ class StoreBase:
         """Close and reopen the connection between queries (memoryd/engine.py)."""
         await self._db.reopen()
 
+    def rebase_memory(self) -> None:
+        """Memory the process gained so far is not the database's (see Connection.rebase)."""
+        self._db.rebase()
+
+    @property
+    def memory_growth(self) -> int | None:
+        return self._db.growth
+
     async def query(self, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
         """Run statements; one result per statement. A failed transaction (another writer
         touched the same rows) is retried; any other failure raises with the engine's own

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -72,13 +73,21 @@ def _first_int(path: Path, prefix: str = "") -> int | None:
 
 
 def engine_memory_bytes() -> int | None:
-    """The memory the engine sizes itself by: the machine's, or a smaller container limit.
-    None where /proc is not there (macOS)."""
+    """The memory the engine sizes itself by: the machine's, or a smaller container limit
+    (Linux). Without /proc (macOS) the machine's memory as sysconf gives it; None where
+    neither is known."""
     kib = _first_int(_MEMINFO, "MemTotal:")
     if kib is None:
-        return None
+        return _physical_memory()
     limits = [n for path in _CGROUP_LIMITS if (n := _first_int(path)) is not None and n > 0]
     return min([kib * 1024, *limits])
+
+
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):  # no sysconf, or not these names
+        return None
 
 
 def reopen_threshold(configured: int, total_memory: int | None) -> int:
@@ -86,6 +95,13 @@ def reopen_threshold(configured: int, total_memory: int | None) -> int:
     if total_memory is None:
         return configured
     return min(configured, memtable_bytes(total_memory) // 2)
+
+
+def _change(before: int, after: int) -> str:
+    moved = (before >> 20) - (after >> 20)
+    if moved > 0:
+        return f": {moved} MiB given back ({before >> 20} MiB -> {after >> 20} MiB)"
+    return f": nothing given back ({before >> 20} MiB -> {after >> 20} MiB)"
 
 
 def _lock_message(url: str) -> str:
@@ -158,6 +174,18 @@ class Connection:
     async def close(self) -> None:
         await self._db.close()
 
+    def rebase(self) -> None:
+        """Count growth from now: what the process loaded since the connection opened (the
+        model, at start-up) is not the database's, and a reopen would not give it back."""
+        self._baseline = heap.anon_rss_bytes() or 0
+
+    @property
+    def growth(self) -> int | None:
+        """Anonymous memory gained since the connection opened (or `rebase`); None without
+        /proc (macOS)."""
+        rss = heap.anon_rss_bytes()
+        return None if rss is None else rss - self._baseline
+
     async def query_raw(self, sql: str, params: dict[str, Any]) -> dict[str, Any]:
         async with self._in_use():
             response: dict[str, Any] = await self._db.query_raw(sql, params)
@@ -197,9 +225,9 @@ class Connection:
             await self._open.wait()
             return
         self._open.clear()
-        before = heap.anon_rss_bytes() or 0
         try:
             await self._idle.wait()
+            before = heap.anon_rss_bytes()  # once the queries under way are done
             started = time.perf_counter()
             await self._db.close()
             await asyncio.to_thread(heap.trim)
@@ -212,10 +240,13 @@ class Connection:
                         raise
                     await asyncio.sleep(0.2 * 2**attempt)
             self.reopened += 1
+            after = heap.anon_rss_bytes()
+            # Says what happened, gain or not: the writes went to disk, and the heap moved by
+            # however much the engine's buffers had held (a fresh open allocates some again).
+            memory = "" if before is None or after is None else _change(before, after)
             log.info(
-                "database reopened to give back its memory: %d MiB -> %d MiB in %.2fs",
-                before >> 20,
-                (heap.anon_rss_bytes() or 0) >> 20,
+                "database reopened (what it held in memory is on disk now)%s in %.2fs",
+                memory,
                 time.perf_counter() - started,
             )
         finally:

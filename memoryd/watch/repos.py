@@ -23,6 +23,7 @@ What an event leads to:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -42,6 +43,8 @@ log = logging.getLogger(__name__)
 # A burst ends after `debounce` seconds without events, or is cut after _MAX_WAIT.
 _MAX_WAIT = 2.0
 _TICK = 0.05
+# How often the watched roots are announced again (queue.WATCHING_KEY_TTL is their lifetime).
+_ANNOUNCE_EVERY = 10.0
 # watchdog says so (and nothing else) when the kernel dropped events.
 _INOTIFY_LOGGER = "watchdog.observers.inotify"
 
@@ -138,6 +141,8 @@ class RepoWatcher:
         self._flusher: asyncio.Task[None] | None = None
         self._flushing = False
         self._overflow = _OverflowSignal(self)
+        self._announce_key = queue.watching_key()
+        self._announced = 0.0
         # What the watcher did, for `status`-like reports and tests.
         self.stats = {"flushes": 0, "jobs": 0, "files": 0, "syncs": 0}
 
@@ -175,6 +180,7 @@ class RepoWatcher:
         for project in self.projects:
             self._observer.schedule(_Handler(self, project), str(project.root), recursive=True)
         self._observer.start()
+        await self._announce()
         # Whatever changed while memoryd was down: enqueue after watching starts, so nothing
         # falls between the reconciliation and the first event.
         for project in self.projects:
@@ -185,11 +191,20 @@ class RepoWatcher:
                 await queue.enqueue_ingest(self.redis, [str(project.root / AIDER_LOG)])
         self._flusher = asyncio.create_task(self._flush_loop())
 
+    async def _announce(self) -> None:
+        """Say which roots this watcher follows (for `doctor` in another process)."""
+        roots = [p.root for p in self.projects]
+        await queue.announce_watching(self.redis, self._announce_key, roots)
+        self._announced = time.monotonic()
+
     async def _flush_loop(self) -> None:
         by_id = {p.id: p for p in self.projects}
         while True:
             await asyncio.sleep(_TICK)
             now = time.monotonic()
+            if now - self._announced >= _ANNOUNCE_EVERY:
+                with contextlib.suppress(Exception):  # a Redis hiccup: next time
+                    await self._announce()
             for project_id, pending in list(self._pending.items()):
                 quiet = now - pending.last >= self.debounce
                 if not (quiet or now - pending.first >= _MAX_WAIT):
@@ -241,3 +256,5 @@ class RepoWatcher:
             self._flusher.cancel()
         self._observer.stop()
         await asyncio.to_thread(self._observer.join, 5)
+        with contextlib.suppress(Exception):
+            await self.redis.delete(self._announce_key)

@@ -1,0 +1,209 @@
+"""How long the CLI takes, end to end, as a user runs it against a running daemon.
+
+    .venv/bin/python -m bench.cli_latency [--rows 100000] [--runs 7]
+
+1. build: a fresh data dir under /tmp gets at least `--rows` rows: synthetic Python files
+   (functions and classes of varied size), chunked by the real chunker (`plan_file`) and
+   written by `Store.write_file_index` as the index job writes them (code chunks, file states,
+   file and symbol entities, DEFINED_IN edges). No vectors (embedding 100k chunks takes hours
+   on 2 cores; status and the process start do not depend on them), except a small indexed
+   repository (a copy of arq's source) that the searches find.
+2. a daemon (`memoryd run`) starts on it; each command then runs `--runs` times as a fresh
+   process: `memoryd --help`, `memoryd status`, `memoryd search …`.
+3. the same search and status through the client API inside one process: the round trip
+   through the queue alone, without the interpreter's start and imports.
+
+Prints the median wall time of each next to its target, the median CPU time of the command's
+process, and the load average before and after (the targets are for an idle machine). Numbers
+only: nothing here asserts a timing. Temporary files live under /tmp and are removed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import arq
+
+from memoryd import client, projects, queue
+from memoryd.config import load_settings
+from memoryd.ids import file_state_id
+from memoryd.migrate import migrate
+from memoryd.store import Store
+from workers.indexing import plan_file
+
+MEMORYD = str(Path(sys.executable).parent / "memoryd")
+TARGETS_MS = {"--help": 200, "status": 200, "search": 300}
+QUERY = "parse a redis connection DSN url"
+FILES_PER_WRITE = 40
+
+
+def synthetic_file(n: int) -> str:
+    """A Python module of a few functions and a class, different for every n."""
+    parts = [f'"""Module {n}: generated for the CLI benchmark."""\n\nimport os\n']
+    for f in range(4 + n % 5):
+        body = "\n".join(f"    value_{i} = os.getpid() + {n * 31 + f * 7 + i}" for i in range(f))
+        parts.append(f"def handler_{n}_{f}(arg):\n{body}\n    return arg\n")
+    methods = "\n".join(f"    def step_{m}(self):\n        return {n} * {m}\n" for m in range(3))
+    parts.append(f"class Worker{n}:\n{methods}")
+    return "\n\n".join(parts)
+
+
+async def fill(data_dir: Path, rows: int) -> int:
+    """Write synthetic code files until the database holds `rows` rows; returns the count."""
+    settings = load_settings(data_dir=data_dir)
+    store = await Store.open(
+        settings.database_url, settings.surreal_namespace, settings.surreal_database
+    )
+    try:
+        await migrate(store, 384, None)
+        project = "bench-synthetic"
+        await store.upsert_project(project, {"root": "/nonexistent/bench", "name": "bench"})
+        total, n = 0, 0
+        while total < rows:
+            chunks, states, files, symbols = [], [], [], []
+            for _ in range(FILES_PER_WRITE):
+                rel = f"pkg{n // 100}/mod_{n}.py"
+                plan = plan_file(project, rel, synthetic_file(n), f"h{n}", 1500)
+                chunks += plan.chunks
+                symbols += plan.symbols
+                files.append({"entity_id": plan.chunks[0]["entity_id"], "key": rel, "path": rel})
+                states.append(
+                    {
+                        "id": file_state_id(project, rel),
+                        "path": rel,
+                        "size": 1,
+                        "mtime_ns": 1,
+                        "hash": f"h{n}",
+                        "status": "indexed",
+                        "reason": None,
+                    }
+                )
+                n += 1
+            await store.write_file_index(project, chunks, states, files, [], symbols)
+            if n % (FILES_PER_WRITE * 25) == 0:  # counting is a scan: not after every write
+                total = sum((await store.counts()).values())
+                print(f"\r  {total} rows", end="", flush=True)
+        print()
+        return total
+    finally:
+        await store.close()
+
+
+def timed(args: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall time, and CPU time of the command's own process (user + system): on a loaded
+    machine the first waits for the cores, the second is what the command costs."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    done = subprocess.run([MEMORYD, *args], capture_output=True, text=True, env=env, timeout=120)
+    elapsed = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"memoryd {' '.join(args)} failed: {done.stderr}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return elapsed, cpu
+
+
+async def in_process(data_dir: Path, runs: int) -> dict[str, list[float]]:
+    """The round trip through the queue alone (one connection, no process start)."""
+    settings = load_settings(data_dir=data_dir)
+    times: dict[str, list[float]] = {"search (client API)": [], "status (client API)": []}
+    async with client.connect(settings) as memoryd:
+        for _ in range(runs):
+            started = time.perf_counter()
+            await memoryd.search(QUERY, limit=10)
+            times["search (client API)"].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            await memoryd.status()
+            times["status (client API)"].append(time.perf_counter() - started)
+    return times
+
+
+async def index_repo(data_dir: Path, repo: Path) -> None:
+    settings = load_settings(data_dir=data_dir)
+    async with client.connect(settings) as memoryd:
+        for job, _ in await projects.sync(memoryd.redis, projects.resolve(repo), 32):
+            await queue.wait_for(job, 1800)
+
+
+def wait_until_serving(env: dict[str, str], daemon: subprocess.Popen[bytes]) -> None:
+    for _ in range(600):
+        if daemon.poll() is not None:
+            raise SystemExit("the daemon exited")
+        done = subprocess.run([MEMORYD, "status", "--json"], capture_output=True, env=env)
+        if done.returncode == 0 and b'"daemon_running": true' in done.stdout:
+            return
+        time.sleep(0.5)
+    raise SystemExit("the daemon did not start in 5 minutes")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=7)
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="md-cli-", dir="/tmp"))
+    data_dir = work / "data"
+    data_dir.mkdir(mode=0o700)
+    repo = work / "arq"
+    # A real tree for the searches to find: arq's installed source (as tests/conftest.py).
+    shutil.copytree(Path(arq.__file__).parent, repo, ignore=shutil.ignore_patterns("__pycache__"))
+    env = {
+        **os.environ,
+        "MEMORYD_DATA_DIR": str(data_dir),
+        "MEMORYD_TRANSCRIPTS": "[]",
+        "MEMORYD_CONFIG": str(work / "no-config.toml"),
+    }
+    os.environ.update(env)
+    daemon = None
+    try:
+        print(f"build: {args.rows} rows in {data_dir}")
+        started = time.perf_counter()
+        rows = asyncio.run(fill(data_dir, args.rows))
+        print(f"  {rows} rows in {time.perf_counter() - started:.0f}s")
+        daemon = subprocess.Popen(
+            [MEMORYD, "run"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        wait_until_serving(env, daemon)
+        asyncio.run(index_repo(data_dir, repo))
+        load_before = os.getloadavg()
+        commands = {"--help": ["--help"], "status": ["status"], "search": ["search", QUERY]}
+        results: dict[str, list[float]] = {name: [] for name in commands}
+        cpu: dict[str, list[float]] = {name: [] for name in commands}
+        timed(["status"], env)  # the first status counts the rows; the next ones reuse that
+        for _ in range(args.runs):
+            for name, command in commands.items():
+                wall, used = timed(command, env)
+                results[name].append(wall)
+                cpu[name].append(used)
+        results.update(asyncio.run(in_process(data_dir, args.runs)))
+        load_after = os.getloadavg()
+        print(f"\n{rows} rows; median of {args.runs} runs; load average (1 min) ", end="")
+        print(f"{load_before[0]:.2f} before, {load_after[0]:.2f} after, on {os.cpu_count()} cpus")
+        for name, times in results.items():
+            target = TARGETS_MS.get(name)
+            goal = f"target <= {target} ms" if target else ""
+            used = f"CPU {statistics.median(cpu[name]) * 1000:4.0f} ms" if name in cpu else ""
+            print(
+                f"  {name:<22}{statistics.median(times) * 1000:7.0f} ms   "
+                f"(min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f})   {used:<12} {goal}"
+            )
+    finally:
+        if daemon is not None:
+            daemon.terminate()
+            daemon.wait(120)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
