@@ -6,7 +6,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -938,6 +937,8 @@ def service_uninstall(
 
 
 def _purge(data: Path, yes: bool) -> None:
+    import shutil
+
     from memoryd.embedded import daemon_pid
 
     if not data.exists():

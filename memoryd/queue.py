@@ -140,7 +140,8 @@ async def enqueue_index(
     enqueues every file, so its report describes this run. `generation` > 0: a worker's
     follow-up for files that kept changing while it read them. `progress`: the whole-project
     sync the jobs belong to (each counts its files into it); `before` is told how many files
-    are about to be enqueued, before the first job is."""
+    are about to be enqueued, before the first job is. While capture is paused nothing but an
+    explicit request is queued."""
     if not fresh and await paused_since(redis):
         return []
     wanted = list(dict.fromkeys(paths))
