@@ -312,7 +312,7 @@ def index(
             f"indexed {project.root} as {project.id}: {totals['files']} files "
             f"({totals['indexed']} indexed, {totals['unchanged']} unchanged, "
             f"{totals['skipped']} skipped, {totals['removed']} removed, "
-            f"{totals['untracked']} untracked), "
+            f"{totals['untracked']} untracked, {totals['failed']} failed), "
             f"{totals['chunks']} chunks, {totals['embedded']} embedded",
             soft_wrap=True,  # one line in a log, however narrow the terminal is thought to be
             highlight=False,
@@ -332,11 +332,11 @@ async def _follow(
     from memoryd import queue
 
     keys = (
-        *("files", "indexed", "unchanged", "skipped", "removed", "untracked"),
+        *("files", "indexed", "unchanged", "skipped", "removed", "untracked", "failed"),
         *("chunks", "embedded", "retired"),
     )
     totals: dict[str, Any] = dict.fromkeys(keys, 0)
-    totals["skips"] = {}
+    totals["skips"], totals["failures"] = {}, {}
     total = sum(n for _, n in jobs)
     started = time.monotonic()
 
@@ -361,6 +361,7 @@ async def _follow(
                 for key in keys:
                     totals[key] += report[key]
                 totals["skips"].update(report["skips"])
+                totals["failures"].update(report["failures"])
                 bar.advance(task, count)
     finally:
         if ticker is not None:

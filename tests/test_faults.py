@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.conftest import MEMORYD
+from tests.conftest import MEMORYD, git_init, site_package
 from tests.test_daemon import _tree, _wait
 
 pytestmark = pytest.mark.e2e
@@ -70,3 +72,51 @@ def test_redis_killed_mid_indexing_stops_the_daemon_with_one_line(
     assert len(lost) == 1, stderr
     assert f"pid {redis_server.pid}" in lost[0]
     assert "Traceback" not in stderr, stderr
+
+
+def _index(data_dir: Path, root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [MEMORYD, "index", str(root), "--data-dir", str(data_dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.fixture
+def tiny_db_disk(data_dir: Path) -> Iterator[Path]:
+    """The database directory on a 16 MB tmpfs of its own, so it can really fill up."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root; a file-size limit is not the same error")
+    db = data_dir / "db"
+    db.mkdir(mode=0o700)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", str(db)], check=True
+    )
+    try:
+        yield db
+    finally:
+        subprocess.run(["umount", "-l", str(db)], check=True)
+
+
+def test_disk_full_is_a_failed_job_not_a_success(
+    data_dir: Path, tmp_path: Path, tiny_db_disk: Path
+) -> None:
+    first = tmp_path / "first"
+    first.mkdir()
+    (first / "a.py").write_text("def a():\n    return 1\n")
+    git_init(first)
+    assert _index(data_dir, first).returncode == 0
+    # Fill the disk, leaving the database just enough to open (it writes on opening).
+    free = shutil.disk_usage(tiny_db_disk).free
+    (tiny_db_disk / "filler").write_bytes(b"\0" * (free - 64 * 1024))
+    root = tmp_path / "tree"
+    root.mkdir()
+    for name in ("constants.py", "cron.py", "version.py"):
+        shutil.copy(site_package("arq") / name, root / name)
+    git_init(root)
+    done = _index(data_dir, root)
+    assert done.returncode == 1, done.stdout
+    assert done.stdout == ""
+    assert "memoryd: none of the 3 files to store could be stored" in done.stderr
+    assert "No space left on device" in done.stderr

@@ -31,6 +31,7 @@ from typing import Any
 import blake3
 
 from memoryd import queue
+from memoryd.errors import JobFailed
 from memoryd.ids import (
     file_entity_id,
     file_key,
@@ -145,6 +146,7 @@ class IndexReport:
     last_error: str | None = None  # the last of those refusals
     seconds: float = 0.0
     skips: dict[str, str] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)  # path -> the database's refusal
 
     def as_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -512,7 +514,7 @@ async def _index_files(
     report.seconds = round(time.perf_counter() - started, 3)
     log.info(
         "index_files %s: %d files: %d indexed, %d unchanged, %d skipped, %d removed, "
-        "%d untracked; %d chunks (%d embedded), %d retired in %.2fs",
+        "%d untracked, %d failed; %d chunks (%d embedded), %d retired in %.2fs",
         project_id,
         report.files,
         report.indexed,
@@ -520,11 +522,17 @@ async def _index_files(
         report.skipped,
         report.removed,
         report.untracked,
+        report.failed,
         report.chunks,
         report.embedded,
         report.retired,
         report.seconds,
     )
+    if report.failed and not (report.indexed or report.removed):
+        # Not a success with a footnote: nothing this job had to store was stored.
+        raise JobFailed(
+            f"none of the {report.failed} files to store could be stored ({report.last_error})"
+        )
     return report
 
 
@@ -578,8 +586,13 @@ async def _index_round(
     chunks = [chunk for rows in groups.values() for chunk in rows.chunks]
     await _attach_vectors(store, embedder, chunks, report)
     report.chunks += len(chunks)
+    refused_before = set(report.failures)
     if groups:
         report.retired += await _write(ctx["search"], project_id, groups, report)
+    for rel in report.failures.keys() - refused_before:
+        # Refused by the database: counted failed, not as what it was planned to be.
+        outcomes[rel] = "failed"
+        report.chunks -= len(groups[rel].chunks)
     return looks
 
 
@@ -611,7 +624,7 @@ async def _write(
         except QueryFailed as exc:
             if len(batch) == 1:
                 log.warning("cannot store %s: %s", batch[0][0], exc)
-                report.failed += 1
+                report.failures[batch[0][0]] = str(exc)
                 report.last_error = f"cannot store {batch[0][0]}: {exc}"
             else:
                 log.warning(
