@@ -106,13 +106,31 @@ def _fail(exc: BaseException) -> None:
 
 
 def _run(main: Callable[[], Awaitable[T]]) -> T:
+    """Run a command; SIGTERM or Ctrl-C before it waits for signals itself (start-up, a
+    one-shot command's work) cancels it, so that everything started so far, the private Redis
+    first of all, is stopped in order on the way out."""
     import asyncio
+    import signal
+
+    stopped_by: list[signal.Signals] = []
+
+    async def cancellable() -> T:
+        loop, task = asyncio.get_running_loop(), asyncio.current_task()
+        assert task is not None
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, lambda s=sig: (stopped_by.append(s), task.cancel()))
+        return await main()
 
     try:
-        return asyncio.run(main())
+        return asyncio.run(cancellable())
     except MemorydError as exc:
         _fail(exc)
         raise
+    except asyncio.CancelledError:
+        if not stopped_by:
+            raise
+        log.warning("stopped by %s before finishing", stopped_by[0].name)
+        raise typer.Exit(128 + stopped_by[0]) from None
 
 
 def _with_client(settings: Settings, work: Callable[[Client], Awaitable[T]]) -> T:

@@ -221,19 +221,23 @@ class Runtime:
                         if not task.cancelled():
                             task.exception()
             return
+        task = asyncio.current_task()
+        # A close that runs because a signal cancelled the command is already "cancelling".
+        cancelled = task.cancelling() if task is not None else 0
         for worker in self.workers:
             try:
                 await asyncio.wait_for(worker.close(), CLOSE_SECONDS * 2)
             except asyncio.CancelledError:
                 # arq's close() cancels the jobs under way and re-raises their cancellation;
-                # the rest must still be closed. Only our own cancellation goes on up.
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
+                # the rest must still be closed. Only a cancellation of the close goes on up.
+                if task is not None and task.cancelling() > cancelled:
                     raise
             except Exception:
                 log.exception("closing a worker failed")
 
     async def close(self) -> None:
+        if self.embedder is not None:
+            self.embedder.interrupt()
         for task in self._tasks:
             task.cancel()
         await self._close_workers()

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -120,3 +122,110 @@ def test_disk_full_is_a_failed_job_not_a_success(
     assert done.stdout == ""
     assert "memoryd: none of the 3 files to store could be stored" in done.stderr
     assert "No space left on device" in done.stderr
+
+
+class _Lines:
+    """A process's stderr, collected by a thread, so that a test can wait for a line."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        assert process.stderr is not None
+        stream = process.stderr
+        self._thread = threading.Thread(target=lambda: self.lines.extend(stream), daemon=True)
+        self._thread.start()
+
+    def wait_for(self, text: str, timeout: float = 300) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = [line for line in list(self.lines) if text in line]
+            if found:
+                return found[0]
+            time.sleep(0.1)
+        pytest.fail(f"no line with {text!r} in {timeout}s: {self.lines}")
+
+    def text(self) -> str:
+        self._thread.join(timeout=HANG_BOUND)
+        return "".join(self.lines)
+
+
+def _redis_pid(line: str) -> int:
+    return int(re.search(r"\(pid (\d+)\)", line).group(1))  # type: ignore[union-attr]
+
+
+def test_sigterm_during_start_up_stops_the_private_redis(data_dir: Path, tmp_path: Path) -> None:
+    root = tmp_path / "one"
+    root.mkdir()
+    (root / "a.py").write_text("def a():\n    return 1\n")
+    git_init(root)
+    daemon = _daemon(data_dir, root)
+    try:
+        lines = _Lines(daemon)
+        redis_pid = _redis_pid(lines.wait_for("redis started"))
+        daemon.send_signal(signal.SIGTERM)
+        code = daemon.wait(timeout=HANG_BOUND)
+    finally:
+        _stop(daemon)
+    stderr = lines.text()
+    assert "memoryd running" not in stderr  # the stop landed in start-up, as meant
+    assert code == 128 + signal.SIGTERM, stderr
+    assert "stopped by SIGTERM before finishing" in stderr
+    assert "redis stopped" in stderr
+    assert not psutil.pid_exists(redis_pid)
+    assert "Traceback" not in stderr, stderr
+
+
+def _long_file_tree(tmp_path: Path) -> Path:
+    """One file of 4,000 small functions: 4,000 chunks, minutes of embedding on one job."""
+    root = tmp_path / "long"
+    root.mkdir()
+    body = "".join(
+        f"def function_{n}(value):\n    return value * {n} + len('text {n}')\n\n\n"
+        for n in range(4000)
+    )
+    (root / "long.py").write_text(body)
+    git_init(root)
+    return root
+
+
+def test_sigterm_mid_embedding_stops_promptly(data_dir: Path, tmp_path: Path) -> None:
+    daemon = _daemon(data_dir, _long_file_tree(tmp_path))
+    try:
+        lines = _Lines(daemon)
+        lines.wait_for("memoryd running")
+        time.sleep(5)  # the job has its chunks and is embedding them
+        daemon.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        code = daemon.wait(timeout=HANG_BOUND)
+        took = time.monotonic() - sent
+    finally:
+        _stop(daemon)
+    stderr = lines.text()
+    assert code == 0, stderr
+    assert took < HANG_BOUND
+    assert "index_files" not in stderr  # it was stopped mid-job, not after it
+    print(f"stopped {took:.1f}s after SIGTERM")
+
+
+def test_sigterm_on_a_one_shot_index_stops_its_private_redis(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    command = subprocess.Popen(
+        [MEMORYD, "index", str(_long_file_tree(tmp_path)), "--data-dir", str(data_dir)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not (data_dir / "db").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(5)  # the model is loaded and the one job is under way
+        redis_server = _redis_server(command)
+        command.send_signal(signal.SIGTERM)
+        code = command.wait(timeout=HANG_BOUND)
+    finally:
+        _stop(command)
+    stderr = command.stderr.read() if command.stderr else ""
+    assert code == 128 + signal.SIGTERM, stderr
+    assert "stopped by SIGTERM before finishing" in stderr
+    assert not psutil.pid_exists(redis_server.pid)
