@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -17,6 +18,7 @@ import pytest
 
 from tests.conftest import MEMORYD, git_init, site_package
 from tests.test_daemon import _tree, _wait
+from workers.indexing import _parts, _Rows
 
 pytestmark = pytest.mark.e2e
 
@@ -229,3 +231,37 @@ def test_sigterm_on_a_one_shot_index_stops_its_private_redis(
     assert code == 128 + signal.SIGTERM, stderr
     assert "stopped by SIGTERM before finishing" in stderr
     assert not psutil.pid_exists(redis_server.pid)
+
+
+def test_a_file_over_max_file_chunks_is_skipped_and_the_rest_indexed(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    root = tmp_path / "tree"
+    root.mkdir()
+    for name in ("constants.py", "version.py"):
+        shutil.copy(site_package("arq") / name, root / name)
+    (root / "long.py").write_text(
+        "".join(f"def function_{n}(value):\n    return value * {n}\n\n\n" for n in range(3000))
+    )
+    git_init(root)
+    env = {**os.environ, "MEMORYD_MAX_FILE_CHUNKS": "20", "MEMORYD_INDEX_WRITE_CHUNKS": "2"}
+    done = subprocess.run(
+        [MEMORYD, "index", str(root), "--data-dir", str(data_dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["files"], report["indexed"], report["skipped"], report["failed"]) == (3, 2, 1, 0)
+    assert re.fullmatch(r"\d+ chunks, over max_file_chunks \(20\)", report["skips"]["long.py"])
+    assert report["chunks"] == report["embedded"] == 2  # one each
+
+
+def test_a_job_is_embedded_and_written_in_parts_of_whole_files() -> None:
+    sizes = {"a": 3, "b": 1, "c": 0, "d": 5, "e": 2}
+    groups = {rel: _Rows(chunks=[{"n": i} for i in range(n)]) for rel, n in sizes.items()}
+    parts = [list(part) for part in _parts(groups, max_chunks=4)]
+    # A file over the bound goes alone (max_file_chunks bounds it); none is split.
+    assert parts == [["a", "b", "c"], ["d"], ["e"]]

@@ -24,6 +24,7 @@ import logging
 import os
 import stat
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -239,6 +240,7 @@ def _look(
     project_id: str,
     max_bytes: int,
     max_chars: int,
+    max_chunks: int,
     wanted: bool,
     secret_globs: list[str],
 ) -> _Look:
@@ -285,6 +287,10 @@ def _look(
         look.plan = plan_file(project_id, rel, content.text, content.hash, max_chars)
     except Exception as exc:  # a chunker bug must not cost the rest of the batch
         look.action, look.reason = "skipped", f"chunking failed: {type(exc).__name__}: {exc}"
+    if look.plan is not None and len(look.plan.chunks) > max_chunks:
+        look.action = "skipped"
+        look.reason = f"{len(look.plan.chunks)} chunks, over max_file_chunks ({max_chunks})"
+        look.plan = None
     return look
 
 
@@ -568,6 +574,7 @@ async def _index_round(
             project_id,
             settings.max_file_bytes,
             settings.chunk_max_chars,
+            settings.max_file_chunks,
             rel in keep,
             settings.secret_files,
         )
@@ -583,12 +590,12 @@ async def _index_round(
             report.skips[rel] = look.reason or "skipped"
         else:
             report.skips.pop(rel, None)
-    chunks = [chunk for rows in groups.values() for chunk in rows.chunks]
-    await _attach_vectors(store, embedder, chunks, report)
-    report.chunks += len(chunks)
     refused_before = set(report.failures)
-    if groups:
-        report.retired += await _write(ctx["search"], project_id, groups, report)
+    for part in _parts(groups, settings.index_write_chunks):
+        chunks = [chunk for rows in part.values() for chunk in rows.chunks]
+        await _attach_vectors(store, embedder, chunks, report)
+        report.chunks += len(chunks)
+        report.retired += await _write(ctx["search"], project_id, part, report)
     for rel in report.failures.keys() - refused_before:
         # Refused by the database: counted failed, not as what it was planned to be.
         outcomes[rel] = "failed"
@@ -596,10 +603,25 @@ async def _index_round(
     return looks
 
 
+def _parts(groups: dict[str, _Rows], max_chunks: int) -> Iterator[dict[str, _Rows]]:
+    """The files in order, in parts of at most `max_chunks` chunks (a file is never split;
+    max_file_chunks bounds a single file), each embedded and written on its own."""
+    part: dict[str, _Rows] = {}
+    size = 0
+    for rel, rows in groups.items():
+        if part and size + len(rows.chunks) > max_chunks:
+            yield part
+            part, size = {}, 0
+        part[rel] = rows
+        size += len(rows.chunks)
+    if part:
+        yield part
+
+
 async def _write(
     search: IndexSync, project_id: str, groups: dict[str, _Rows], report: IndexReport
 ) -> int:
-    """The whole batch in one transaction, then in the search indexes. Should the database
+    """The whole part in one transaction, then in the search indexes. Should the database
     refuse it (a statement error, not a lost connection: that fails the job, and arq retries
     it), file by file, so one bad file costs only itself."""
 
