@@ -79,8 +79,11 @@ def _setup_logging(level: str = "INFO", fmt: str = "auto") -> None:
         _fail(MemorydError(str(exc)))
 
 
-def _daemon_umask() -> None:
-    # Everything the daemon writes (database, AOF, logs) is the user's alone: files 0600.
+@app.callback()
+def _private_files() -> None:
+    """Local memory for coding agents: code and agent transcripts as one searchable graph."""
+    # Everything any command creates (database, AOF, models, logs) is the user's alone: 0600
+    # files and 0700 directories, whatever the caller's umask.
     os.umask(0o077)
 
 
@@ -212,7 +215,6 @@ def run(
         data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url, extra_repos=repo
     )
     _setup_logging("INFO", log_format or settings.log_format)
-    _daemon_umask()
     from memoryd import projects
     from memoryd.runtime import Runtime
 
@@ -247,7 +249,6 @@ def worker(
     """Run one worker (server mode: many of them against one Redis and one SurrealDB server)."""
     settings = _settings(data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url)
     _setup_logging("INFO", log_format or settings.log_format)
-    _daemon_umask()
     from memoryd.runtime import Runtime
 
     async def main() -> None:
@@ -275,7 +276,6 @@ def watch(
     """Run the watcher alone: it enqueues jobs for the workers and never touches the database."""
     settings = _settings(data_dir=data_dir, redis_url=redis_url, extra_repos=repo)
     _setup_logging("INFO", log_format or settings.log_format)
-    _daemon_umask()
     from memoryd import projects
     from memoryd.runtime import Runtime
 

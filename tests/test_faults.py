@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from memoryd.store import Store
 from tests.conftest import MEMORYD, git_init, site_package
 from tests.test_daemon import _tree, _wait
 from workers.indexing import _parts, _Rows
@@ -265,3 +267,44 @@ def test_a_job_is_embedded_and_written_in_parts_of_whole_files() -> None:
     parts = [list(part) for part in _parts(groups, max_chunks=4)]
     # A file over the bound goes alone (max_file_chunks bounds it); none is split.
     assert parts == [["a", "b", "c"], ["d"], ["e"]]
+
+
+def _loose(data_dir: Path) -> dict[str, str]:
+    """Everything under the data dir that group or others could read (symlinks aside)."""
+    return {
+        str(p.relative_to(data_dir)): oct(stat.S_IMODE(p.lstat().st_mode))
+        for p in [data_dir, *data_dir.rglob("*")]
+        if not p.is_symlink() and stat.S_IMODE(p.lstat().st_mode) & 0o077
+    }
+
+
+def test_a_one_shot_command_and_a_reopen_keep_every_file_private(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    root = tmp_path / "one"
+    root.mkdir()
+    (root / "a.py").write_text("def a():\n    return 1\n")
+    git_init(root)
+    # A permissive umask, as a login shell has: memoryd must not depend on the caller's.
+    done = subprocess.run(
+        [MEMORYD, "index", str(root), "--data-dir", str(data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        preexec_fn=lambda: os.umask(0o022),
+    )
+    assert done.returncode == 0, done.stderr
+    assert _loose(data_dir) == {}
+
+
+async def test_a_reopened_database_keeps_its_files_private(data_dir: Path) -> None:
+    previous = os.umask(0o077)  # as every command sets it
+    try:
+        store = await Store.open(f"surrealkv://{data_dir / 'db'}", "memoryd", "memory")
+        try:
+            await store.reopen()
+        finally:
+            await store.close()
+    finally:
+        os.umask(previous)
+    assert _loose(data_dir) == {}
