@@ -232,6 +232,10 @@ class Runtime:
                 # the rest must still be closed. Only a cancellation of the close goes on up.
                 if task is not None and task.cancelling() > cancelled:
                     raise
+            except (redis.exceptions.RedisError, OSError, TimeoutError) as exc:
+                # Redis gone, or its socket no longer ours (a data dir made read-only): the
+                # worker's last bookkeeping is lost and a restart redoes it; no traceback.
+                log.warning("closing a worker: Redis did not answer (%s)", exc)
             except Exception:
                 log.exception("closing a worker failed")
 

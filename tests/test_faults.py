@@ -33,10 +33,10 @@ def _redis_server(daemon: subprocess.Popen[str]) -> psutil.Process:
     return next(p for p in children if "redis" in p.name())
 
 
-def _daemon(data_dir: Path, root: Path) -> subprocess.Popen[str]:
+def _daemon(data_dir: Path, root: Path, prefix: tuple[str, ...] = ()) -> subprocess.Popen[str]:
     env = {**os.environ, "MEMORYD_INDEX_BATCH_FILES": "4", "MEMORYD_LOG_FORMAT": "human"}
     return subprocess.Popen(
-        [MEMORYD, "run", "--data-dir", str(data_dir), "--repo", str(root)],
+        [*prefix, MEMORYD, "run", "--data-dir", str(data_dir), "--repo", str(root)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -308,3 +308,31 @@ async def test_a_reopened_database_keeps_its_files_private(data_dir: Path) -> No
     finally:
         os.umask(previous)
     assert _loose(data_dir) == {}
+
+
+def test_a_data_dir_gone_read_only_stops_without_a_traceback(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv, to run memoryd as a root bound by file modes")
+    root = tmp_path / "one"
+    root.mkdir()
+    (root / "a.py").write_text("def a():\n    return 1\n")
+    git_init(root)
+    # Without these capabilities root obeys file modes as any user does.
+    bound = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner", "--"]
+    daemon = _daemon(data_dir, root, tuple(bound))
+    try:
+        lines = _Lines(daemon)
+        lines.wait_for("index_files")
+        for path in [data_dir, *data_dir.rglob("*")]:
+            if not path.is_symlink():
+                path.chmod(0o500 if path.is_dir() else 0o400)
+        daemon.send_signal(signal.SIGTERM)
+        code = daemon.wait(timeout=HANG_BOUND)
+    finally:
+        _stop(daemon)
+    stderr = lines.text()
+    assert "Traceback" not in stderr, stderr
+    assert "memoryd stopped" in stderr, stderr
+    assert code == 0, stderr
