@@ -305,10 +305,14 @@ def index(
     redis_url: RedisUrl = None,
     surreal_url: SurrealUrl = None,
     as_json: AsJson = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Index a directory that is not a git working tree.")
+    ] = False,
 ) -> None:
     """Index a repository once, through the queue: a progress bar, or a line every few seconds
     when not on a terminal."""
     from memoryd import projects
+    from memoryd.scan import is_git_tree
 
     settings = _client(data_dir, redis_url, surreal_url)
     try:
@@ -316,6 +320,14 @@ def index(
     except MemorydError as exc:
         _fail(exc)
         raise
+    if not force and not is_git_tree(project.root):
+        # `memoryd index /tmp` would take in everything under it, with no .gitignore to trim.
+        _fail(
+            MemorydError(
+                f"{project.root} is not in a git working tree: every file under it would be "
+                "indexed; pass --force to index it anyway"
+            )
+        )
 
     async def work(memoryd: Client) -> dict[str, Any]:
         jobs = await projects.sync(memoryd.redis, project, settings.index_batch_files, fresh=True)

@@ -336,3 +336,28 @@ def test_a_data_dir_gone_read_only_stops_without_a_traceback(
     assert "Traceback" not in stderr, stderr
     assert "memoryd stopped" in stderr, stderr
     assert code == 0, stderr
+
+
+def test_index_of_a_plain_directory_asks_for_force(data_dir: Path, tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "a.py").write_text("def a():\n    return 1\n")
+    refused = subprocess.run(
+        [MEMORYD, "index", str(plain), "--data-dir", str(data_dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert refused.returncode == 1
+    assert refused.stdout == ""
+    assert "is not in a git working tree" in refused.stderr
+    assert "--force" in refused.stderr
+    assert not (data_dir / "db").exists()  # refused before anything started
+    forced = subprocess.run(
+        [MEMORYD, "index", str(plain), "--data-dir", str(data_dir), "--json", "--force"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert forced.returncode == 0, forced.stderr
+    assert json.loads(forced.stdout)["indexed"] == 1
