@@ -361,3 +361,23 @@ def test_index_of_a_plain_directory_asks_for_force(data_dir: Path, tmp_path: Pat
     )
     assert forced.returncode == 0, forced.stderr
     assert json.loads(forced.stdout)["indexed"] == 1
+
+
+async def test_ingest_reports_the_edges_it_stored(data_dir: Path) -> None:
+    from tests.test_ingest import S37
+
+    done = subprocess.run(
+        [MEMORYD, "ingest", str(S37), "--data-dir", str(data_dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    reported = json.loads(done.stdout)["edges"]
+    store = await Store.open(f"surrealkv://{data_dir / 'db'}", "memoryd", "memory")
+    try:
+        stored = await store.table_counts()
+    finally:
+        await store.close()
+    assert reported["mentions"] > 0
+    assert {table: stored[table] for table in reported} == reported
