@@ -206,7 +206,11 @@ class Runtime:
                     if died := self._private_redis_died():
                         self._redis_lost = died
                         raise MemorydError(died)
-                    raise task.exception()  # type: ignore[misc]
+                    exc = task.exception()
+                    if isinstance(exc, redis.exceptions.RedisError):  # MISCONF, a lost server
+                        self._redis_lost = f"Redis failed under a worker ({exc}); memoryd stops"
+                        raise MemorydError(self._redis_lost) from None
+                    raise exc  # type: ignore[misc]
 
     async def _close_workers(self) -> None:
         if self._redis_lost:

@@ -381,3 +381,35 @@ async def test_ingest_reports_the_edges_it_stored(data_dir: Path) -> None:
         await store.close()
     assert reported["mentions"] > 0
     assert {table: stored[table] for table in reported} == reported
+
+
+def test_redis_refusing_writes_stops_the_daemon_with_one_line(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root; a file-size limit is not the same error")
+    redis_dir = data_dir / "redis"
+    redis_dir.mkdir(mode=0o700)
+    mount = ["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(redis_dir)]
+    subprocess.run(mount, check=True)
+    try:
+        daemon = _daemon(data_dir, _tree(tmp_path))
+        try:
+            lines = _Lines(daemon)
+            lines.wait_for("memoryd running")
+            # Redis's append-only file can no longer grow: it answers writes with MISCONF.
+            free = shutil.disk_usage(redis_dir).free
+            (redis_dir / "filler").write_bytes(b"\0" * free)
+            filled = time.monotonic()
+            code = daemon.wait(timeout=HANG_BOUND)
+            took = time.monotonic() - filled
+        finally:
+            _stop(daemon)
+    finally:
+        subprocess.run(["umount", "-l", str(redis_dir)], check=True)
+    stderr = lines.text()
+    assert code == 1, stderr
+    assert took < HANG_BOUND
+    refused = [line for line in stderr.splitlines() if "memoryd stops" in line]
+    assert len(refused) == 1 and "MISCONF" in refused[0], stderr
+    assert "Traceback" not in stderr, stderr
