@@ -265,7 +265,11 @@ class Runtime:
             self._worker_lock.release(remove=True)
             self._worker_lock = None
         if self.search is not None:
-            await self.search.close()
+            try:
+                await self.search.close()
+            except OSError as exc:  # a data dir made read-only, a full disk
+                # Derived from the database: the next start checks them against it.
+                log.warning("search indexes not checkpointed at stop: %s", exc)
             self.search = None
         if self.store is not None:
             await self.store.close()
