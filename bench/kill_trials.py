@@ -33,8 +33,8 @@ from memoryd.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
 MEMORYD = str(Path(sys.executable).parent / "memoryd")
-# The transcript fixtures the tests ingest (tests/test_ingest.py).
-FIXTURES = REPO.parent.parent / "shared" / "fixtures" / "transcripts" / "claude-code"
+# The transcript fixtures the tests ingest.
+FIXTURES = REPO / "tests" / "fixtures" / "transcripts" / "claude-code"
 TRANSCRIPT_TABLES = ("session", "memory", "goal", "next", "reads", "modifies", "mentions")
 
 

@@ -20,6 +20,7 @@ import pytest
 
 from memoryd.store import Store
 from tests.conftest import MEMORYD, git_init, site_package
+from tests.fixtures import S37
 from tests.test_daemon import _tree, _wait
 from workers.indexing import _parts, _Rows
 
@@ -365,8 +366,6 @@ def test_index_of_a_plain_directory_asks_for_force(data_dir: Path, tmp_path: Pat
 
 
 async def test_ingest_reports_the_edges_it_stored(data_dir: Path) -> None:
-    from tests.test_ingest import S37
-
     done = subprocess.run(
         [MEMORYD, "ingest", str(S37), "--data-dir", str(data_dir), "--json"],
         capture_output=True,
