@@ -261,6 +261,15 @@ def test_a_file_over_max_file_chunks_is_skipped_and_the_rest_indexed(
     assert (report["files"], report["indexed"], report["skipped"], report["failed"]) == (3, 2, 1, 0)
     assert re.fullmatch(r"\d+ chunks, over max_file_chunks \(20\)", report["skips"]["long.py"])
     assert report["chunks"] == report["embedded"] == 2  # one each
+    listed = subprocess.run(
+        [MEMORYD, "status", "--data-dir", str(data_dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert json.loads(listed.stdout)["skipped_files"] == [
+        {"project": report["project"], "path": "long.py", "reason": report["skips"]["long.py"]}
+    ]
 
 
 def test_a_job_is_embedded_and_written_in_parts_of_whole_files() -> None:
