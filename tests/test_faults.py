@@ -212,8 +212,9 @@ def test_sigterm_mid_embedding_stops_promptly(data_dir: Path, tmp_path: Path) ->
     print(f"stopped {took:.1f}s after SIGTERM")
 
 
-def test_sigterm_on_a_one_shot_index_stops_its_private_redis(
-    data_dir: Path, tmp_path: Path
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
+def test_a_signal_on_a_one_shot_index_stops_its_private_redis(
+    data_dir: Path, tmp_path: Path, stop: signal.Signals
 ) -> None:
     command = subprocess.Popen(
         [MEMORYD, "index", str(_long_file_tree(tmp_path)), "--data-dir", str(data_dir)],
@@ -227,14 +228,17 @@ def test_sigterm_on_a_one_shot_index_stops_its_private_redis(
             time.sleep(0.2)
         time.sleep(5)  # the model is loaded and the one job is under way
         redis_server = _redis_server(command)
-        command.send_signal(signal.SIGTERM)
+        command.send_signal(stop)
+        sent = time.monotonic()
         code = command.wait(timeout=HANG_BOUND)
+        took = time.monotonic() - sent
     finally:
         _stop(command)
     stderr = command.stderr.read() if command.stderr else ""
-    assert code == 128 + signal.SIGTERM, stderr
-    assert "stopped by SIGTERM before finishing" in stderr
+    assert code == 128 + stop, stderr
+    assert f"stopped by {stop.name} before finishing" in stderr
     assert not psutil.pid_exists(redis_server.pid)
+    print(f"{stop.name}: stopped {took:.1f}s after the signal")
 
 
 def test_a_file_over_max_file_chunks_is_skipped_and_the_rest_indexed(
