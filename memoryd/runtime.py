@@ -54,6 +54,8 @@ class Runtime:
         self.redis: ArqRedis | None = None
         self.store: Store | None = None
         self.embedder = embedder
+        # Only a model this runtime loaded is stopped with it; a shared one serves on.
+        self._own_embedder = embedder is None
         self.search: IndexSync | None = None
         self.workers: list[Worker] = []
         self._tasks: list[asyncio.Task[Any]] = []
@@ -244,7 +246,7 @@ class Runtime:
                 log.exception("closing a worker failed")
 
     async def close(self) -> None:
-        if self.embedder is not None:
+        if self.embedder is not None and self._own_embedder:
             self.embedder.interrupt()
         for task in self._tasks:
             task.cancel()
