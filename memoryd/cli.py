@@ -80,8 +80,11 @@ def _setup_logging(level: str = "INFO", fmt: str = "auto") -> None:
         _fail(MemorydError(str(exc)))
 
 
-def _daemon_umask() -> None:
-    # Everything the daemon writes (database, AOF, logs) is the user's alone: files 0600.
+@app.callback()
+def _private_files() -> None:
+    """Local memory for coding agents: code and agent transcripts as one searchable graph."""
+    # Everything any command creates (database, AOF, models, logs) is the user's alone: 0600
+    # files and 0700 directories, whatever the caller's umask.
     os.umask(0o077)
 
 
@@ -107,13 +110,31 @@ def _fail(exc: BaseException) -> None:
 
 
 def _run(main: Callable[[], Awaitable[T]]) -> T:
+    """Run a command; SIGTERM or Ctrl-C before it waits for signals itself (start-up, a
+    one-shot command's work) cancels it, so that everything started so far, the private Redis
+    first of all, is stopped in order on the way out."""
     import asyncio
+    import signal
+
+    stopped_by: list[signal.Signals] = []
+
+    async def cancellable() -> T:
+        loop, task = asyncio.get_running_loop(), asyncio.current_task()
+        assert task is not None
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, lambda s=sig: (stopped_by.append(s), task.cancel()))
+        return await main()
 
     try:
-        return asyncio.run(main())
+        return asyncio.run(cancellable())
     except MemorydError as exc:
         _fail(exc)
         raise
+    except asyncio.CancelledError:
+        if not stopped_by:
+            raise
+        log.warning("stopped by %s before finishing", stopped_by[0].name)
+        raise typer.Exit(128 + stopped_by[0]) from None
 
 
 def _with_client(settings: Settings, work: Callable[[Client], Awaitable[T]]) -> T:
@@ -203,7 +224,6 @@ def run(
         data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url, extra_repos=repo
     )
     _setup_logging("INFO", log_format or settings.log_format)
-    _daemon_umask()
     from memoryd.runtime import Runtime
 
     watched = _watched(settings)
@@ -237,7 +257,6 @@ def worker(
     """Run one worker (server mode: many of them against one Redis and one SurrealDB server)."""
     settings = _settings(data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url)
     _setup_logging("INFO", log_format or settings.log_format)
-    _daemon_umask()
     from memoryd.runtime import Runtime
 
     async def main() -> None:
@@ -265,7 +284,6 @@ def watch(
     """Run the watcher alone: it enqueues jobs for the workers and never touches the database."""
     settings = _settings(data_dir=data_dir, redis_url=redis_url, extra_repos=repo)
     _setup_logging("INFO", log_format or settings.log_format)
-    _daemon_umask()
     from memoryd.runtime import Runtime
 
     watched = _watched(settings)
@@ -294,10 +312,14 @@ def index(
     redis_url: RedisUrl = None,
     surreal_url: SurrealUrl = None,
     as_json: AsJson = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Index a directory that is not a git working tree.")
+    ] = False,
 ) -> None:
     """Index a repository once, through the queue: a progress bar, or a line every few seconds
     when not on a terminal."""
     from memoryd import projects
+    from memoryd.scan import is_git_tree
 
     settings = _client(data_dir, redis_url, surreal_url)
     try:
@@ -305,6 +327,14 @@ def index(
     except MemorydError as exc:
         _fail(exc)
         raise
+    if not force and not is_git_tree(project.root):
+        # `memoryd index /tmp` would take in everything under it, with no .gitignore to trim.
+        _fail(
+            MemorydError(
+                f"{project.root} is not in a git working tree: every file under it would be "
+                "indexed; pass --force to index it anyway"
+            )
+        )
 
     async def work(memoryd: Client) -> dict[str, Any]:
         jobs = await projects.sync(memoryd.redis, project, settings.index_batch_files, fresh=True)
@@ -319,7 +349,7 @@ def index(
             f"indexed {project.root} as {project.id}: {totals['files']} files "
             f"({totals['indexed']} indexed, {totals['unchanged']} unchanged, "
             f"{totals['skipped']} skipped, {totals['removed']} removed, "
-            f"{totals['untracked']} untracked), "
+            f"{totals['untracked']} untracked, {totals['failed']} failed), "
             f"{totals['chunks']} chunks, {totals['embedded']} embedded",
             soft_wrap=True,  # one line in a log, however narrow the terminal is thought to be
             highlight=False,
@@ -339,11 +369,11 @@ async def _follow(
     from memoryd import queue
 
     keys = (
-        *("files", "indexed", "unchanged", "skipped", "removed", "untracked"),
+        *("files", "indexed", "unchanged", "skipped", "removed", "untracked", "failed"),
         *("chunks", "embedded", "retired"),
     )
     totals: dict[str, Any] = dict.fromkeys(keys, 0)
-    totals["skips"] = {}
+    totals["skips"], totals["failures"] = {}, {}
     total = sum(n for _, n in jobs)
     started = time.monotonic()
 
@@ -368,6 +398,7 @@ async def _follow(
                 for key in keys:
                     totals[key] += report[key]
                 totals["skips"].update(report["skips"])
+                totals["failures"].update(report["failures"])
                 bar.advance(task, count)
     finally:
         if ticker is not None:
@@ -791,6 +822,8 @@ def status(
         print(f"project       {p['id']}  {p['root']}  {_progress_line(p['index'])}")
         if p["index"] and p["index"]["last_error"]:
             print(f"              last error: {_one_line(p['index']['last_error'])}")
+    for f in info["skipped_files"]:
+        print(f"skipped       {f['project']}  {f['path']}: {_one_line(f['reason'])}")
     for task, run in info["maintenance"].items():
         print(f"last {task:<9}{run['finished_at']}  {_summary(run['result'])}")
 

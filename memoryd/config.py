@@ -167,6 +167,13 @@ class Settings(BaseSettings):
     # Files per index job: large enough to feed the model full batches.
     index_batch_files: int = Field(32, ge=1)
     max_file_bytes: int = Field(2_000_000, ge=1)
+    # A file that chunks into more pieces (one 100k-line function) is skipped with the reason:
+    # it would cost minutes of embedding for chunks nobody can read as one result.
+    max_file_chunks: int = Field(1000, ge=1)
+    # Chunks embedded and written per database transaction: a job records its files part by
+    # part (a part is whole files), so a slow file never holds the files before it hostage.
+    # With chunk_max_chars it also bounds each transaction's bytes.
+    index_write_chunks: int = Field(256, ge=1)
     chunk_max_chars: int = Field(1500, ge=200)
     # Files never indexed (recorded as skipped with the pattern that matched); the secrets of
     # every other file are redacted before they are stored or embedded.

@@ -135,6 +135,10 @@ class EmbeddedRedis:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
+    def exit_code(self) -> int | None:
+        """The exit code of a server that died under us (None while it runs or once stopped)."""
+        return self._proc.poll() if self._proc else None
+
 
 def daemon_lock_path(data_dir: Path) -> Path:
     """Held by the daemon that owns the data dir for as long as it lives."""

@@ -120,6 +120,7 @@ class Embedder:
         # One inference already spreads over every core: two jobs embedding at once would only
         # fight over them, so model batches take turns (a search's query slips in between).
         self._turn = threading.Lock()
+        self._stopping = threading.Event()
         try:
             self._model = _load(model, cache_dir)
         except MemorydError:
@@ -131,11 +132,19 @@ class Embedder:
         heap.trim()
         log.info("model %s loaded (%d dims)", model, self.dim)
 
+    def interrupt(self) -> None:
+        """Stop every embedding in progress at its next model batch: a stop must not wait for
+        a long file's thousand chunks (the thread cannot be cancelled, only told to stop)."""
+        self._stopping.set()
+
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
             return []
         vectors: list[np.ndarray] = []
         for start in range(0, len(texts), self.batch_size):
+            if self._stopping.is_set():
+                # Its job was cancelled; the job runs again after the restart, from the start.
+                raise MemorydError("embedding interrupted: memoryd is stopping")
             batch = list(texts[start : start + self.batch_size])
             with self._turn:
                 vectors += self._model.embed(batch, batch_size=self.batch_size)

@@ -10,9 +10,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
+import time
 import uuid
 from typing import Any
 
+import redis.exceptions
 from arq import ArqRedis, Worker
 
 from memoryd import metrics, queue
@@ -34,6 +37,12 @@ from memoryd.store import Store
 
 log = logging.getLogger(__name__)
 
+# Redis unreachable this long (an external one; a private one is watched as a process) ends the
+# serving: the service manager restarts memoryd, which is better than a worker that waits forever.
+REDIS_LOST_SECONDS = 10.0
+# Bound on each step of an orderly close, so that a stop never waits on a dead server.
+CLOSE_SECONDS = 5.0
+
 
 class Runtime:
     def __init__(self, settings: Settings, embedder: Embedder | None = None) -> None:
@@ -45,11 +54,14 @@ class Runtime:
         self.redis: ArqRedis | None = None
         self.store: Store | None = None
         self.embedder = embedder
+        # Only a model this runtime loaded is stopped with it; a shared one serves on.
+        self._own_embedder = embedder is None
         self.search: IndexSync | None = None
         self.workers: list[Worker] = []
         self._tasks: list[asyncio.Task[Any]] = []
         self._daemon_lock: HeldLock | None = None
         self._worker_lock: HeldLock | None = None
+        self._redis_lost: str | None = None
 
     @property
     def serving(self) -> bool:
@@ -149,11 +161,41 @@ class Runtime:
             ex=queue.WORKER_KEY_TTL,
         )
 
+    def _private_redis_died(self) -> str | None:
+        service = self.redis_service
+        code = service.exit_code() if service is not None else None
+        if service is None or code is None:
+            return None
+        return (
+            f"the private Redis (pid {service.pid}) exited with code {code}; memoryd stops "
+            f"so that its service manager starts it again (see {service.dir / 'redis.log'})"
+        )
+
     async def _heartbeat(self) -> None:
+        """Beat for `live_workers`, and watch Redis: when the private one dies, or Redis refuses
+        writes (MISCONF: its disk is full) or stays unreachable, raise, which ends the serving."""
+        last_beat = failing_since = 0.0
         while True:
-            await asyncio.sleep(queue.WORKER_KEY_TTL / 3)
-            with contextlib.suppress(Exception):
-                await self._beat()
+            await asyncio.sleep(1)
+            if died := self._private_redis_died():
+                self._redis_lost = died
+                raise MemorydError(died)
+            if time.monotonic() - last_beat < queue.WORKER_KEY_TTL / 3:
+                continue
+            try:
+                await asyncio.wait_for(self._beat(), CLOSE_SECONDS)
+                last_beat, failing_since = time.monotonic(), 0.0
+            except redis.exceptions.ResponseError as exc:
+                self._redis_lost = f"Redis refuses writes ({exc}); memoryd stops"
+                raise MemorydError(self._redis_lost) from None
+            except (redis.exceptions.RedisError, OSError, TimeoutError) as exc:
+                failing_since = failing_since or time.monotonic()
+                if time.monotonic() - failing_since >= REDIS_LOST_SECONDS:
+                    self._redis_lost = (
+                        f"Redis at {self.settings.queue_url} unreachable for "
+                        f"{REDIS_LOST_SECONDS:.0f}s ({exc}); memoryd stops"
+                    )
+                    raise MemorydError(self._redis_lost) from None
 
     async def wait_serving(self) -> None:
         """Block until a worker task ends (it should not) or the caller is cancelled."""
@@ -161,37 +203,75 @@ class Runtime:
             done, _ = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 if task.exception():
-                    raise task.exception()  # type: ignore[misc]
+                    # A worker that lost its private Redis fails with a bare connection error
+                    # a moment before the heartbeat sees the process gone: say which it is.
+                    if died := self._private_redis_died():
+                        self._redis_lost = died
+                        raise MemorydError(died)
+                    exc = task.exception()
+                    if isinstance(exc, redis.exceptions.RedisError):  # MISCONF, a lost server
+                        self._redis_lost = f"Redis failed under a worker ({exc}); memoryd stops"
+                        raise MemorydError(self._redis_lost) from None
+                    raise exc  # type: ignore[misc]
 
-    async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
+    async def _close_workers(self) -> None:
+        if self._redis_lost:
+            # Nothing can be written back: cancel the jobs (they run again from the AOF's
+            # queue) without arq's orderly close, which would wait on the dead server.
+            for worker in self.workers:
+                worker.handle_sig(signal.SIGUSR1)
+                if worker.tasks:
+                    done, _ = await asyncio.wait(worker.tasks.values(), timeout=CLOSE_SECONDS)
+                    # Their connection errors are the loss already reported, once.
+                    for task in done:
+                        if not task.cancelled():
+                            task.exception()
+            return
+        task = asyncio.current_task()
+        # A close that runs because a signal cancelled the command is already "cancelling".
+        cancelled = task.cancelling() if task is not None else 0
         for worker in self.workers:
             try:
-                await worker.close()
+                await asyncio.wait_for(worker.close(), CLOSE_SECONDS * 2)
             except asyncio.CancelledError:
                 # arq's close() cancels the jobs under way and re-raises their cancellation;
-                # the rest must still be closed. Only our own cancellation goes on up.
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
+                # the rest must still be closed. Only a cancellation of the close goes on up.
+                if task is not None and task.cancelling() > cancelled:
                     raise
+            except (redis.exceptions.RedisError, OSError, TimeoutError) as exc:
+                # Redis gone, or its socket no longer ours (a data dir made read-only): the
+                # worker's last bookkeeping is lost and a restart redoes it; no traceback.
+                log.warning("closing a worker: Redis did not answer (%s)", exc)
             except Exception:
                 log.exception("closing a worker failed")
+
+    async def close(self) -> None:
+        if self.embedder is not None and self._own_embedder:
+            self.embedder.interrupt()
+        for task in self._tasks:
+            task.cancel()
+        await self._close_workers()
         for task in self._tasks:
             with contextlib.suppress(BaseException):
                 await task
         self._tasks, self.workers = [], []
         if self.redis is not None:
-            if self._worker_lock is not None:
+            if self._worker_lock is not None and not self._redis_lost:
                 with contextlib.suppress(Exception):
-                    await self.redis.delete(queue.worker_key(self._worker_lock.path))
+                    await asyncio.wait_for(
+                        self.redis.delete(queue.worker_key(self._worker_lock.path)), CLOSE_SECONDS
+                    )
             await self.redis.aclose()
             self.redis = None
         if self._worker_lock is not None:
             self._worker_lock.release(remove=True)
             self._worker_lock = None
         if self.search is not None:
-            await self.search.close()
+            try:
+                await self.search.close()
+            except OSError as exc:  # a data dir made read-only, a full disk
+                # Derived from the database: the next start checks them against it.
+                log.warning("search indexes not checkpointed at stop: %s", exc)
             self.search = None
         if self.store is not None:
             await self.store.close()

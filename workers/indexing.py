@@ -24,6 +24,7 @@ import logging
 import os
 import stat
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from typing import Any
 import blake3
 
 from memoryd import queue
+from memoryd.errors import JobFailed
 from memoryd.ids import (
     file_entity_id,
     file_key,
@@ -145,6 +147,7 @@ class IndexReport:
     last_error: str | None = None  # the last of those refusals
     seconds: float = 0.0
     skips: dict[str, str] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)  # path -> the database's refusal
 
     def as_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -237,6 +240,7 @@ def _look(
     project_id: str,
     max_bytes: int,
     max_chars: int,
+    max_chunks: int,
     wanted: bool,
     secret_globs: list[str],
 ) -> _Look:
@@ -283,6 +287,10 @@ def _look(
         look.plan = plan_file(project_id, rel, content.text, content.hash, max_chars)
     except Exception as exc:  # a chunker bug must not cost the rest of the batch
         look.action, look.reason = "skipped", f"chunking failed: {type(exc).__name__}: {exc}"
+    if look.plan is not None and len(look.plan.chunks) > max_chunks:
+        look.action = "skipped"
+        look.reason = f"{len(look.plan.chunks)} chunks, over max_file_chunks ({max_chunks})"
+        look.plan = None
     return look
 
 
@@ -515,7 +523,7 @@ async def _index_files(
     report.seconds = round(time.perf_counter() - started, 3)
     log.info(
         "index_files %s: %d files: %d indexed, %d unchanged, %d skipped, %d removed, "
-        "%d untracked; %d chunks (%d embedded), %d retired in %.2fs",
+        "%d untracked, %d failed; %d chunks (%d embedded), %d retired in %.2fs",
         project_id,
         report.files,
         report.indexed,
@@ -523,11 +531,17 @@ async def _index_files(
         report.skipped,
         report.removed,
         report.untracked,
+        report.failed,
         report.chunks,
         report.embedded,
         report.retired,
         report.seconds,
     )
+    if report.failed and not (report.indexed or report.removed):
+        # Not a success with a footnote: nothing this job had to store was stored.
+        raise JobFailed(
+            f"none of the {report.failed} files to store could be stored ({report.last_error})"
+        )
     return report
 
 
@@ -565,6 +579,7 @@ async def _index_round(
             project_id,
             settings.max_file_bytes,
             settings.chunk_max_chars,
+            settings.max_file_chunks,
             rel in keep,
             settings.secret_files,
         )
@@ -580,18 +595,38 @@ async def _index_round(
             report.skips[rel] = look.reason or "skipped"
         else:
             report.skips.pop(rel, None)
-    chunks = [chunk for rows in groups.values() for chunk in rows.chunks]
-    await _attach_vectors(store, embedder, chunks, report)
-    report.chunks += len(chunks)
-    if groups:
-        report.retired += await _write(ctx["search"], project_id, groups, report)
+    refused_before = set(report.failures)
+    for part in _parts(groups, settings.index_write_chunks):
+        chunks = [chunk for rows in part.values() for chunk in rows.chunks]
+        await _attach_vectors(store, embedder, chunks, report)
+        report.chunks += len(chunks)
+        report.retired += await _write(ctx["search"], project_id, part, report)
+    for rel in report.failures.keys() - refused_before:
+        # Refused by the database: counted failed, not as what it was planned to be.
+        outcomes[rel] = "failed"
+        report.chunks -= len(groups[rel].chunks)
     return looks
+
+
+def _parts(groups: dict[str, _Rows], max_chunks: int) -> Iterator[dict[str, _Rows]]:
+    """The files in order, in parts of at most `max_chunks` chunks (a file is never split;
+    max_file_chunks bounds a single file), each embedded and written on its own."""
+    part: dict[str, _Rows] = {}
+    size = 0
+    for rel, rows in groups.items():
+        if part and size + len(rows.chunks) > max_chunks:
+            yield part
+            part, size = {}, 0
+        part[rel] = rows
+        size += len(rows.chunks)
+    if part:
+        yield part
 
 
 async def _write(
     search: IndexSync, project_id: str, groups: dict[str, _Rows], report: IndexReport
 ) -> int:
-    """The whole batch in one transaction, then in the search indexes. Should the database
+    """The whole part in one transaction, then in the search indexes. Should the database
     refuse it (a statement error, not a lost connection: that fails the job, and arq retries
     it), file by file, so one bad file costs only itself."""
 
@@ -616,7 +651,7 @@ async def _write(
         except QueryFailed as exc:
             if len(batch) == 1:
                 log.warning("cannot store %s: %s", batch[0][0], exc)
-                report.failed += 1
+                report.failures[batch[0][0]] = str(exc)
                 report.last_error = f"cannot store {batch[0][0]}: {exc}"
             else:
                 log.warning(

@@ -156,7 +156,14 @@ def rows_for(result: ParseResult, path: str, last: dict[str, str]) -> Rows:
             entities[key] = row
         return row["id"]
 
+    added: set[tuple[str, str]] = set()
+
     def edge(table: str, edge_id: str, source: Ref, target: Ref, **fields: Any) -> None:
+        # One edge per id: two commands of one message naming the same file make one MENTIONS
+        # edge in the database, and the report counts what is stored.
+        if (table, edge_id) in added:
+            return
+        added.add((table, edge_id))
         rows.add(
             f"edge_{table}", {"id": Ref(table, edge_id), "in": source, "out": target, **fields}
         )

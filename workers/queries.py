@@ -102,6 +102,10 @@ class Counted:
         self.cost = self.at - started
 
 
+# Skipped files `memoryd status` lists (a tree can have thousands: the first ones say enough).
+STATUS_SKIPPED_FILES = 50
+
+
 async def status(ctx: JobContext) -> dict[str, Any]:
     store = ctx["store"]
     settings, model = ctx["settings"], ctx["embedder"].model
@@ -126,6 +130,7 @@ async def status(ctx: JobContext) -> dict[str, Any]:
     return {
         **await counted.get(count),
         "projects": await project_progress(store),
+        "skipped_files": await store.skipped_files(STATUS_SKIPPED_FILES),
         "schema_version": await store.schema_version(),
         "maintenance": {task: plain(run) for task, run in (await store.last_maintenance()).items()},
         "model": model,

@@ -176,6 +176,18 @@ class CodeQueries(StoreBase):
         )[0] or []
         return {row["path"]: row for row in rows}
 
+    async def skipped_files(self, limit: int) -> list[dict[str, Any]]:
+        """Files recorded as skipped, with the reason (too large, too many chunks, a secret
+        file…), by project and path: what `memoryd status` lists."""
+        rows: list[dict[str, Any]] = (
+            await self.query(
+                "SELECT record::id(project) AS project, path, reason FROM file_state "
+                "WHERE status = 'skipped' ORDER BY project, path LIMIT $n",
+                {"n": limit},
+            )
+        )[0] or []
+        return rows
+
     async def code_index(self, project_id: str) -> dict[str, list[tuple[int, int, str]]]:
         """The valid chunks of a project: path -> [(start_line, end_line, content_hash)] in line
         order. What an exact comparison with the files on disk needs."""

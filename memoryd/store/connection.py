@@ -128,7 +128,18 @@ async def _connect(
         if "already locked" in text or "LOCK" in text:
             raise MemorydError(_lock_message(url)) from None
         raise MemorydError(f"cannot open the database {url}: {text}") from None
+    if url.startswith(_FILE_BACKED):
+        await asyncio.to_thread(_keep_private, Path(url.split("://", 1)[1]))
     return db
+
+
+def _keep_private(root: Path) -> None:
+    """0700 directories and 0600 files: the engine creates some with fixed modes (its WAL
+    0750) that no umask narrows, and a reopen creates them again."""
+    for path in [root, *root.rglob("*")]:
+        with contextlib.suppress(FileNotFoundError):  # the engine may remove a file meanwhile
+            if not path.is_symlink():
+                path.chmod(0o700 if path.is_dir() else 0o600)
 
 
 class Connection:

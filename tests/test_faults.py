@@ -1,0 +1,430 @@
+"""Faults the daemon must survive or report: Redis lost, disk full, signals at any stage."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from memoryd.store import Store
+from tests.conftest import MEMORYD, git_init, site_package
+from tests.fixtures import S37
+from tests.test_daemon import _tree, _wait
+from workers.indexing import _parts, _Rows
+
+pytestmark = pytest.mark.e2e
+
+# Generous: the machine may be loaded; the real figures come from the kill-trial bench.
+HANG_BOUND = 30
+
+
+def _redis_server(daemon: subprocess.Popen[str]) -> psutil.Process:
+    children = psutil.Process(daemon.pid).children(recursive=True)
+    return next(p for p in children if "redis" in p.name())
+
+
+def _daemon(data_dir: Path, root: Path, prefix: tuple[str, ...] = ()) -> subprocess.Popen[str]:
+    env = {**os.environ, "MEMORYD_INDEX_BATCH_FILES": "4", "MEMORYD_LOG_FORMAT": "human"}
+    return subprocess.Popen(
+        [*prefix, MEMORYD, "run", "--data-dir", str(data_dir), "--repo", str(root)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _stop(daemon: subprocess.Popen[str]) -> None:
+    """Whatever happened, leave no process behind (SIGKILL only after the hang bound)."""
+    if daemon.poll() is None:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(timeout=HANG_BOUND)
+        except subprocess.TimeoutExpired:
+            for child in psutil.Process(daemon.pid).children(recursive=True):
+                child.kill()
+            daemon.kill()
+            daemon.wait()
+
+
+def test_redis_killed_mid_indexing_stops_the_daemon_with_one_line(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    root = _tree(tmp_path)
+    daemon = _daemon(data_dir, root)
+    try:
+        _wait(data_dir, lambda i: i["counts"]["file_state"] > 0, timeout=300)
+        redis_server = _redis_server(daemon)
+        redis_server.kill()
+        killed = time.monotonic()
+        code = daemon.wait(timeout=HANG_BOUND)
+        took = time.monotonic() - killed
+    finally:
+        _stop(daemon)
+    stderr = daemon.stderr.read() if daemon.stderr else ""
+    assert code != 0, stderr
+    assert took < HANG_BOUND
+    lost = [line for line in stderr.splitlines() if "private Redis" in line and "exited" in line]
+    assert len(lost) == 1, stderr
+    assert f"pid {redis_server.pid}" in lost[0]
+    assert "Traceback" not in stderr, stderr
+
+
+def _index(data_dir: Path, root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [MEMORYD, "index", str(root), "--data-dir", str(data_dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.fixture
+def tiny_db_disk(data_dir: Path) -> Iterator[Path]:
+    """The database directory on a 16 MB tmpfs of its own, so it can really fill up."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root; a file-size limit is not the same error")
+    db = data_dir / "db"
+    db.mkdir(mode=0o700)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", str(db)], check=True
+    )
+    try:
+        yield db
+    finally:
+        subprocess.run(["umount", "-l", str(db)], check=True)
+
+
+def test_disk_full_is_a_failed_job_not_a_success(
+    data_dir: Path, tmp_path: Path, tiny_db_disk: Path
+) -> None:
+    first = tmp_path / "first"
+    first.mkdir()
+    (first / "a.py").write_text("def a():\n    return 1\n")
+    git_init(first)
+    assert _index(data_dir, first).returncode == 0
+    # Fill the disk, leaving the database just enough to open (it writes on opening).
+    free = shutil.disk_usage(tiny_db_disk).free
+    (tiny_db_disk / "filler").write_bytes(b"\0" * (free - 64 * 1024))
+    root = tmp_path / "tree"
+    root.mkdir()
+    for name in ("constants.py", "cron.py", "version.py"):
+        shutil.copy(site_package("arq") / name, root / name)
+    git_init(root)
+    done = _index(data_dir, root)
+    assert done.returncode == 1, done.stdout
+    assert done.stdout == ""
+    assert "memoryd: none of the 3 files to store could be stored" in done.stderr
+    assert "No space left on device" in done.stderr
+
+
+class _Lines:
+    """A process's stderr, collected by a thread, so that a test can wait for a line."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        assert process.stderr is not None
+        stream = process.stderr
+        self._thread = threading.Thread(target=lambda: self.lines.extend(stream), daemon=True)
+        self._thread.start()
+
+    def wait_for(self, text: str, timeout: float = 300) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = [line for line in list(self.lines) if text in line]
+            if found:
+                return found[0]
+            time.sleep(0.1)
+        pytest.fail(f"no line with {text!r} in {timeout}s: {self.lines}")
+
+    def text(self) -> str:
+        self._thread.join(timeout=HANG_BOUND)
+        return "".join(self.lines)
+
+
+def _redis_pid(line: str) -> int:
+    return int(re.search(r"\(pid (\d+)\)", line).group(1))  # type: ignore[union-attr]
+
+
+def test_sigterm_during_start_up_stops_the_private_redis(data_dir: Path, tmp_path: Path) -> None:
+    root = tmp_path / "one"
+    root.mkdir()
+    (root / "a.py").write_text("def a():\n    return 1\n")
+    git_init(root)
+    daemon = _daemon(data_dir, root)
+    try:
+        lines = _Lines(daemon)
+        redis_pid = _redis_pid(lines.wait_for("redis started"))
+        daemon.send_signal(signal.SIGTERM)
+        code = daemon.wait(timeout=HANG_BOUND)
+    finally:
+        _stop(daemon)
+    stderr = lines.text()
+    assert "memoryd running" not in stderr  # the stop landed in start-up, as meant
+    assert code == 128 + signal.SIGTERM, stderr
+    assert "stopped by SIGTERM before finishing" in stderr
+    assert "redis stopped" in stderr
+    assert not psutil.pid_exists(redis_pid)
+    assert "Traceback" not in stderr, stderr
+
+
+def _long_file_tree(tmp_path: Path) -> Path:
+    """One file of 4,000 small functions: 4,000 chunks, minutes of embedding on one job."""
+    root = tmp_path / "long"
+    root.mkdir()
+    body = "".join(
+        f"def function_{n}(value):\n    return value * {n} + len('text {n}')\n\n\n"
+        for n in range(4000)
+    )
+    (root / "long.py").write_text(body)
+    git_init(root)
+    return root
+
+
+def test_sigterm_mid_embedding_stops_promptly(data_dir: Path, tmp_path: Path) -> None:
+    daemon = _daemon(data_dir, _long_file_tree(tmp_path))
+    try:
+        lines = _Lines(daemon)
+        lines.wait_for("memoryd running")
+        time.sleep(5)  # the job has its chunks and is embedding them
+        daemon.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        code = daemon.wait(timeout=HANG_BOUND)
+        took = time.monotonic() - sent
+    finally:
+        _stop(daemon)
+    stderr = lines.text()
+    assert code == 0, stderr
+    assert took < HANG_BOUND
+    assert "index_files" not in stderr  # it was stopped mid-job, not after it
+    print(f"stopped {took:.1f}s after SIGTERM")
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
+def test_a_signal_on_a_one_shot_index_stops_its_private_redis(
+    data_dir: Path, tmp_path: Path, stop: signal.Signals
+) -> None:
+    command = subprocess.Popen(
+        [MEMORYD, "index", str(_long_file_tree(tmp_path)), "--data-dir", str(data_dir)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not (data_dir / "db").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(5)  # the model is loaded and the one job is under way
+        redis_server = _redis_server(command)
+        command.send_signal(stop)
+        sent = time.monotonic()
+        code = command.wait(timeout=HANG_BOUND)
+        took = time.monotonic() - sent
+    finally:
+        _stop(command)
+    stderr = command.stderr.read() if command.stderr else ""
+    assert code == 128 + stop, stderr
+    assert f"stopped by {stop.name} before finishing" in stderr
+    assert not psutil.pid_exists(redis_server.pid)
+    print(f"{stop.name}: stopped {took:.1f}s after the signal")
+
+
+def test_a_file_over_max_file_chunks_is_skipped_and_the_rest_indexed(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    root = tmp_path / "tree"
+    root.mkdir()
+    for name in ("constants.py", "version.py"):
+        shutil.copy(site_package("arq") / name, root / name)
+    (root / "long.py").write_text(
+        "".join(f"def function_{n}(value):\n    return value * {n}\n\n\n" for n in range(3000))
+    )
+    git_init(root)
+    env = {**os.environ, "MEMORYD_MAX_FILE_CHUNKS": "20", "MEMORYD_INDEX_WRITE_CHUNKS": "2"}
+    done = subprocess.run(
+        [MEMORYD, "index", str(root), "--data-dir", str(data_dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["files"], report["indexed"], report["skipped"], report["failed"]) == (3, 2, 1, 0)
+    assert re.fullmatch(r"\d+ chunks, over max_file_chunks \(20\)", report["skips"]["long.py"])
+    assert report["chunks"] == report["embedded"] == 2  # one each
+    listed = subprocess.run(
+        [MEMORYD, "status", "--data-dir", str(data_dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert json.loads(listed.stdout)["skipped_files"] == [
+        {"project": report["project"], "path": "long.py", "reason": report["skips"]["long.py"]}
+    ]
+
+
+def test_a_job_is_embedded_and_written_in_parts_of_whole_files() -> None:
+    sizes = {"a": 3, "b": 1, "c": 0, "d": 5, "e": 2}
+    groups = {rel: _Rows(chunks=[{"n": i} for i in range(n)]) for rel, n in sizes.items()}
+    parts = [list(part) for part in _parts(groups, max_chunks=4)]
+    # A file over the bound goes alone (max_file_chunks bounds it); none is split.
+    assert parts == [["a", "b", "c"], ["d"], ["e"]]
+
+
+def _loose(data_dir: Path) -> dict[str, str]:
+    """Everything under the data dir that group or others could read (symlinks aside)."""
+    return {
+        str(p.relative_to(data_dir)): oct(stat.S_IMODE(p.lstat().st_mode))
+        for p in [data_dir, *data_dir.rglob("*")]
+        if not p.is_symlink() and stat.S_IMODE(p.lstat().st_mode) & 0o077
+    }
+
+
+def test_a_one_shot_command_and_a_reopen_keep_every_file_private(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    root = tmp_path / "one"
+    root.mkdir()
+    (root / "a.py").write_text("def a():\n    return 1\n")
+    git_init(root)
+    # A permissive umask, as a login shell has: memoryd must not depend on the caller's.
+    done = subprocess.run(
+        [MEMORYD, "index", str(root), "--data-dir", str(data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        preexec_fn=lambda: os.umask(0o022),
+    )
+    assert done.returncode == 0, done.stderr
+    assert _loose(data_dir) == {}
+
+
+async def test_a_reopened_database_keeps_its_files_private(data_dir: Path) -> None:
+    previous = os.umask(0o077)  # as every command sets it
+    try:
+        store = await Store.open(f"surrealkv://{data_dir / 'db'}", "memoryd", "memory")
+        try:
+            await store.reopen()
+        finally:
+            await store.close()
+    finally:
+        os.umask(previous)
+    assert _loose(data_dir) == {}
+
+
+def test_a_data_dir_gone_read_only_stops_without_a_traceback(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv, to run memoryd as a root bound by file modes")
+    root = tmp_path / "one"
+    root.mkdir()
+    (root / "a.py").write_text("def a():\n    return 1\n")
+    git_init(root)
+    # Without these capabilities root obeys file modes as any user does.
+    bound = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner", "--"]
+    daemon = _daemon(data_dir, root, tuple(bound))
+    try:
+        lines = _Lines(daemon)
+        lines.wait_for("index_files")
+        for path in [data_dir, *data_dir.rglob("*")]:
+            if not path.is_symlink():
+                path.chmod(0o500 if path.is_dir() else 0o400)
+        daemon.send_signal(signal.SIGTERM)
+        code = daemon.wait(timeout=HANG_BOUND)
+    finally:
+        _stop(daemon)
+    stderr = lines.text()
+    assert "Traceback" not in stderr, stderr
+    assert "memoryd stopped" in stderr, stderr
+    assert code == 0, stderr
+
+
+def test_index_of_a_plain_directory_asks_for_force(data_dir: Path, tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "a.py").write_text("def a():\n    return 1\n")
+    refused = subprocess.run(
+        [MEMORYD, "index", str(plain), "--data-dir", str(data_dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert refused.returncode == 1
+    assert refused.stdout == ""
+    assert "is not in a git working tree" in refused.stderr
+    assert "--force" in refused.stderr
+    assert not (data_dir / "db").exists()  # refused before anything started
+    forced = subprocess.run(
+        [MEMORYD, "index", str(plain), "--data-dir", str(data_dir), "--json", "--force"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert forced.returncode == 0, forced.stderr
+    assert json.loads(forced.stdout)["indexed"] == 1
+
+
+async def test_ingest_reports_the_edges_it_stored(data_dir: Path) -> None:
+    done = subprocess.run(
+        [MEMORYD, "ingest", str(S37), "--data-dir", str(data_dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    reported = json.loads(done.stdout)["edges"]
+    store = await Store.open(f"surrealkv://{data_dir / 'db'}", "memoryd", "memory")
+    try:
+        stored = await store.table_counts()
+    finally:
+        await store.close()
+    assert reported["mentions"] > 0
+    assert {table: stored[table] for table in reported} == reported
+
+
+def test_redis_refusing_writes_stops_the_daemon_with_one_line(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root; a file-size limit is not the same error")
+    redis_dir = data_dir / "redis"
+    redis_dir.mkdir(mode=0o700)
+    mount = ["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(redis_dir)]
+    subprocess.run(mount, check=True)
+    try:
+        daemon = _daemon(data_dir, _tree(tmp_path))
+        try:
+            lines = _Lines(daemon)
+            lines.wait_for("memoryd running")
+            # Redis's append-only file can no longer grow: it answers writes with MISCONF.
+            with (redis_dir / "filler").open("wb") as filler, contextlib.suppress(OSError):
+                while True:  # until "No space left on device"
+                    filler.write(b"\0" * 65536)
+                    filler.flush()
+            filled = time.monotonic()
+            code = daemon.wait(timeout=HANG_BOUND)
+            took = time.monotonic() - filled
+        finally:
+            _stop(daemon)
+    finally:
+        subprocess.run(["umount", "-l", str(redis_dir)], check=True)
+    stderr = lines.text()
+    assert code == 1, stderr
+    assert took < HANG_BOUND
+    refused = [line for line in stderr.splitlines() if "memoryd stops" in line]
+    assert len(refused) == 1 and "MISCONF" in refused[0], stderr
+    assert "Traceback" not in stderr, stderr
