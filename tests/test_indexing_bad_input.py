@@ -263,9 +263,11 @@ async def test_counts_add_up_after_sed_in_place(
     paths = ["other.py", "rates.py", "sedAb12Cd"]
     [(job, _)] = await queue.enqueue_index(stack.redis, pid, root, paths, 32)
     report = await queue.wait_for(job, timeout=60)
-    counts = [report[k] for k in ("indexed", "unchanged", "skipped", "removed", "untracked")]
-    assert (report["files"], counts) == (3, [1, 1, 0, 0, 1])
+    kinds = ("indexed", "unchanged", "skipped", "removed", "untracked", "failed")
+    counts = [report[k] for k in kinds]
+    assert (report["files"], counts) == (3, [1, 1, 0, 0, 1, 0])
     [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("index_files")]
     assert line.startswith(
-        f"index_files {pid}: 3 files: 1 indexed, 1 unchanged, 0 skipped, 0 removed, 1 untracked;"
+        f"index_files {pid}: 3 files: 1 indexed, 1 unchanged, 0 skipped, 0 removed, 1 untracked, "
+        "0 failed;"
     )
