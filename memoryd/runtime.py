@@ -246,42 +246,46 @@ class Runtime:
                 log.exception("closing a worker failed")
 
     async def close(self) -> None:
-        if self.embedder is not None and self._own_embedder:
-            self.embedder.interrupt()
-        for task in self._tasks:
-            task.cancel()
-        await self._close_workers()
-        for task in self._tasks:
-            with contextlib.suppress(BaseException):
-                await task
-        self._tasks, self.workers = [], []
-        if self.redis is not None:
-            if self._worker_lock is not None and not self._redis_lost:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(
-                        self.redis.delete(queue.worker_key(self._worker_lock.path)), CLOSE_SECONDS
-                    )
-            await self.redis.aclose()
-            self.redis = None
-        if self._worker_lock is not None:
-            self._worker_lock.release(remove=True)
-            self._worker_lock = None
-        if self.search is not None:
-            try:
-                await self.search.close()
-            except OSError as exc:  # a data dir made read-only, a full disk
-                # Derived from the database: the next start checks them against it.
-                log.warning("search indexes not checkpointed at stop: %s", exc)
-            self.search = None
-        if self.store is not None:
-            await self.store.close()
-            self.store = None
-        if self.redis_service is not None:
-            await asyncio.to_thread(self.redis_service.stop)
-            self.redis_service = None
-        if self._daemon_lock is not None:
-            self._daemon_lock.release()
-            self._daemon_lock = None
+        # Whatever fails on the way, the private Redis is stopped: never left orphaned.
+        try:
+            if self.embedder is not None and self._own_embedder:
+                self.embedder.interrupt()
+            for task in self._tasks:
+                task.cancel()
+            await self._close_workers()
+            for task in self._tasks:
+                with contextlib.suppress(BaseException):
+                    await task
+            self._tasks, self.workers = [], []
+            if self.redis is not None:
+                if self._worker_lock is not None and not self._redis_lost:
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(
+                            self.redis.delete(queue.worker_key(self._worker_lock.path)),
+                            CLOSE_SECONDS,
+                        )
+                await self.redis.aclose()
+                self.redis = None
+            if self._worker_lock is not None:
+                self._worker_lock.release(remove=True)
+                self._worker_lock = None
+            if self.search is not None:
+                try:
+                    await self.search.close()
+                except OSError as exc:  # a data dir made read-only, a full disk
+                    # Derived from the database: the next start checks them against it.
+                    log.warning("search indexes not checkpointed at stop: %s", exc)
+                self.search = None
+            if self.store is not None:
+                await self.store.close()
+                self.store = None
+        finally:
+            if self.redis_service is not None:
+                await asyncio.to_thread(self.redis_service.stop)
+                self.redis_service = None
+            if self._daemon_lock is not None:
+                self._daemon_lock.release()
+                self._daemon_lock = None
 
     async def __aenter__(self) -> Runtime:
         return self
