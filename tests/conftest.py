@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import subprocess
@@ -16,7 +17,7 @@ import pytest
 import pytest_asyncio
 from arq import ArqRedis
 
-from memoryd import queue
+from memoryd import projects, queue
 from memoryd.config import DEFAULT_MODEL, Settings, load_settings
 from memoryd.embedding import Embedder
 from memoryd.runtime import Runtime
@@ -207,3 +208,74 @@ def orphaned_by(dump: dict[str, list[dict]], doomed: set[tuple[str, str]]) -> se
             if edge["out"].table_name == "entity" and source not in doomed:
                 kept.add(str(edge["out"].id))
     return {str(row["id"].id) for row in dump["entity"]} - kept
+
+
+# --- helpers several test modules share ---
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
+    env |= {"MEMORYD_CONFIG": "/nonexistent/memoryd.toml", "MEMORYD_TRANSCRIPTS": "[]"}
+    done = subprocess.run([MEMORYD, *args], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+@pytest.fixture
+def two_dirs() -> Iterator[tuple[Path, Path]]:
+    dirs = [Path(tempfile.mkdtemp(prefix="md-", dir="/tmp")) for _ in range(2)]
+    yield dirs[0], dirs[1]
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+async def index_tree(rt: Runtime, root: Path) -> dict[str, int]:
+    assert rt.redis is not None
+    project = projects.resolve(root)
+    jobs = await projects.sync(rt.redis, project, rt.settings.index_batch_files)
+    totals: dict[str, int] = {}
+    for job, _count in jobs:
+        report = await queue.wait_for(job, timeout=300)
+        for key in (
+            "files",
+            "indexed",
+            "unchanged",
+            "skipped",
+            "removed",
+            "chunks",
+            "embedded",
+            "retired",
+        ):
+            totals[key] = totals.get(key, 0) + report[key]
+    return totals
+
+
+def daemon_status(data_dir: Path) -> dict | None:
+    done = subprocess.run(
+        [MEMORYD, "status", "--data-dir", str(data_dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return json.loads(done.stdout) if done.returncode == 0 else None
+
+
+def wait_daemon(data_dir: Path, ready: object, timeout: float = 300) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(1.5)
+        info = daemon_status(data_dir)
+        if info is not None and ready(info):  # type: ignore[operator]
+            return info
+    pytest.fail("the daemon did not get there in time")
+
+
+def two_package_tree(tmp_path: Path) -> Path:
+    """Two installed packages' source: enough files for indexing to take a while."""
+    root = tmp_path / "tree"
+    for name in ("arq", "pathspec"):
+        shutil.copytree(
+            site_package(name), root / name, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    git_init(root)
+    return root

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import signal
 import stat
 import subprocess
-import time
 from pathlib import Path
 
 import psutil
@@ -17,40 +14,14 @@ import pytest
 from memoryd import projects, queue
 from memoryd.runtime import Runtime
 from memoryd.store import Store
-from tests.conftest import MEMORYD, git_init, site_package
+from tests.conftest import (
+    MEMORYD,
+    daemon_status,
+    two_package_tree,
+    wait_daemon,
+)
 
 pytestmark = pytest.mark.e2e
-
-
-def _status(data_dir: Path) -> dict | None:
-    done = subprocess.run(
-        [MEMORYD, "status", "--data-dir", str(data_dir), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    return json.loads(done.stdout) if done.returncode == 0 else None
-
-
-def _wait(data_dir: Path, ready: object, timeout: float = 300) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        time.sleep(1.5)
-        info = _status(data_dir)
-        if info is not None and ready(info):  # type: ignore[operator]
-            return info
-    pytest.fail("the daemon did not get there in time")
-
-
-def _tree(tmp_path: Path) -> Path:
-    """Two installed packages' source: enough files for indexing to take a while."""
-    root = tmp_path / "tree"
-    for name in ("arq", "pathspec"):
-        shutil.copytree(
-            site_package(name), root / name, ignore=shutil.ignore_patterns("__pycache__")
-        )
-    git_init(root)
-    return root
 
 
 def test_default_mode_opens_no_port_and_keeps_files_private(data_dir: Path, arq_tree: Path) -> None:
@@ -60,7 +31,7 @@ def test_default_mode_opens_no_port_and_keeps_files_private(data_dir: Path, arq_
         stderr=subprocess.DEVNULL,
     )
     try:
-        _wait(data_dir, lambda i: i["daemon_running"] and i["counts"]["code_chunk"] > 0)
+        wait_daemon(data_dir, lambda i: i["daemon_running"] and i["counts"]["code_chunk"] > 0)
         processes = [psutil.Process(daemon.pid), *psutil.Process(daemon.pid).children(True)]
         names = {p.name() for p in processes}
         assert any("redis" in n for n in names), names
@@ -90,7 +61,7 @@ def test_default_mode_opens_no_port_and_keeps_files_private(data_dir: Path, arq_
 async def test_sigterm_mid_indexing_then_restart_equals_an_uninterrupted_run(
     data_dir: Path, tmp_path: Path, stack: Runtime
 ) -> None:
-    root = _tree(tmp_path)
+    root = two_package_tree(tmp_path)
     total = sum(1 for _ in (root).rglob("*.py"))
     stopped_dir = Path(str(data_dir) + "-stopped")
     cmd = [MEMORYD, "run", "--data-dir", str(stopped_dir), "--repo", str(root)]
@@ -98,15 +69,15 @@ async def test_sigterm_mid_indexing_then_restart_equals_an_uninterrupted_run(
     env = {**os.environ, "MEMORYD_INDEX_BATCH_FILES": "4"}
     daemon = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait(stopped_dir, lambda i: i["counts"]["file_state"] > 0, timeout=300)
+        wait_daemon(stopped_dir, lambda i: i["counts"]["file_state"] > 0, timeout=300)
     finally:
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(timeout=120) == 0
-    partial = _status(stopped_dir)
+    partial = daemon_status(stopped_dir)
     assert partial is not None and 0 < partial["counts"]["file_state"] < total / 2
     daemon = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait(
+        wait_daemon(
             stopped_dir,
             lambda i: i["queue"]["jobs"] == 0 and i["counts"]["file_state"] >= total,
             timeout=600,

@@ -11,6 +11,7 @@ import pytest
 from memoryd import jobs, projects, queue
 from memoryd.runtime import Runtime
 from memoryd.store import key_of
+from tests.conftest import index_tree
 
 pytestmark = pytest.mark.e2e
 
@@ -20,27 +21,6 @@ def _def_line(path: Path, pattern: str) -> int:
         if re.search(pattern, line):
             return number
     raise AssertionError(f"{pattern!r} not in {path}")
-
-
-async def _index(rt: Runtime, root: Path) -> dict[str, int]:
-    assert rt.redis is not None
-    project = projects.resolve(root)
-    jobs = await projects.sync(rt.redis, project, rt.settings.index_batch_files)
-    totals: dict[str, int] = {}
-    for job, _count in jobs:
-        report = await queue.wait_for(job, timeout=300)
-        for key in (
-            "files",
-            "indexed",
-            "unchanged",
-            "skipped",
-            "removed",
-            "chunks",
-            "embedded",
-            "retired",
-        ):
-            totals[key] = totals.get(key, 0) + report[key]
-    return totals
 
 
 async def _chunk_ids(rt: Runtime) -> set[str]:
@@ -55,7 +35,7 @@ async def test_index_then_search_finds_the_one_function(stack: Runtime, arq_tree
         if p.is_file() and not {".git", "ignored_dir"} & set(p.parts) and p.suffix != ".tmp"
     )
     assert "py.typed" in expected and ".gitignore" in expected
-    totals = await _index(stack, arq_tree)
+    totals = await index_tree(stack, arq_tree)
     # The gitignored directory, the *.tmp file and .git/ are never walked.
     assert totals["files"] == len(expected)
     assert stack.store is not None
@@ -92,11 +72,11 @@ async def test_index_then_search_finds_the_one_function(stack: Runtime, arq_tree
 
 
 async def test_indexing_twice_leaves_the_same_rows(stack: Runtime, arq_tree: Path) -> None:
-    await _index(stack, arq_tree)
+    await index_tree(stack, arq_tree)
     first = await _chunk_ids(stack)
     assert stack.store is not None
     counts_first = await stack.store.counts()
-    again = await _index(stack, arq_tree)
+    again = await index_tree(stack, arq_tree)
     assert again["indexed"] == 0
     assert again["unchanged"] == again["files"]
     assert again["embedded"] == 0
@@ -111,13 +91,13 @@ async def test_changed_and_deleted_files_are_retired(
 
     root = tmp_path / "tree"
     shutil.copytree(arq_tree, root)
-    await _index(stack, root)
+    await index_tree(stack, root)
     assert stack.store is not None and stack.redis is not None
     before = await stack.store.valid_chunk_count()
     before_change = datetime.now(UTC).isoformat()
     (root / "version.py").unlink()
     (root / "constants.py").write_text("def brand_new_marker_function():\n    return 42\n")
-    totals = await _index(stack, root)
+    totals = await index_tree(stack, root)
     assert totals["indexed"] == 1 and totals["removed"] == 1
     # Every old chunk of the two files is retired, the one new chunk is valid.
     assert await stack.store.valid_chunk_count() == before - totals["retired"] + 1

@@ -19,9 +19,8 @@ import psutil
 import pytest
 
 from memoryd.store import Store
-from tests.conftest import MEMORYD, git_init, site_package
+from tests.conftest import MEMORYD, git_init, site_package, two_package_tree, wait_daemon
 from tests.fixtures import S37
-from tests.test_daemon import _tree, _wait
 from workers.indexing import _parts, _Rows
 
 pytestmark = pytest.mark.e2e
@@ -62,10 +61,10 @@ def _stop(daemon: subprocess.Popen[str]) -> None:
 def test_redis_killed_mid_indexing_stops_the_daemon_with_one_line(
     data_dir: Path, tmp_path: Path
 ) -> None:
-    root = _tree(tmp_path)
+    root = two_package_tree(tmp_path)
     daemon = _daemon(data_dir, root)
     try:
-        _wait(data_dir, lambda i: i["counts"]["file_state"] > 0, timeout=300)
+        wait_daemon(data_dir, lambda i: i["counts"]["file_state"] > 0, timeout=300)
         redis_server = _redis_server(daemon)
         redis_server.kill()
         killed = time.monotonic()
@@ -406,7 +405,7 @@ def test_redis_refusing_writes_stops_the_daemon_with_one_line(
     mount = ["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(redis_dir)]
     subprocess.run(mount, check=True)
     try:
-        daemon = _daemon(data_dir, _tree(tmp_path))
+        daemon = _daemon(data_dir, two_package_tree(tmp_path))
         try:
             lines = _Lines(daemon)
             lines.wait_for("memoryd running")

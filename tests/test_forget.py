@@ -7,8 +7,13 @@ import json
 import shutil
 from pathlib import Path
 
-from tests.test_ingest import S37, SMALL, cli
-from tests.test_transfer import two_dirs  # noqa: F401  (a fixture)
+import pytest
+
+from tests.conftest import cli
+from tests.fixtures import S37, SMALL
+
+# Each test here runs a whole scenario through a daemon or the full stack: not the quick loop.
+pytestmark = pytest.mark.e2e
 
 SESSION = S37.stem
 
@@ -35,7 +40,7 @@ def _assert_forgotten(data: Path, transcript: Path) -> None:
 
 
 def test_forget_session_leaves_nothing_and_stays_forgotten(
-    two_dirs: tuple[Path, Path],  # noqa: F811
+    two_dirs: tuple[Path, Path],
     tmp_path: Path,
 ) -> None:
     data = two_dirs[0]

@@ -8,9 +8,7 @@ tool results and 19 errors (282 memories); renderer.py was read 8 times and edit
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,19 +18,10 @@ import zstandard
 
 from memoryd import jobs, projects, queue
 from memoryd.runtime import Runtime
-from tests.conftest import MEMORYD, git_init
-from tests.fixtures import CLAUDE, CODEX, S37, SMALL
+from tests.conftest import cli, git_init
+from tests.fixtures import CLAUDE, CODEX, RENDERER, S37, SMALL
 
 CB2 = "cb2e607c-c758-415a-8b45-c49e4631906a"
-RENDERER = "/Users/dain/workspace/claude-code-log/claude_code_log/renderer.py"
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
-    env |= {"MEMORYD_CONFIG": "/nonexistent/memoryd.toml", "MEMORYD_TRANSCRIPTS": "[]"}
-    done = subprocess.run([MEMORYD, *args], capture_output=True, text=True, timeout=600, env=env)
-    assert done.returncode == 0, done.stderr
-    return done
 
 
 @pytest.fixture(scope="module")

@@ -8,15 +8,19 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tests.conftest import MEMORYD, git_init
-from tests.test_ingest import RENDERER, S37, SMALL, cli
-from tests.test_transfer import two_dirs  # noqa: F401  (a fixture)
+import pytest
+
+from tests.conftest import MEMORYD, cli, git_init
+from tests.fixtures import RENDERER, S37, SMALL
+
+# Each test here runs a whole scenario through a daemon or the full stack: not the quick loop.
+pytestmark = pytest.mark.e2e
 
 SECRET = "Zebra-Quokka-7731"
 
 
 def test_a_private_span_is_stored_nowhere(
-    two_dirs: tuple[Path, Path],  # noqa: F811
+    two_dirs: tuple[Path, Path],
     tmp_path: Path,
 ) -> None:
     data = two_dirs[0]
@@ -52,7 +56,7 @@ def memoryd(config: Path, *args: str, transcripts: str = "[]") -> subprocess.Com
 
 
 def test_excluded_repos_paths_and_sessions_never_reach_the_database(
-    two_dirs: tuple[Path, Path],  # noqa: F811
+    two_dirs: tuple[Path, Path],
     tmp_path: Path,
 ) -> None:
     data = two_dirs[0]
@@ -92,7 +96,7 @@ def test_excluded_repos_paths_and_sessions_never_reach_the_database(
 
 
 def test_paused_capture_ingests_nothing_and_catches_up_only_if_told(
-    two_dirs: tuple[Path, Path],  # noqa: F811
+    two_dirs: tuple[Path, Path],
     tmp_path: Path,
 ) -> None:
     data, folder = two_dirs[0], tmp_path / "transcripts"
@@ -135,7 +139,7 @@ def test_paused_capture_ingests_nothing_and_catches_up_only_if_told(
 
 
 def test_actions_on_excluded_files_keep_their_verb_not_their_content(
-    two_dirs: tuple[Path, Path],  # noqa: F811
+    two_dirs: tuple[Path, Path],
     tmp_path: Path,
 ) -> None:
     data = two_dirs[0]
@@ -175,7 +179,7 @@ def test_actions_on_excluded_files_keep_their_verb_not_their_content(
 
 
 def test_search_leaves_out_what_was_stored_before_it_was_excluded(
-    two_dirs: tuple[Path, Path],  # noqa: F811
+    two_dirs: tuple[Path, Path],
     tmp_path: Path,
 ) -> None:
     data, repo = two_dirs[0], tmp_path / "repo"

@@ -100,6 +100,7 @@ async def test_progress_counts_only_its_own_run_and_keeps_the_error(stack: Runti
     assert (await store.index_progress())["empty"]["state"] == "ready"
 
 
+@pytest.mark.e2e
 def test_index_prints_progress_lines_off_a_terminal(data_dir: Path, arq_tree: Path) -> None:
     done = subprocess.run(
         [MEMORYD, "index", str(arq_tree), "--data-dir", str(data_dir), "--json"],

@@ -12,12 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import blake3
+import pytest
 
 from memoryd import client, jobs, projects, queue
 from memoryd.ids import file_entity_id, file_key
 from memoryd.runtime import Runtime
 from tests.conftest import git_init, settings_for
 from workers.indexing import plan_file
+
+# Each test here runs a whole scenario through a daemon or the full stack: not the quick loop.
+pytestmark = pytest.mark.e2e
 
 # (query, search options): code with and without filters, a file named, memories and goals.
 QUERIES: tuple[tuple[str, dict[str, Any]], ...] = (

@@ -19,8 +19,7 @@ import pytest
 
 from memoryd import projects, queue
 from memoryd.runtime import Runtime
-from tests.conftest import git_init, settings_for
-from tests.test_e2e_index import _index
+from tests.conftest import git_init, index_tree, settings_for
 
 _RNG = random.Random(20261123)
 
@@ -169,7 +168,7 @@ async def test_planted_secrets_reach_neither_disk_nor_logs(
     (repo / ".env").write_text(ENV_FILE)
     (repo / "deploy" / "server.pem").write_text(PEM)
     git_init(repo)
-    totals = await _index(stack, repo)
+    totals = await index_tree(stack, repo)
     assert (totals["files"], totals["indexed"], totals["skipped"]) == (3, 1, 2)
 
     transcript = _Transcript(tmp_path / "session.jsonl", repo)
@@ -264,7 +263,7 @@ async def _running(data_dir: Path, **settings: Any) -> AsyncIterator[Runtime]:
 
 async def _env_file_state(rt: Runtime, root: Path) -> tuple[dict[str, Any], list[str]]:
     """The index of a repo after a sync: .env's state and the paths holding valid chunks."""
-    await _index(rt, root)
+    await index_tree(rt, root)
     assert rt.store is not None
     project_id = projects.resolve(root).id
     [state] = (await rt.store.code_file_states(project_id, [".env"])).values()

@@ -4,23 +4,15 @@ second data dir, which then holds the same graph."""
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import git_init
-from tests.test_ingest import RENDERER, S37, cli
+from tests.conftest import cli, git_init
+from tests.fixtures import RENDERER, S37
 
-
-@pytest.fixture
-def two_dirs() -> Iterator[tuple[Path, Path]]:
-    dirs = [Path(tempfile.mkdtemp(prefix="md-", dir="/tmp")) for _ in range(2)]
-    yield dirs[0], dirs[1]
-    for d in dirs:
-        shutil.rmtree(d, ignore_errors=True)
+# Each test here runs a whole scenario through a daemon or the full stack: not the quick loop.
+pytestmark = pytest.mark.e2e
 
 
 def test_export_import_gives_an_equal_graph(two_dirs: tuple[Path, Path], tmp_path: Path) -> None:

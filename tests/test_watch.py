@@ -124,6 +124,7 @@ def _count_embeddings(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> list[int]
     return embedded
 
 
+@pytest.mark.e2e
 async def test_edits_creates_deletes_renames_end_in_the_exact_state(
     stack: Runtime, watched: tuple[RepoWatcher, Project], monkeypatch: pytest.MonkeyPatch
 ) -> None:
