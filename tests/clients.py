@@ -443,14 +443,48 @@ class ClaudeRun:
         ]
 
 
-class ClaudeHome:
+class _ClientHome:
+    """A throwaway HOME for one real client: `run` its binary offline with the home's
+    environment, and list the transcripts it wrote (files under `sessions` matching
+    `pattern`, with their sizes). Each client's home says where those are."""
+
+    binary: Path
+    home: Path
+    run_timeout = 30.0
+
+    def env(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def _sessions(self) -> tuple[Path, str]:
+        raise NotImplementedError
+
+    def run(
+        self, *args: str, cwd: Path | None = None, timeout: float | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """`CLIENT ARGS` offline (mcp add/list and the like)."""
+        return subprocess.run(
+            [str(self.binary), *args],
+            cwd=cwd or self.home,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout or self.run_timeout,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def transcripts(self) -> dict[Path, int]:
+        root, pattern = self._sessions()
+        return {path: path.stat().st_size for path in sorted(root.glob(pattern))}
+
+
+class ClaudeHome(_ClientHome):
     """A throwaway HOME with its own CLAUDE_CONFIG_DIR, for running the real `claude`.
 
     Nothing the developer has configured (their ~/.claude, their API key) reaches it.
     """
 
     def __init__(self, clients: Clients, root: Path) -> None:
-        self.claude = clients.claude
+        self.claude = self.binary = clients.claude
         self.home = root / "home"
         self.config_dir = self.home / ".claude"
         self.config_dir.mkdir(parents=True, exist_ok=True)
@@ -466,6 +500,9 @@ class ClaudeHome:
 
     def write_settings(self, settings: Json) -> None:
         self.settings_path.write_text(json.dumps(settings, indent=2))
+
+    def _sessions(self) -> tuple[Path, str]:
+        return self.config_dir / "projects", "*/*.jsonl"
 
     def env(self, base_url: str | None = None) -> dict[str, str]:
         env = {
@@ -488,27 +525,6 @@ class ClaudeHome:
             env["ANTHROPIC_BASE_URL"] = base_url
             env["ANTHROPIC_API_KEY"] = "sk-ant-scripted-test-key"
         return env
-
-    def run(
-        self, *args: str, cwd: Path | None = None, timeout: float = 30.0
-    ) -> subprocess.CompletedProcess[str]:
-        """`claude ARGS` offline (mcp add/list and the like)."""
-        return subprocess.run(
-            [str(self.claude), *args],
-            cwd=cwd or self.home,
-            env=self.env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
-
-    def transcripts(self) -> dict[Path, int]:
-        """Every session file under projects/, with its size."""
-        return {
-            path: path.stat().st_size
-            for path in sorted((self.config_dir / "projects").glob("*/*.jsonl"))
-        }
 
     def prompt(
         self,
@@ -569,7 +585,7 @@ class CodexRun:
         ]
 
 
-class CodexHome:
+class CodexHome(_ClientHome):
     """A throwaway HOME with its own CODEX_HOME, for running the real `codex`.
 
     The scripted provider is passed with `-c` on each `exec`, so config.toml holds only what
@@ -577,7 +593,7 @@ class CodexHome:
     """
 
     def __init__(self, clients: Clients, root: Path) -> None:
-        self.codex = clients.codex
+        self.codex = self.binary = clients.codex
         self.home = root / "home"
         self.codex_home = self.home / ".codex"
         self.codex_home.mkdir(parents=True, exist_ok=True)
@@ -590,32 +606,15 @@ class CodexHome:
     def hooks_path(self) -> Path:
         return self.codex_home / "hooks.json"
 
+    def _sessions(self) -> tuple[Path, str]:
+        return self.codex_home / "sessions", "*/*/*/rollout-*.jsonl"
+
     def env(self) -> dict[str, str]:
         return {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": str(self.home),
             "CODEX_HOME": str(self.codex_home),
             "LANG": "C.UTF-8",
-        }
-
-    def run(
-        self, *args: str, cwd: Path | None = None, timeout: float = 30.0
-    ) -> subprocess.CompletedProcess[str]:
-        """`codex ARGS` offline (mcp add/list and the like)."""
-        return subprocess.run(
-            [str(self.codex), *args],
-            cwd=cwd or self.home,
-            env=self.env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
-
-    def transcripts(self) -> dict[Path, int]:
-        return {
-            path: path.stat().st_size
-            for path in sorted((self.codex_home / "sessions").glob("*/*/*/rollout-*.jsonl"))
         }
 
     def exec(
@@ -742,11 +741,11 @@ class GeminiRun:
         return json.loads(self.result.stdout)
 
 
-class GeminiHome:
+class GeminiHome(_ClientHome):
     """A throwaway HOME for running the real `gemini` (settings in ~/.gemini/)."""
 
     def __init__(self, clients: Clients, root: Path) -> None:
-        self.gemini = clients.gemini
+        self.gemini = self.binary = clients.gemini
         self.home = root / "home"
         self.gemini_dir = self.home / ".gemini"
         self.gemini_dir.mkdir(parents=True, exist_ok=True)
@@ -758,6 +757,11 @@ class GeminiHome:
     @property
     def trusted_folders_path(self) -> Path:
         return self.gemini_dir / "trustedFolders.json"
+
+    run_timeout = 60.0  # `gemini` prints its `mcp` answers on stderr
+
+    def _sessions(self) -> tuple[Path, str]:
+        return self.gemini_dir / "tmp", "*/chats/session-*.json*"
 
     def trust_folder(self, folder: Path) -> None:
         """Trust `folder` as Gemini's own trust dialog does; untrusted, it loads no MCP server."""
@@ -771,26 +775,6 @@ class GeminiHome:
             # Gemini restarts itself under a second node to raise its heap limit: half of each
             # command's time, and no `mcp` command needs the bigger heap.
             "GEMINI_CLI_NO_RELAUNCH": "true",
-        }
-
-    def run(
-        self, *args: str, cwd: Path | None = None, timeout: float = 60.0
-    ) -> subprocess.CompletedProcess[str]:
-        """`gemini ARGS` offline. It prints its `mcp` answers on stderr."""
-        return subprocess.run(
-            [str(self.gemini), *args],
-            cwd=cwd or self.home,
-            env=self.env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
-
-    def transcripts(self) -> dict[Path, int]:
-        return {
-            path: path.stat().st_size
-            for path in sorted((self.gemini_dir / "tmp").glob("*/chats/session-*.json*"))
         }
 
     def prompt(
