@@ -132,7 +132,7 @@ async def in_process(data_dir: Path, runs: int) -> dict[str, list[float]]:
 async def index_repo(data_dir: Path, repo: Path) -> None:
     settings = load_settings(data_dir=data_dir)
     async with client.connect(settings) as memoryd:
-        for job, _ in await projects.sync(memoryd.redis, projects.resolve(repo), 32):
+        for job, _ in await projects.sync(await memoryd.work_queue(), projects.resolve(repo), 32):
             await queue.wait_for(job, 1800)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import difflib
-import sys
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -72,16 +72,25 @@ def mcp(
         raise typer.Exit(1) from None
 
 
-def _hook(agent: str, event: str, data_dir: Path | None) -> None:
-    from memoryd import hooks
+def hook_over_queue(agent: str, command: str, stdin: str, data_dir: Path | None) -> str:
+    """A hook's answer from a daemon reached through an external Redis (no channel here)."""
+    from memoryd import client
+
+    async def ask() -> str:
+        async with client.connect(settings) as memoryd:
+            return await memoryd.hook(agent, command, stdin, os.getcwd(), None)
 
     try:
         settings = load_settings(data_dir=data_dir)
-    except MemorydError:
-        return  # a broken config must not hold up the agent; doctor reports it
-    out = hooks.run(settings, agent, event, sys.stdin.read())
-    if out:
-        sys.stdout.write(out + "\n")
+        return asyncio.run(asyncio.wait_for(ask(), settings.hook_timeout_seconds))
+    except (MemorydError, TimeoutError, OSError):
+        return ""  # a broken config or a lost daemon must not hold up the agent
+
+
+def _hook(agent: str, event: str, data_dir: Path | None) -> None:
+    from memoryd import hook_client
+
+    hook_client.run(agent, event, data_dir)
 
 
 @hook_app.command("claude-code")

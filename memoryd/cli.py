@@ -337,7 +337,9 @@ def index(
         )
 
     async def work(memoryd: Client) -> dict[str, Any]:
-        jobs = await projects.sync(memoryd.redis, project, settings.index_batch_files, fresh=True)
+        jobs = await projects.sync(
+            await memoryd.work_queue(), project, settings.index_batch_files, fresh=True
+        )
         return await _follow(jobs, settings, project.id, quiet=as_json)
 
     totals = _with_client(settings, work)
@@ -932,7 +934,7 @@ def service_install(
 ) -> None:
     """Write the unit (or plist) for this memoryd and data dir, enable and start it."""
     from memoryd import service_manager
-    from memoryd.config import config_file
+    from memoryd.paths import config_file
 
     settings = _settings(data_dir=data_dir)
     try:

@@ -11,19 +11,19 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
 from arq import ArqRedis
 
-from memoryd import jobs, queue
+from memoryd import channel, jobs, queue
 from memoryd.agent import DEFAULT_BUDGET, Scope, resolve_scope
-from memoryd.config import Settings, config_file, default_transcripts
-from memoryd.errors import DaemonUnavailable, InvalidRequest
+from memoryd.config import Settings
+from memoryd.errors import DaemonUnavailable, InvalidRequest, value_of
 from memoryd.export import read_jsonl, write_jsonl
+from memoryd.paths import config_file, default_transcripts
 from memoryd.results import (
     FileHistory,
     Forgotten,
@@ -44,16 +44,66 @@ NOT_RUNNING = (
 )
 
 
-class Client:
-    """Calls into memoryd over an arq Redis connection (see :func:`connect`)."""
+# How a client puts a query to memoryd: over the queue, the daemon's channel, or (inside the
+# daemon) straight to the query functions.
+Ask = Callable[[jobs.JobSpec, tuple[Any, ...]], Awaitable[Any]]
 
-    def __init__(self, redis: ArqRedis, settings: Settings, timeout: float = 120.0) -> None:
-        self.redis = redis
+
+class Client:
+    """Calls into memoryd (see :func:`connect`). Queries go the way `ask` says (default: jobs on
+    the queue of `redis`); work (indexing, ingestion, upkeep) always goes on the queue, which
+    is connected when first needed."""
+
+    def __init__(
+        self,
+        redis: ArqRedis | None,
+        settings: Settings,
+        timeout: float = 120.0,
+        *,
+        ask: Ask | None = None,
+    ) -> None:
+        self._redis = redis
+        self._own_redis = False
         self.settings = settings
         self.timeout = timeout
+        self._ask = ask or self._ask_queue
+
+    async def _ask_queue(self, spec: jobs.JobSpec, args: tuple[Any, ...]) -> Any:
+        return await queue.call(await self.work_queue(), spec, *args, timeout=self.timeout)
 
     async def _call(self, spec: jobs.JobSpec, *args: Any) -> Any:
-        return await queue.call(self.redis, spec, *args, timeout=self.timeout)
+        return await self._ask(spec, args)
+
+    async def work_queue(self) -> ArqRedis:
+        """The queue's Redis, connected at the first call that needs it."""
+        if self._redis is None:
+            self._redis = await queue.connect(self.settings.queue_url)
+            self._own_redis = True
+        return self._redis
+
+    @classmethod
+    def over_channel(cls, settings: Settings, timeout: float = 120.0) -> Client:
+        """A client of the daemon's query channel (memoryd/channel.py)."""
+        path = settings.channel_socket
+
+        async def ask(spec: jobs.JobSpec, args: tuple[Any, ...]) -> Any:
+            return await channel.ask(path, spec.name, args, timeout)
+
+        return cls(None, settings, timeout, ask=ask)
+
+    @classmethod
+    def answering(cls, redis: ArqRedis, settings: Settings, answer: channel.Answer) -> Client:
+        """A client inside the daemon (the hook's work): queries go straight to `answer`."""
+
+        async def ask(spec: jobs.JobSpec, args: tuple[Any, ...]) -> Any:
+            return value_of(await answer(spec.name, args))
+
+        return cls(redis, settings, ask=ask)
+
+    async def close(self) -> None:
+        if self._own_redis and self._redis is not None:
+            await self._redis.aclose()
+            self._redis, self._own_redis = None, False
 
     async def search(
         self,
@@ -100,17 +150,17 @@ class Client:
 
     async def ingest(self, paths: list[str]) -> list[dict[str, Any]]:
         """Ingest transcript files now; one report per file."""
-        waiting = await queue.enqueue_ingest(self.redis, paths, fresh=True)
+        waiting = await queue.enqueue_ingest(await self.work_queue(), paths, fresh=True)
         return [await queue.wait_for(job, self.settings.job_timeout_seconds) for job in waiting]
 
     async def queue_ingest(self, paths: list[str]) -> None:
         """Ingest transcript files soon, without waiting (a hook must not block the agent)."""
-        await queue.enqueue_ingest(self.redis, paths)
+        await queue.enqueue_ingest(await self.work_queue(), paths)
 
     async def maintenance(self, spec: jobs.JobSpec, dry_run: bool = False) -> dict[str, Any]:
         """Run decay, prune or reembed now (waiting for a scheduled run in progress)."""
         kwargs = {"dry_run": True} if dry_run and spec is jobs.PRUNE else {}
-        job = await queue.enqueue(self.redis, spec, **kwargs)
+        job = await queue.enqueue(await self.work_queue(), spec, **kwargs)
         assert job is not None  # no job id given: never refused
         result: dict[str, Any] = await queue.wait_for(job, self.settings.job_timeout_seconds)
         return result
@@ -130,7 +180,7 @@ class Client:
         for table, lines in itertools.groupby(read_jsonl(path), key=lambda line: line["table"]):
             rows = (line["row"] for line in lines)
             while chunk := list(itertools.islice(rows, batch)):
-                job = await queue.enqueue(self.redis, jobs.IMPORT_ROWS, table, chunk)
+                job = await queue.enqueue(await self.work_queue(), jobs.IMPORT_ROWS, table, chunk)
                 assert job is not None  # no job id given: never refused
                 done = await queue.wait_for(job, self.settings.job_timeout_seconds)
                 counts[str(table)] = counts.get(str(table), 0) + done
@@ -140,7 +190,7 @@ class Client:
     async def forget_scope(self, scope: str, value: str, dry_run: bool = False) -> dict[str, Any]:
         """Forget a session, project, path glob or everything before a time (see
         workers/privacy.py): rows removed per table (to remove, with `dry_run`)."""
-        job = await queue.enqueue(self.redis, jobs.FORGET_SCOPE, scope, value, dry_run)
+        job = await queue.enqueue(await self.work_queue(), jobs.FORGET_SCOPE, scope, value, dry_run)
         assert job is not None  # no job id given: never refused
         result: dict[str, Any] = await queue.wait_for(job, self.settings.job_timeout_seconds)
         return result
@@ -205,9 +255,17 @@ class Client:
         result: Forgotten = await self._call(jobs.FORGET, list(ids))
         return result
 
+    async def hook(
+        self, agent: str, command: str, stdin: str, cwd: str, max_chars: object = None
+    ) -> str:
+        """What an agent's hook prints for its JSON `stdin` (memoryd/hooks.py); `max_chars`:
+        the hook process's own `hook_max_chars`, if it has one."""
+        result: str = await self._call(jobs.HOOK, agent, command, stdin, cwd, max_chars)
+        return result
+
     async def reindex(self) -> dict[str, Any]:
         """Rebuild the search indexes from the database; rows indexed per table."""
-        job = await queue.enqueue(self.redis, jobs.REINDEX)
+        job = await queue.enqueue(await self.work_queue(), jobs.REINDEX)
         assert job is not None  # no job id given: never refused
         result: dict[str, Any] = await queue.wait_for(job, self.settings.job_timeout_seconds)
         return result
@@ -219,34 +277,36 @@ class Client:
 
     async def pause(self, seconds: int | None = None) -> None:
         """Stop capture (for `seconds`, or until resume); search goes on."""
-        await queue.pause(self.redis, seconds)
+        await queue.pause(await self.work_queue(), seconds)
 
     async def resume(self, catch_up: bool = False) -> dict[str, Any]:
         """Capture on again. `catch_up`: read what the transcripts gained meanwhile; else it
         is skipped (the cursors of transcripts changed since the pause move to their ends)."""
-        since = await queue.resume(self.redis)
+        redis = await self.work_queue()
+        since = await queue.resume(redis)
         if since is None:
             return {"paused_since": None, "caught_up": 0, "skipped": 0}
         changed = _changed_since(self.settings.transcript_roots, since.timestamp())
         if catch_up:
             # Fresh jobs: a job of the same file and size that ran during the pause (and
             # left the file alone) would otherwise stand for this one.
-            waiting = await queue.enqueue_ingest(self.redis, changed, fresh=True)
+            waiting = await queue.enqueue_ingest(redis, changed, fresh=True)
             for job in waiting:
                 await queue.wait_for(job, self.settings.job_timeout_seconds)
             return {"paused_since": since.isoformat(), "caught_up": len(changed), "skipped": 0}
-        job = await queue.enqueue(self.redis, jobs.SKIP_TRANSCRIPTS, changed)
+        job = await queue.enqueue(redis, jobs.SKIP_TRANSCRIPTS, changed)
         assert job is not None  # no job id given: never refused
         skipped = await queue.wait_for(job, self.settings.job_timeout_seconds)
         return {"paused_since": since.isoformat(), "caught_up": 0, "skipped": skipped}
 
     async def daemon_running(self) -> bool:
-        return await queue.live_workers(self.redis) > 0
+        return await queue.live_workers(await self.work_queue()) > 0
 
     async def status(self) -> dict[str, Any]:
         """Where memoryd keeps its data, whether the daemon runs, the queue, and the
         database's own account (rows per table, projects, maintenance, transcript lag)."""
         s = self.settings
+        redis = await self.work_queue()
         daemon = await self.daemon_running()
         info = await self._call(jobs.STATUS)
         return {
@@ -258,7 +318,7 @@ class Client:
             "surreal_mode": "embedded" if s.embedded_db else "server",
             "daemon_running": daemon,
             "paused_since": since.isoformat()
-            if (since := await queue.paused_since(self.redis))
+            if (since := await queue.paused_since(redis))
             else None,
             "remembered": {
                 "agents": {agent: s.follows(agent) for agent in default_transcripts()},
@@ -268,10 +328,10 @@ class Client:
                 "include": s.include,
             },
             "queue": {
-                "jobs": await queue.queue_depth(self.redis, jobs.JOBS_QUEUE),
-                "queries": await queue.queue_depth(self.redis, jobs.QUERY_QUEUE),
-                "oldest_job_age_seconds": await queue.oldest_job_age(self.redis),
-                "last_hour": await queue.recent_outcomes(self.redis),
+                "jobs": await queue.queue_depth(redis, jobs.JOBS_QUEUE),
+                "queries": await queue.queue_depth(redis, jobs.QUERY_QUEUE),
+                "oldest_job_age_seconds": await queue.oldest_job_age(redis),
+                "last_hour": await queue.recent_outcomes(redis),
             },
             **info,
         }
@@ -307,10 +367,18 @@ class _Pages:
 
 @contextlib.asynccontextmanager
 async def connect(settings: Settings, *, serve: bool = False) -> AsyncIterator[Client]:
-    """A client of the running daemon. `serve` (one-shot CLI commands): when no daemon runs,
+    """A client of the running daemon: over its channel when it listens in this data dir, else
+    over the queue a live worker serves. `serve` (one-shot CLI commands): when no daemon runs,
     start the private Redis, the database and a worker in this process for the length of the
     block instead of failing. Agents' processes (MCP, hooks) never do that: a daemon in an
     agent's process tree would die with the session and fight the service for the database."""
+    if channel.listening(settings.channel_socket):
+        memoryd = Client.over_channel(settings)
+        try:
+            yield memoryd
+        finally:
+            await memoryd.close()
+        return
     redis = await _daemon_queue(settings)
     if redis is None:
         if not serve:
@@ -330,22 +398,10 @@ async def connect(settings: Settings, *, serve: bool = False) -> AsyncIterator[C
         await redis.aclose()
 
 
-def _listening(path: Path) -> bool:
-    """Something accepts connections on this unix socket: a socket file left by a killed Redis
-    refuses at once, where a Redis client would retry for a second."""
-    with socket.socket(socket.AF_UNIX) as probe:
-        probe.settimeout(1)
-        try:
-            probe.connect(str(path))
-        except OSError:
-            return False
-    return True
-
-
 async def _daemon_queue(settings: Settings) -> ArqRedis | None:
     """A connection to the queue a live worker serves, or None when nothing serves it. An
     external Redis that cannot be reached is an error (nothing here could start it)."""
-    if settings.embedded_redis and not _listening(settings.redis_socket):
+    if settings.embedded_redis and not channel.listening(settings.redis_socket):
         return None
     try:
         redis = await queue.connect(settings.queue_url)

@@ -16,6 +16,16 @@ from pydantic_settings import (
 )
 
 from memoryd.errors import MemorydError
+from memoryd.hook_client import MAX_CHARS as HOOK_MAX_CHARS
+from memoryd.hook_client import MAX_CHARS_RANGE as HOOK_MAX_CHARS_RANGE
+from memoryd.hook_client import TIMEOUT_SECONDS as HOOK_TIMEOUT_SECONDS
+from memoryd.paths import (
+    ENV_PREFIX,
+    channel_socket,
+    config_file,
+    default_data_dir,
+    default_transcripts,
+)
 from memoryd.vocabulary import DEFAULT_HALF_LIVES
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -92,25 +102,6 @@ def parse_schedule(text: str) -> dict[str, set[int] | None]:
     return parsed
 
 
-def _xdg(var: str, fallback: str) -> Path:
-    value = os.environ.get(var)
-    return Path(value) if value else Path.home() / fallback
-
-
-def default_data_dir() -> Path:
-    return _xdg("XDG_DATA_HOME", ".local/share") / "memoryd"
-
-
-def default_transcripts() -> dict[str, Path]:
-    """Where Claude Code, Codex CLI and Gemini CLI write their transcripts (honouring their env
-    vars), per agent. aider writes its log into the repository it works in: watched
-    repositories only."""
-    claude = Path(os.environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude") / "projects"
-    codex = Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex") / "sessions"
-    gemini = Path(os.environ.get("GEMINI_CLI_HOME") or Path.home()) / ".gemini" / "tmp"
-    return {"claude-code": claude, "codex": codex, "gemini": gemini}
-
-
 def _matches(path: str | Path, patterns: list[str]) -> bool:
     """`path` or a folder above it matches one of the globs."""
     given = Path(path)
@@ -121,18 +112,10 @@ def _matches(path: str | Path, patterns: list[str]) -> bool:
     )
 
 
-def config_file() -> Path:
-    """The TOML config file: $MEMORYD_CONFIG, else <XDG config home>/memoryd/config.toml."""
-    explicit = os.environ.get("MEMORYD_CONFIG")
-    if explicit:
-        return Path(explicit)
-    return _xdg("XDG_CONFIG_HOME", ".config") / "memoryd" / "config.toml"
-
-
 class Settings(BaseSettings):
     """Everything configurable. Unknown keys in the config file are refused."""
 
-    model_config = SettingsConfigDict(env_prefix="MEMORYD_", extra="forbid")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
 
     data_dir: Path = Field(default_factory=default_data_dir)
     # None: start a private redis-server on a unix socket in the data dir.
@@ -206,8 +189,10 @@ class Settings(BaseSettings):
     # Agent hooks (memoryd/hooks.py): the most context one hook injects, how long it may take
     # before it gives up and injects nothing, and how long a session's record of what was
     # injected is kept after its last use.
-    hook_max_chars: int = Field(2000, ge=200, le=20000)
-    hook_timeout_seconds: float = Field(1.5, gt=0, le=30)
+    hook_max_chars: int = Field(
+        HOOK_MAX_CHARS, ge=HOOK_MAX_CHARS_RANGE[0], le=HOOK_MAX_CHARS_RANGE[1]
+    )
+    hook_timeout_seconds: float = Field(HOOK_TIMEOUT_SECONDS, gt=0, le=30)
     hook_state_days: float = Field(7.0, gt=0)
 
     @field_validator("half_life_days", mode="after")
@@ -295,6 +280,10 @@ class Settings(BaseSettings):
     @property
     def redis_socket(self) -> Path:
         return self.data_dir / "redis" / "redis.sock"
+
+    @property
+    def channel_socket(self) -> Path:
+        return channel_socket(self.data_dir)
 
     @property
     def queue_url(self) -> str:

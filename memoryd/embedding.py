@@ -26,6 +26,8 @@ _TOKENIZER_REL = Path("embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json
 # 256 matches the reference model; 512 makes long texts drift from it.
 _MAX_LENGTH = 256
 DEFAULT_DIM = 384
+# Query vectors kept for a repeated query.
+RECENT_QUERIES = 64
 
 
 def _package_dir(name: str) -> Path:
@@ -89,7 +91,7 @@ def truncate(vector: np.ndarray, dims: int) -> np.ndarray:
     return head / norm if norm > 0 else head
 
 
-def _load(model: str, cache_dir: Path) -> TextEmbedding:
+def _load(model: str, cache_dir: Path, threads: int | None = None) -> TextEmbedding:
     """The fastembed model behind a configured name: memoryd's own names load offline from the
     packages, any other name is fastembed's (downloaded where a network exists)."""
     if model.startswith(_OWN_PREFIX) and model not in OFFLINE_MODELS:
@@ -98,7 +100,7 @@ def _load(model: str, cache_dir: Path) -> TextEmbedding:
             f"{', '.join(OFFLINE_MODELS)}"
         )
     if model not in OFFLINE_MODELS:
-        return TextEmbedding(model_name=model, cache_dir=str(cache_dir))
+        return TextEmbedding(model_name=model, cache_dir=str(cache_dir), threads=threads)
     if model == CLS_MODEL:
         _register_cls_model()
     return TextEmbedding(
@@ -106,6 +108,7 @@ def _load(model: str, cache_dir: Path) -> TextEmbedding:
         model_name=DEFAULT_MODEL if model == TRUNCATED_MODEL else model,
         specific_model_path=str(offline_model_dir(cache_dir)),
         cache_dir=str(cache_dir),
+        threads=threads,
     )
 
 
@@ -118,11 +121,16 @@ class Embedder:
         cache_dir.mkdir(parents=True, exist_ok=True)
         self._dims = TRUNCATED_DIM if model == TRUNCATED_MODEL else None
         # One inference already spreads over every core: two jobs embedding at once would only
-        # fight over them, so model batches take turns (a search's query slips in between).
+        # fight over them, so model batches take turns.
         self._turn = threading.Lock()
+        # Queries do not wait for a batch: a second session of the same model, on one thread,
+        # embeds them while batches run (a query is a few tokens: milliseconds on one core).
+        self._query_turn = threading.Lock()
+        self._recent: dict[str, np.ndarray] = {}
         self._stopping = threading.Event()
         try:
             self._model = _load(model, cache_dir)
+            self._queries = _load(model, cache_dir, threads=1)
         except MemorydError:
             raise
         except Exception as exc:  # fastembed raises plain ValueError/OSError variants
@@ -136,6 +144,21 @@ class Embedder:
         """Stop every embedding in progress at its next model batch: a stop must not wait for
         a long file's thousand chunks (the thread cannot be cancelled, only told to stop)."""
         self._stopping.set()
+
+    def embed_query(self, text: str) -> list[float]:
+        """One search query's vector, ahead of any batch work under way. The last few are
+        kept: an agent's search over every kind asks for the same query's vector four times."""
+        with self._query_turn:
+            vector = self._recent.pop(text, None)
+            if vector is None:
+                [vector] = list(self._queries.embed([text]))
+                if self._dims is not None:
+                    vector = truncate(vector, self._dims)
+            self._recent[text] = vector  # newest last
+            while len(self._recent) > RECENT_QUERIES:
+                del self._recent[next(iter(self._recent))]
+        result: list[float] = vector.tolist()
+        return result
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:

@@ -1,5 +1,6 @@
-"""The `memoryd` console script. The commands agents start for every session and prompt (`mcp`,
-`hook`) run from the light app of memoryd/agent_cli.py; everything else loads the full CLI."""
+"""The `memoryd` console script. A hook runs from memoryd/hook_client.py, on the standard library
+alone; the other commands agents start (`mcp`, `integrate`) run from the light app of
+memoryd/agent_cli.py; everything else loads the full CLI."""
 
 from __future__ import annotations
 
@@ -9,6 +10,11 @@ LIGHT = frozenset({"mcp", "hook", "integrate"})
 
 
 def main() -> None:
+    from memoryd import hook_client
+
+    if (hook := hook_client.parse(sys.argv[1:])) is not None:
+        hook_client.run(*hook)  # the lightest path: agents wait on it at every prompt
+        return
     if len(sys.argv) > 1 and sys.argv[1] in LIGHT:
         from memoryd.agent_cli import app
     else:

@@ -9,6 +9,7 @@ class, so every caller has one error channel: exceptions.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 class MemorydError(Exception):
@@ -49,3 +50,10 @@ class Failure:
 
     def exception(self) -> MemorydError:
         return _BY_NAME.get(self.error, MemorydError)(self.message)
+
+
+def value_of(result: Any) -> Any:
+    """A query's result, or the user error it carries raised again as its own class."""
+    if isinstance(result, Failure):
+        raise result.exception()
+    return result

@@ -1,5 +1,6 @@
 """`memoryd hook <agent> <event>`: context for Claude Code and Codex at the start of a session
-and with each prompt, read from the running daemon.
+and with each prompt, worked out in the daemon (the hook's process, memoryd/hook_client.py,
+only passes the JSON over and prints the answer).
 
 - Reads the hook's JSON from stdin (`session_id`, `transcript_path`, `cwd`, `source`, `prompt`)
   and prints `{"hookSpecificOutput": {"hookEventName": ..., "additionalContext": ...}}`, or
@@ -17,7 +18,8 @@ and with each prompt, read from the running daemon.
   command's output) could carry a prompt injection into later sessions, so prompts, assistant
   messages, agents' notes and code are injected, tool results and other repositories never.
 - Fast: the whole hook runs under `hook_timeout_seconds` (default 1.5 s); when the daemon is
-  down or slow it exits 0 with no output rather than hold up the agent.
+  down or slow it exits 0 with no output rather than hold up the agent. Its process starts
+  in about 40 ms: it loads nothing but the standard library and the query channel.
 - The transcript named by `transcript_path` is queued for ingestion at once.
 """
 
@@ -38,19 +40,16 @@ from memoryd import client
 from memoryd.agent import clip, one_line, qualified
 from memoryd.config import Settings
 from memoryd.errors import MemorydError
+from memoryd.hook_client import EVENTS, MAX_CHARS_RANGE
 from memoryd.ids import stable_id
 from memoryd.present import activity_blocks
 from memoryd.results import RecentActivity, Record
 
-# The events each agent's hooks are registered for: (agent, command word) -> hook event name.
-EVENTS = {
-    ("claude-code", "session-start"): "SessionStart",
-    ("claude-code", "user-prompt-submit"): "UserPromptSubmit",
-    ("codex", "session-start"): "SessionStart",
-}
 # SessionStart sources after which the agent's earlier context is gone.
 RESET_SOURCES = frozenset({"compact", "clear"})
 MAX_RECORDED = 1000
+# The share of the hook's budget its work may take in the daemon.
+ANSWER_SHARE = 0.8
 # Memory kinds a prompt may bring back: words of people and agents, never a tool's output.
 INJECTED_KINDS = frozenset(
     {"user_prompt", "assistant_message", "summary", "decision", "note", "todo"}
@@ -199,29 +198,42 @@ async def _relevant(
 
 
 async def context_for(
-    settings: Settings, event: str, payload: dict[str, Any], state: State
+    memoryd: client.Client, event: str, payload: dict[str, Any], state: State, limit: int
 ) -> tuple[str, list[str]]:
-    cwd = Path(str(payload.get("cwd") or os.getcwd()))
-    async with client.connect(settings) as memoryd:
-        transcript = payload.get("transcript_path")
-        if isinstance(transcript, str) and os.path.isfile(transcript):
-            await memoryd.queue_ingest([transcript])
-        scope = await memoryd.scope(cwd)
-        if scope.project is None:
-            return "", []  # not a watched repository: other repositories' memory stays out
-        seen = set(state.injected)
-        if event == "SessionStart":
-            items = await _briefing(memoryd, payload, scope.project)
-            head = f"memoryd: recent agent work in this repository ({scope.project}):"
-        else:
-            items = await _relevant(memoryd, payload, scope.project, seen)
-            head = "memoryd: earlier work related to this prompt (ids work with memoryd's get):"
-        return pack(head, items, seen, settings.hook_max_chars)
+    cwd = Path(str(payload["cwd"]))
+    transcript = payload.get("transcript_path")
+    if isinstance(transcript, str) and os.path.isfile(transcript):
+        await memoryd.queue_ingest([transcript])
+    scope = await memoryd.scope(cwd)
+    if scope.project is None:
+        return "", []  # not a watched repository: other repositories' memory stays out
+    seen = set(state.injected)
+    if event == "SessionStart":
+        items = await _briefing(memoryd, payload, scope.project)
+        head = f"memoryd: recent agent work in this repository ({scope.project}):"
+    else:
+        items = await _relevant(memoryd, payload, scope.project, seen)
+        head = "memoryd: earlier work related to this prompt (ids work with memoryd's get):"
+    return pack(head, items, seen, limit)
 
 
-def run(settings: Settings, agent: str, command: str, stdin: str) -> str:
-    """The hook's whole run: what to print (maybe nothing). Never raises for a problem of
-    memoryd's: the agent must go on."""
+def cap(given: object, default: int) -> int:
+    """The hook process's `hook_max_chars` (a string from its environment or a TOML value),
+    within bounds; the daemon's own when it gives none or nonsense."""
+    try:
+        low, high = MAX_CHARS_RANGE
+        return default if given is None else max(low, min(int(str(given)), high))
+    except ValueError:
+        return default
+
+
+async def run(
+    memoryd: client.Client, agent: str, command: str, stdin: str, cwd: str, max_chars: object
+) -> str:
+    """The hook's whole answer, worked out in the daemon: what the hook prints (maybe
+    nothing). Never raises for a problem of memoryd's: the agent must go on."""
+    settings = memoryd.settings
+    limit = cap(max_chars, settings.hook_max_chars)
     event = EVENTS[(agent, command)]
     try:
         payload = json.loads(stdin or "{}")
@@ -229,14 +241,15 @@ def run(settings: Settings, agent: str, command: str, stdin: str) -> str:
         return ""
     if not isinstance(payload, dict):
         return ""
+    payload.setdefault("cwd", cwd)  # the hook's own folder when the agent names none
     session_id = str(payload.get("session_id") or "")
     reset = event == "SessionStart" and payload.get("source") in RESET_SOURCES
     state = State.load(settings, agent, session_id or "no-session", reset)
     try:
-        text, keys = asyncio.run(
-            asyncio.wait_for(
-                context_for(settings, event, payload, state), settings.hook_timeout_seconds
-            )
+        # Inside the hook process's budget, with room for the answer's way back.
+        budget = settings.hook_timeout_seconds * ANSWER_SHARE
+        text, keys = await asyncio.wait_for(
+            context_for(memoryd, event, payload, state, limit), budget
         )
     except (MemorydError, TimeoutError, OSError):
         text, keys = "", []

@@ -30,8 +30,9 @@ from typing import Any
 
 import tomlkit
 
-from memoryd.config import Settings, default_data_dir
+from memoryd.config import Settings
 from memoryd.errors import MemorydError
+from memoryd.paths import default_data_dir
 
 NAME = "memoryd"
 CLIENTS = ("claude-code", "codex", "gemini")

@@ -65,6 +65,8 @@ RECENT_ACTIVITY = _query("recent_activity")
 REMEMBER = _query("remember")
 FORGET = _query("forget")
 INDEX_PROGRESS = _query("index_progress")
+# An agent's hook: its JSON in, the context to inject out (memoryd/hooks.py).
+HOOK = _query("hook")
 
 ALL = (
     INDEX_FILES,
@@ -93,4 +95,5 @@ ALL = (
     REMEMBER,
     FORGET,
     INDEX_PROGRESS,
+    HOOK,
 )

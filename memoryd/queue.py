@@ -18,7 +18,7 @@ from arq.constants import in_progress_key_prefix
 from arq.jobs import Job, JobStatus
 
 from memoryd import jobs
-from memoryd.errors import DaemonUnavailable, Failure, JobFailed, MemorydError
+from memoryd.errors import DaemonUnavailable, JobFailed, MemorydError, value_of
 from memoryd.ids import stable_id
 from memoryd.jobs import JOBS_QUEUE, JobSpec
 from memoryd.liveness import holder
@@ -271,9 +271,7 @@ async def wait_for(job: Job, timeout: float | None, poll: float = WORK_POLL_SECO
         raise
     except Exception as exc:  # the job's own failure, already logged by the worker
         raise JobFailed(f"job {job.job_id} failed: {exc}") from None
-    if isinstance(result, Failure):
-        raise result.exception()
-    return result
+    return value_of(result)
 
 
 async def job_done(job: Job) -> bool:

@@ -18,7 +18,7 @@ from typing import Any
 import redis.exceptions
 from arq import ArqRedis, Worker
 
-from memoryd import metrics, queue
+from memoryd import channel, metrics, queue
 from memoryd.config import Settings
 from memoryd.embedded import (
     EmbeddedRedis,
@@ -62,6 +62,7 @@ class Runtime:
         self._daemon_lock: HeldLock | None = None
         self._worker_lock: HeldLock | None = None
         self._redis_lost: str | None = None
+        self._channel: asyncio.Server | None = None
 
     @property
     def serving(self) -> bool:
@@ -123,7 +124,7 @@ class Runtime:
         # Imported here: memoryd depends on workers only where it starts one.
         from workers.context import JobContext
         from workers.queries import Counted
-        from workers.registry import build_workers
+        from workers.registry import build_workers, query_answer
 
         ctx: JobContext = {
             "store": self.store,
@@ -131,7 +132,9 @@ class Runtime:
             "search": self.search,
             "settings": s,
             "status_counts": Counted(),
+            "redis": self.redis,
         }
+        ctx["queries"] = query_answer(ctx)
         self.workers = build_workers(
             ctx, queue.redis_settings(self.settings.queue_url), s, scheduled
         )
@@ -141,6 +144,9 @@ class Runtime:
             freed = await queue.release_orphaned_jobs(self.redis)
             if freed:
                 log.info("%d jobs of a stopped worker will run again", freed)
+        if self._daemon_lock is not None:
+            # The data dir's daemon also answers queries on its socket (memoryd/channel.py).
+            self._channel = await channel.serve(s.channel_socket, ctx["queries"])
         self._worker_lock = HeldLock(s.data_dir / "run" / f"worker-{uuid.uuid4().hex}.lock")
         await self._beat()
         self._tasks = [asyncio.create_task(w.async_run()) for w in self.workers]
@@ -250,6 +256,11 @@ class Runtime:
         try:
             if self.embedder is not None and self._own_embedder:
                 self.embedder.interrupt()
+            if self._channel is not None:
+                # No new query starts; the ones under way end with the workers' jobs.
+                self._channel.close()
+                self.settings.channel_socket.unlink(missing_ok=True)
+                self._channel = None
             for task in self._tasks:
                 task.cancel()
             await self._close_workers()

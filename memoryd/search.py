@@ -58,7 +58,7 @@ async def search(
         language=language,
         as_of=micros(as_of) if as_of else None,
     )
-    [vector] = await asyncio.to_thread(embedder.embed, [query])
+    vector = await asyncio.to_thread(embedder.embed_query, query)
     hits = await asyncio.to_thread(index.hybrid, query, vector, embedder.model, filters, limit)
     if kind == "memory":
         await store.bump_access("memory", [hit.id for hit in hits], datetime.now(UTC))

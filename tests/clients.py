@@ -520,6 +520,9 @@ class ClaudeHome(_ClientHome):
             # Connect MCP servers before the first request: by default `-p` does not wait, and
             # a server still starting is missing from that request's tools.
             "MCP_CONNECTION_NONBLOCKING": "0",
+            # A loaded test machine can take longer to start an MCP server than Claude Code's
+            # default connect timeout; then its tools are silently missing from the request.
+            "MCP_TIMEOUT": "60000",
         }
         if base_url is not None:
             env["ANTHROPIC_BASE_URL"] = base_url

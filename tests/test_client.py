@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from memoryd import client, jobs, projects, queue
+from memoryd import channel, client, jobs, projects, queue
 from memoryd.errors import DaemonUnavailable, InvalidRequest, NotFound
 from memoryd.results import SearchResult
 from memoryd.runtime import Runtime
@@ -53,6 +54,38 @@ async def test_typed_results_and_errors_through_the_queue(stack: Runtime, arq_tr
     assert history["sessions"] == []
     assert history["file"]["path"] == "connections.py"
     assert any(chunk["name"] == "from_dsn" for chunk in history["chunks"])
+
+
+@pytest.mark.e2e
+async def test_the_daemons_channel_answers_as_the_queue_does(
+    stack: Runtime, arq_tree: Path
+) -> None:
+    """Queries over the daemon's unix socket: the same typed answers and errors as over the
+    queue, without touching Redis; the socket is its owner's alone."""
+    assert stack.redis is not None
+    for job, _ in await projects.sync(stack.redis, projects.resolve(arq_tree), 32):
+        await queue.wait_for(job, 600)
+    path = stack.settings.channel_socket
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    over_queue = client.Client(stack.redis, stack.settings)
+    async with client.connect(stack.settings) as memoryd:
+        query = "parse a redis connection DSN url"
+        assert await memoryd.search(query, limit=5) == await over_queue.search(query, limit=5)
+        history = await memoryd.history(str(arq_tree / "connections.py"))
+        assert history == await over_queue.history(str(arq_tree / "connections.py"))
+        with pytest.raises(NotFound, match="no session 'no-such-session'"):
+            await memoryd.session("no-such-session")
+        with pytest.raises(InvalidRequest, match="unknown kind 'nonsense'"):
+            await memoryd.search("x", kind="nonsense")
+        assert memoryd._redis is None  # no query needed the queue
+    with pytest.raises(InvalidRequest, match="no query 'drop_everything'"):
+        await channel.ask(path, "drop_everything", (), timeout=10)
+    with pytest.raises(InvalidRequest, match="no query 'index_files'"):
+        await channel.ask(path, "index_files", (), timeout=10)  # work goes on the queue
+    await stack.close()
+    assert not path.exists()
+    with pytest.raises(DaemonUnavailable):
+        await channel.ask(path, "status", (), timeout=10)
 
 
 async def test_an_agents_client_never_starts_a_daemon(data_dir: Path) -> None:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, TypedDict
 if TYPE_CHECKING:
     from arq import ArqRedis
 
+    from memoryd.channel import Answer
     from memoryd.config import Settings
     from memoryd.embedding import Embedder
     from memoryd.indexsync import IndexSync
@@ -17,7 +18,8 @@ if TYPE_CHECKING:
 
 class JobContext(TypedDict, total=False):
     """``store``, ``embedder``, ``search`` (the search indexes and their one writer),
-    ``settings`` and ``status_counts`` are set by the runtime that serves the queues
+    ``settings``, ``status_counts`` and ``queries`` (the query functions by name, for work that
+    asks several: the hooks) are set by the runtime that serves the queues
     (memoryd/runtime.py); ``redis``, ``job_id``, ``job_try`` and ``enqueue_time`` by arq for
     each run."""
 
@@ -26,6 +28,7 @@ class JobContext(TypedDict, total=False):
     search: IndexSync
     settings: Settings
     status_counts: Counted
+    queries: Answer
     redis: ArqRedis
     job_id: str
     job_try: int

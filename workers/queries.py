@@ -9,9 +9,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memoryd import agent, metrics, views
+from memoryd import agent, hooks, metrics, views
 from memoryd import search as search_module
 from memoryd.agent import check_budget
+from memoryd.client import Client
 from memoryd.errors import InvalidRequest, NotFound
 from memoryd.ids import split_file_key
 from memoryd.results import SearchResult
@@ -422,3 +423,11 @@ def open_failures(actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
         "seq",
     )
     return [{f: a.get(f) for f in fields} for a in sorted(failures, key=_order, reverse=True)]
+
+
+async def hook(
+    ctx: JobContext, agent: str, command: str, stdin: str, cwd: str, max_chars: object = None
+) -> str:
+    """An agent's hook, answered here with the client API on this process's own queries."""
+    memoryd = Client.answering(ctx["redis"], ctx["settings"], ctx["queries"])
+    return await hooks.run(memoryd, agent, command, stdin, cwd, max_chars)

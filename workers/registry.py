@@ -12,8 +12,9 @@ from arq.cron import CronJob, cron
 from arq.worker import Function, func
 
 from memoryd import jobs, metrics
+from memoryd.channel import Answer
 from memoryd.config import SCHEDULE_OFF, Settings, parse_schedule
-from memoryd.errors import Failure, JobFailed, MemorydError
+from memoryd.errors import Failure, InvalidRequest, JobFailed, MemorydError
 from memoryd.jobs import JOBS_QUEUE, QUERY_QUEUE, JobSpec
 from memoryd.metrics import JobFunction
 from workers import forget, maintenance, notes, privacy, queries, transfer
@@ -80,7 +81,22 @@ FUNCTIONS: dict[JobSpec, JobFunction] = {
     jobs.REMEMBER: notes.remember,
     jobs.FORGET: forget.forget,
     jobs.INDEX_PROGRESS: queries.index_progress,
+    jobs.HOOK: queries.hook,
 }
+
+
+def query_answer(ctx: JobContext) -> Answer:
+    """How the daemon answers the query channel (memoryd/channel.py): the query jobs, run as
+    the query worker runs them, on the same context."""
+    wrapped = {spec.name: job(fn, spec.name) for spec, fn in FUNCTIONS.items() if spec.is_query}
+
+    async def answer(name: str, args: tuple[Any, ...]) -> Any:
+        function = wrapped.get(name)
+        if function is None:
+            return Failure.of(InvalidRequest(f"no query {name!r}"))
+        return await function(ctx, *args)
+
+    return answer
 
 
 def functions(queue: str) -> list[Function]:
