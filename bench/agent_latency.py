@@ -84,7 +84,7 @@ async def wait_live(data: Path, timeout: float = 600) -> None:
             await asyncio.sleep(2)
 
 
-def build(data: Path, tree: Path, chunks: int, memories: int, have: dict[str, int]) -> None:
+async def build(data: Path, tree: Path, chunks: int, memories: int, have: dict[str, int]) -> None:
     """Index and ingest until the targets are met (each step only when still short)."""
     if have["chunks"] < chunks:
         # About eight chunks per file of these packages.
@@ -104,6 +104,18 @@ def build(data: Path, tree: Path, chunks: int, memories: int, have: dict[str, in
         pairs, _ = transcript_bench.build_big(path, (memories // 2) * 38_000, str(uuid.uuid4()))
         print(f"ingesting {pairs} tool call/result pairs…", flush=True)
         subprocess.run([MEMORYD, "ingest", str(path)], env=env(data), check=True)
+        await settled(data)
+
+
+async def settled(data: Path, quiet_seconds: float = 60) -> None:
+    """Wait until the follow-up jobs of a long transcript are done: the counts stop moving."""
+    last, still_since = await counts(data), time.monotonic()
+    while time.monotonic() - still_since < quiet_seconds:
+        await asyncio.sleep(10)
+        now = await counts(data)
+        if now != last:
+            last, still_since = now, time.monotonic()
+            print(f"  {now['memories']} memories", flush=True)
 
 
 async def measure_mcp(data: Path, cwd: Path, samples: int) -> dict[str, list[float]]:
@@ -185,7 +197,7 @@ async def main() -> None:
     try:
         await wait_live(data)
         have = await counts(data)
-        build(data, tree, args.chunks, args.memories, have)
+        await build(data, tree, args.chunks, args.memories, have)
         have = await counts(data)
         print(f"dataset: {have['chunks']} valid chunks, {have['memories']} memories")
         idle = await measure_mcp(data, tree, args.samples)

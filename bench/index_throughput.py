@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import importlib.util
 import shutil
 import subprocess
 import tempfile
@@ -41,6 +42,13 @@ PACKAGES = (
     "surrealdb",
     "fastembed",
     "pydantic",
+    "mcp",
+    "aiohttp",
+    "huggingface_hub",
+    "starlette",
+    "jsonschema",
+    "cryptography",
+    "_pytest",
 )
 
 
@@ -48,6 +56,8 @@ def build_tree(target: Path, files: int) -> int:
     """Copy .py files of installed packages until `files` are in place; returns the count."""
     copied = 0
     for name in PACKAGES:
+        if importlib.util.find_spec(name) is None:
+            continue  # a package memoryd no longer installs: the tree is a little smaller
         package = Path(importlib.import_module(name).__file__ or "").parent
         for source in sorted(package.rglob("*.py")):
             if "__pycache__" in source.parts:
