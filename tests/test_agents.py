@@ -385,6 +385,26 @@ def test_the_agent_commands_load_neither_the_model_nor_the_database() -> None:
     assert out.stdout.strip() == "[]"
 
 
+def test_the_hook_process_loads_only_the_standard_library_and_the_channel(data_dir: Path) -> None:
+    """Agents wait on the hook at every prompt: its process must not pay for pydantic, the
+    Redis client, typer or even asyncio (the daemon does the work)."""
+    probe = (
+        "import sys; sys.argv = ['memoryd', 'hook', 'claude-code', 'user-prompt-submit']; "
+        "import memoryd.entry; memoryd.entry.main(); "
+        "print(sorted(m for m in ('pydantic', 'pydantic_settings', 'arq', 'redis', 'typer', "
+        "'asyncio', 'memoryd.config', 'memoryd.client') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        input='{"session_id": "s", "prompt": "hello"}',
+        capture_output=True,
+        text=True,
+        check=True,
+        env=clean_env(data_dir),
+    )
+    assert out.stdout.strip() == "[]"
+
+
 # --- MCP over streamable HTTP -----------------------------------------------------------------
 
 
