@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from memoryd import jobs, queue
+from memoryd import channel, jobs, queue
 from memoryd.config import DEFAULT_MODEL, Settings
 from memoryd.embedded import MAX_SOCKET_PATH, daemon_pid
 from memoryd.errors import MemorydError
@@ -208,6 +208,23 @@ async def check_database_via_daemon(redis: Any, settings: Settings) -> tuple[Che
             {},
         )
     return ok("database", f"{settings.database_url}, served by {who}: {_db_summary(info)}"), info
+
+
+async def check_channel(settings: Settings) -> Check:
+    """The daemon of this data dir answers on its query channel: what the hooks and the MCP
+    server use (with it silent, hooks inject nothing)."""
+    path = settings.channel_socket
+    started = time.monotonic()
+    try:
+        await channel.ask(path, jobs.STATUS.name, (), _TIMEOUT)
+    except MemorydError as exc:
+        return fail(
+            "channel",
+            f"the daemon does not answer on {path}: {exc}",
+            "restart it (through its service manager, or stop and start `memoryd run`)",
+        )
+    elapsed = (time.monotonic() - started) * 1000
+    return ok("channel", f"{path} answers (status in {elapsed:.0f} ms)")
 
 
 async def check_database_direct(settings: Settings) -> Check:
@@ -506,6 +523,8 @@ async def diagnose(settings: Settings, only: Sequence[str] | None = None) -> lis
                 if redis is not None and await queue.live_workers(redis) > 0:
                     check, daemon_info = await check_database_via_daemon(redis, settings)
                     checks.append(check)
+                    if daemon_pid(settings.data_dir) is not None:
+                        checks.append(await check_channel(settings))
                 else:
                     checks.append(await check_database_direct(settings))
         finally:

@@ -100,6 +100,26 @@ async def test_the_database_held_by_a_running_daemon_is_asked_through_the_queue(
     assert database.level == "ok", database
     assert f"served by the running memoryd (pid {os.getpid()})" in database.summary
     assert re.search(r"schema \d+_\w+\.surql; \d+ code_chunk", database.summary)
+    [answers] = found["channel"]
+    assert answers.level == "ok"
+    assert re.fullmatch(
+        rf"{stack.settings.channel_socket} answers \(status in \d+ ms\)", answers.summary
+    )
+
+
+async def test_a_daemon_silent_on_its_channel_fails_the_check(stack: Runtime) -> None:
+    """Hooks and the MCP server ask the daemon on its socket: a socket nobody answers is a
+    failure with what to do, though the queue still works."""
+    assert stack._channel is not None
+    stack._channel.close()  # the socket file stays; nobody accepts on it any more
+    (check,) = [
+        c for c in await doctor.diagnose(stack.settings, ["database"]) if c.name == "channel"
+    ]
+    assert check.level == "fail"
+    assert check.summary.startswith(
+        f"the daemon does not answer on {stack.settings.channel_socket}: "
+    )
+    assert check.fix is not None and "restart" in check.fix
 
 
 async def test_the_repos_a_running_daemon_watches_are_checked(

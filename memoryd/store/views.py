@@ -56,7 +56,7 @@ class ViewQueries(StoreBase):
     async def session_errors(self, session_id: str) -> list[dict[str, Any]]:
         rows = await self.query(
             "SELECT out.key AS signature, out.name AS error, message, exit_code, tool, event_time, "
-            "in.seq AS seq FROM $s->contains->memory->triggered ORDER BY seq",
+            "in.seq AS seq FROM triggered WHERE session = $s ORDER BY seq",
             {"s": rid("session", session_id)},
         )
         return rows[0] or []
