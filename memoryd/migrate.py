@@ -19,16 +19,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from memoryd.config import Settings
 from memoryd.errors import MemorydError
 from memoryd.export import write_backup
-from memoryd.ids import entity_id
 from memoryd.store import SCHEMA_DIR, Store
-
-if TYPE_CHECKING:
-    from workers.rederive import StoredCall
 
 log = logging.getLogger(__name__)
 
@@ -100,72 +95,14 @@ async def _drop_search_indexes(store: Store, _: Settings) -> None:
     await store.drop_indexes(_SURREAL_SEARCH_INDEXES)
 
 
-async def _rederive_edges(store: Store, _: Settings) -> None:
+async def _rederive_edges(store: Store, settings: Settings) -> None:
     """Edges and entities of stored tool calls by today's extraction rules (workers/rederive.py
     says from what): shell reads and writes become READS/MODIFIES, names that are no file go,
-    failures get today's signatures. Each session's calls are read a page at a time and each
-    page's edges replaced in one transaction; then error entities take their aliases from
-    their failures and entities nothing points at any more are deleted. Resumable: a page
-    done before is derived again from the same stored facts to the same edges."""
-    from workers.rederive import CALL_EDGE_TABLES, StoredCall, StoredEdge, is_current
+    failures get today's signatures. Resumable: a page done before is derived again from the
+    same facts to the same edges."""
+    from workers.rederive import rederive_all
 
-    projects = [(p["id"], p["root"]) for p in await store.projects()]
-    after: str | None = None
-    while sessions := await store.rows_after("session", after, _PAGE):
-        after = str(sessions[-1]["id"])
-        for session in sessions:
-            errors = await store.error_outputs(session["id"])
-            page: str | None = None
-            while True:
-                rows, page = await store.memories_with_edges(
-                    session["id"], CALL_EDGE_TABLES, page, _PAGE
-                )
-                calls = [
-                    StoredCall(
-                        memory=row["key"],
-                        session=session["id"],
-                        content=row["content"],
-                        edges=tuple(StoredEdge(**e) for e in row["edges"]),
-                        cwd=session.get("cwd"),
-                        transcript=session.get("source"),
-                        error_output=errors.get(row.get("call_id") or ""),
-                    )
-                    for row in rows
-                ]
-                await _replace(store, [c for c in calls if not is_current(c)], projects)
-                if page is None:
-                    break
-    error: str | None = None
-    while keys := await store.error_entities_after(error, _PAGE):
-        await store.aliases_from_failures(keys)
-        error = keys[-1]
-    while orphans := await store.orphan_entities(_PAGE):
-        await store.delete_rows("entity", orphans)
-
-
-async def _replace(store: Store, calls: list[StoredCall], projects: list[tuple[str, str]]) -> None:
-    from workers.rederive import rederive
-
-    doomed = [(e.table, e.key) for call in calls for e in call.edges]
-    edges: dict[str, list[dict[str, Any]]] = {}
-    entities: list[dict[str, Any]] = []
-    for call in calls:
-        for table, key, target, fields in rederive(call, projects).edges:
-            entities.append(
-                {
-                    "kind": target.kind,
-                    "key": target.key,
-                    "name": target.name,
-                    "project": target.project_id,
-                    "aliases": [target.raw] if target.raw else [],
-                    "first_seen": fields.get("event_time"),
-                    "last_seen": fields.get("event_time"),
-                }
-            )
-            row = {"key": key, "memory": call.memory, "entity": entity_id(target.kind, target.key)}
-            edges.setdefault(table, []).append({**row, "fields": fields})
-    if doomed or edges:
-        await store.replace_edges(doomed, edges, entities)
+    await rederive_all(store, settings, _PAGE)
 
 
 # The data steps, in number order; numbers are shared with the schema files.

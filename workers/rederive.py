@@ -24,12 +24,18 @@ it is left as it is (re-deriving it with less than its parser knew could only lo
 
 from __future__ import annotations
 
+import asyncio
+import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memoryd import vocabulary
-from memoryd.ids import stable_id
+from memoryd.ids import entity_id, stable_id
+from memoryd.watch.transcripts import rewritten_whole
+from workers.context import JobContext
 from workers.entities import Entity, canonical_error, canonical_file, canonical_tool, guess_home
+from workers.ingest import _read_batch, _remembered, _subagent_meta, rows_for
+from workers.transcripts import ParserState, parser_for
 from workers.transcripts.model import (
     CAP_DETAIL,
     EXECUTES,
@@ -39,6 +45,10 @@ from workers.transcripts.model import (
     safe_text,
     shell_targets,
 )
+
+if TYPE_CHECKING:
+    from memoryd.config import Settings
+    from memoryd.store import Store
 
 # The edges a tool call's memory starts, which today's rules make.
 CALL_EDGES = (
@@ -177,3 +187,179 @@ def _entity(row: dict[str, Any]) -> Entity:
     aliases = row.get("aliases") or []
     raw = aliases[0] if aliases else ""
     return Entity(row["kind"], row["key"], raw, row["name"], row.get("project"))
+
+
+# --------------------------------------------------------------------------------------------
+# The step: transcripts still on disk are read again; the other sessions from what was stored
+
+
+async def rederive_all(store: Store, settings: Settings, page: int) -> None:
+    """Every stored call's edges by today's rules; then error entities take their aliases
+    from their failures, and entities nothing points at any more go."""
+    projects = [(p["id"], p["root"]) for p in await store.projects()]
+    after: str | None = None
+    while cursors := await store.rows_after("transcript_cursor", after, page):
+        after = str(cursors[-1]["id"])
+        for cursor in cursors:
+            if _readable(cursor):
+                await _read_again(store, settings, cursor, projects, page)
+    after = None
+    while sessions := await store.rows_after("session", after, page):
+        after = str(sessions[-1]["id"])
+        for session in sessions:
+            source = session.get("source")
+            if not (source and _readable(await store.transcript_cursor(source))):
+                await _from_stored(store, session, projects, page)
+    error: str | None = None
+    while keys := await store.error_entities_after(error, page):
+        await store.aliases_from_failures(keys)
+        error = keys[-1]
+    while orphans := await store.orphan_entities(page):
+        await store.delete_rows("entity", orphans)
+
+
+def _readable(cursor: dict[str, Any] | None) -> bool:
+    """The transcript a cursor read is still there as it was read (appended to at most)."""
+    if not cursor or not cursor.get("agent") or rewritten_whole(cursor["path"]):
+        return False
+    try:
+        info = os.stat(cursor["path"])
+    except OSError:
+        return False
+    if cursor["path"].endswith(".zst"):
+        return info.st_ino == cursor["inode"] and info.st_size == cursor["size"]
+    return info.st_ino == cursor["inode"] and info.st_size >= cursor["offset"]
+
+
+async def _read_again(
+    store: Store,
+    settings: Settings,
+    cursor: dict[str, Any],
+    projects: list[tuple[str, str]],
+    page: int,
+) -> None:
+    """The transcript read again up to where it was ingested, with the filters of an ingest
+    (forgotten sessions, excluded folders and files); its memories' edges replaced by what
+    the parse made of them. A file's edges are held until it is read: its calls are settled
+    by results that may come much later in the file."""
+    path, end = cursor["path"], cursor["offset"]
+    agent = cursor["agent"]
+    parser = parser_for(agent)
+    meta = _subagent_meta(path) if agent == "claude-code" else None
+    source = Source.of(path, projects, meta)
+    ctx: JobContext = {"store": store, "settings": settings}
+    state: ParserState | None = None
+    last: dict[str, str] = {}
+    offset = 0
+    memories: list[str] = []
+    edges: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    entities: dict[str, dict[str, Any]] = {}
+    while offset < end:
+        lines, offset = await asyncio.to_thread(_read_batch, path, offset, path.endswith(".zst"))
+        lines = [line for line in lines if line.offset < end]  # never ingested: not read
+        if not lines:
+            break
+        result = await _remembered(ctx, await asyncio.to_thread(parser.parse, lines, state, source))
+        state = result.state
+        rows = rows_for(result, path, last)
+        memories += [row["id"].key for row in rows.tables.get("memories", [])]
+        for table in CALL_EDGE_TABLES:
+            for row in rows.tables.get(f"edge_{table}", []):
+                edges.setdefault(row["in"].key, []).append((table, row))
+        for row in rows.tables.get("entities", []):
+            _merge(entities, row)
+    for start in range(0, len(memories), page):
+        stored = await store.call_edges(memories[start : start + page], CALL_EDGE_TABLES)
+        derived = [(table, row) for call in stored for table, row in edges.get(call["key"], [])]
+        wanted = {row["out"].key for _, row in derived}
+        await _write(
+            store,
+            [(e["table"], e["key"]) for call in stored for e in call["edges"]],
+            [
+                (table, row["id"].key, row["in"].key, row["out"].key, _fields(row))
+                for table, row in derived
+            ],
+            [_entity_row(e) for key, e in entities.items() if key in wanted],
+        )
+
+
+def _merge(entities: dict[str, dict[str, Any]], row: dict[str, Any]) -> None:
+    known = entities.get(row["id"].key)
+    if known is None:
+        entities[row["id"].key] = dict(row)
+        return
+    known["aliases"] = sorted({*known["aliases"], *row["aliases"]})
+    known["first_seen"] = min(known["first_seen"], row["first_seen"])
+    known["last_seen"] = max(known["last_seen"], row["last_seen"])
+
+
+def _fields(row: dict[str, Any]) -> dict[str, Any]:
+    fields = {k: v for k, v in row.items() if k not in ("id", "in", "out")}
+    return {**fields, "session": row["session"].key}
+
+
+def _entity_row(row: dict[str, Any]) -> dict[str, Any]:
+    project = row.get("project")
+    return {
+        **{k: v for k, v in row.items() if k != "id"},
+        "project": project.key if project else None,
+    }
+
+
+async def _from_stored(
+    store: Store, session: dict[str, Any], projects: list[tuple[str, str]], page: int
+) -> None:
+    """A session whose transcript is gone: its calls' edges derived from what was stored."""
+    errors = await store.error_outputs(session["id"])
+    after: str | None = None
+    while True:
+        rows, after = await store.memories_with_edges(session["id"], CALL_EDGE_TABLES, after, page)
+        calls = [
+            StoredCall(
+                memory=row["key"],
+                session=session["id"],
+                content=row["content"],
+                edges=tuple(StoredEdge(**e) for e in row["edges"]),
+                cwd=session.get("cwd"),
+                transcript=session.get("source"),
+                error_output=errors.get(row.get("call_id") or ""),
+            )
+            for row in rows
+        ]
+        calls = [call for call in calls if not is_current(call)]
+        new = []
+        entities = []
+        for call in calls:
+            for table, key, target, fields in rederive(call, projects).edges:
+                new.append((table, key, call.memory, entity_id(target.kind, target.key), fields))
+                entities.append(
+                    {
+                        "kind": target.kind,
+                        "key": target.key,
+                        "name": target.name,
+                        "project": target.project_id,
+                        "aliases": [target.raw] if target.raw else [],
+                        "first_seen": fields.get("event_time"),
+                        "last_seen": fields.get("event_time"),
+                    }
+                )
+        doomed = [(e.table, e.key) for call in calls for e in call.edges]
+        await _write(store, doomed, new, entities)
+        if after is None:
+            return
+
+
+async def _write(
+    store: Store,
+    doomed: list[tuple[str, str]],
+    new: list[tuple[str, str, str, str, dict[str, Any]]],
+    entities: list[dict[str, Any]],
+) -> None:
+    """(table, edge key, memory key, entity key, fields) rows in place of `doomed`."""
+    if not doomed and not new:
+        return
+    edges: dict[str, list[dict[str, Any]]] = {}
+    for table, key, memory, entity, fields in new:
+        row = {"key": key, "memory": memory, "entity": entity, "fields": fields}
+        edges.setdefault(table, []).append(row)
+    await store.replace_edges(doomed, edges, entities)

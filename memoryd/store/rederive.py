@@ -12,6 +12,10 @@ from memoryd.store.entities import UPSERT_ENTITIES
 from memoryd.vocabulary import ERROR, TRIGGERED
 
 
+def _outgoing(tables: tuple[str, ...]) -> str:
+    return ", ".join(f"->{t}.* AS {t}" for t in tables)
+
+
 class RederiveQueries(StoreBase):
     async def error_outputs(self, session_key: str) -> dict[str, str]:
         """A session's failed calls: call id -> the output of its (last) `error` memory."""
@@ -27,13 +31,11 @@ class RederiveQueries(StoreBase):
     async def memories_with_edges(
         self, session_key: str, tables: tuple[str, ...], after: str | None, batch: int
     ) -> tuple[list[dict[str, Any]], str | None]:
-        """One page of a session's memories in id order, those with edges in `tables`, each
-        as {key, content, edges: [{table, key, target: entity row, fields}]}; and the key
-        to read the next page after (None at the end)."""
-        outgoing = ", ".join(f"->{t}.* AS {t}" for t in tables)
+        """One page of a session's memories in id order, those with edges in `tables` (see
+        :meth:`call_edges`); and the key to read the next page after (None at the end)."""
         rows = (
             await self.query(
-                f"SELECT id, content, call_id, {outgoing} FROM memory WHERE session = $s "
+                f"SELECT id, content, call_id, {_outgoing(tables)} FROM memory WHERE session = $s "
                 f"{'AND id > $after ' if after else ''}ORDER BY id LIMIT $batch",
                 {
                     "s": rid("session", session_key),
@@ -42,38 +44,52 @@ class RederiveQueries(StoreBase):
                 },
             )
         )[0] or []
+        calls = [call for call in await self._with_targets(rows, tables) if call["edges"]]
+        return calls, (key_of(rows[-1]["id"]) if len(rows) == batch else None)
+
+    async def call_edges(self, keys: list[str], tables: tuple[str, ...]) -> list[dict[str, Any]]:
+        """These memories, those that exist, each as {key, content, call_id, edges: [{table,
+        key, target: entity row, fields}]} with its edges in `tables`."""
+        rows = (
+            await self.query(
+                f"SELECT id, content, call_id, {_outgoing(tables)} FROM $ids",
+                {"ids": [rid("memory", k) for k in keys]},
+            )
+        )[0] or []
+        return await self._with_targets(rows, tables)
+
+    async def _with_targets(
+        self, rows: list[dict[str, Any]], tables: tuple[str, ...]
+    ) -> list[dict[str, Any]]:
         targets = {e["out"] for row in rows for t in tables for e in row.get(t) or []}
         entities: dict[str, dict[str, Any]] = {}
         if targets:
             found = (await self.query("SELECT * FROM $ids", {"ids": sorted(targets, key=str)}))[0]
             entities = {key_of(e["id"]): plain(e) for e in found or []}
-        calls = []
-        for row in rows:
-            edges = [
-                {
-                    "table": t,
-                    "key": key_of(e["id"]),
-                    "target": entities[key_of(e["out"])],
-                    "fields": {
-                        k: key_of(v) if k == "session" else v
-                        for k, v in e.items()
-                        if k not in ("id", "in", "out")
-                    },
-                }
-                for t in tables
-                for e in row.get(t) or []
-                if key_of(e["out"]) in entities
-            ]
-            if edges:
-                calls.append(
+        return [
+            {
+                "key": key_of(row["id"]),
+                "content": row.get("content") or "",
+                "call_id": row.get("call_id"),
+                "edges": [
                     {
-                        "key": key_of(row["id"]),
-                        "content": row["content"],
-                        "call_id": row.get("call_id"),
-                        "edges": edges,
+                        "table": t,
+                        "key": key_of(e["id"]),
+                        "target": entities[key_of(e["out"])],
+                        "fields": {
+                            k: key_of(v) if k == "session" else v
+                            for k, v in e.items()
+                            if k not in ("id", "in", "out")
+                        },
                     }
-                )
-        return calls, (key_of(rows[-1]["id"]) if len(rows) == batch else None)
+                    for t in tables
+                    for e in row.get(t) or []
+                    if key_of(e["out"]) in entities
+                ],
+            }
+            for row in rows
+            if row.get("id") is not None
+        ]
 
     async def replace_edges(
         self,
