@@ -278,6 +278,10 @@ async def test_memoryd_reads_claudes_newest_transcript_whole_with_the_right_verb
     assert run.result.returncode == 0, run.result.stderr
     assert (notes.read_text(), todo.read_text()) == ("alpha\nBETA\ngamma\n", "ship it\n")
     [transcript] = run.transcripts
+    # The newest format: what was sent to the model is written beside the conversation.
+    written = {record.get("type") for record in run.records()}
+    assert written >= {"api-request", "api-request-blob", "api-request-shape", "atis-latch"}
+    assert written >= {"tools-used", "queue-operation", "last-prompt", "attachment", "user"}
     caplog.set_level(logging.INFO)
     [job] = await queue.enqueue_ingest(stack.redis, [str(transcript)], fresh=True)
     report = await queue.wait_for(job, 300)
@@ -305,6 +309,10 @@ async def test_memoryd_reads_claudes_newest_transcript_whole_with_the_right_verb
         ]
     )
     assert graph.get("triggered") == graph.get("denied") == []
+    # The system prompt and reminders in api-request-blob are neither prompts nor goals.
+    prompts = [m["content"] for m in graph["memory"] if m["kind"] == "user_prompt"]
+    assert prompts == ["tidy the notes"]
+    assert [g["intent"] for g in graph["goal"]] == ["tidy the notes"]
 
 
 @pytest.fixture
