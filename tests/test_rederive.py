@@ -197,3 +197,104 @@ async def test_edges_of_before_issue_16_are_derived_again_by_todays_rules(
     # As many rows as a fresh ingest but entities: two files under test/test/ are not named,
     # and three failures are two.
     assert await store.table_counts() == {**counts, "entity": counts["entity"] - 3}
+
+
+def _env(kind: str, payload: dict[str, Any]) -> str:
+    return json.dumps({"timestamp": "2026-11-20T10:00:00.000Z", "type": kind, "payload": payload})
+
+
+def _exec(call_id: str, cmd: str) -> str:
+    args = json.dumps({"cmd": cmd, "workdir": "/home/ann/repo"})
+    payload = {"type": "function_call", "name": "exec_command", "arguments": args}
+    return _env("response_item", payload | {"call_id": call_id})
+
+
+def _out(call_id: str, text: str) -> str:
+    return _env(
+        "response_item", {"type": "function_call_output", "call_id": call_id, "output": text}
+    )
+
+
+def _exited(code: int, body: str) -> str:
+    header = "Chunk ID: 4f1a\nWall time: 0.0512 seconds\n"
+    return f"{header}Process exited with code {code}\nOutput:\n{body}"
+
+
+# Codex 0.125 records: a command the sandbox stopped (`rg` ends the pipeline, so exit 1 looked
+# like "no match" to the code before), a search that found nothing, and a browser action
+# Codex Desktop's policy rejected (an answer, to the code before).
+SANDBOX_ROLLOUT = [
+    _env("session_meta", {"id": "019e0000-0000-7000-8000-00000000c0de", "cwd": "/home/ann/repo"}),
+    _exec("c1", "ps aux | rg memoryd"),
+    _out("c1", _exited(1, "zsh:1: operation not permitted: ps\n")),
+    _exec("c2", "rg -n TODO src"),
+    _out("c2", _exited(1, "")),
+    _env(
+        "response_item",
+        {"type": "function_call", "name": "js", "arguments": '{"code": "1"}', "call_id": "c3"},
+    ),
+    _out("c3", "Codex rejected this action due to browser security policy."),
+]
+
+
+async def _codex_as_before(store: Store) -> None:
+    """What the Codex parser before issue 16 stored for SANDBOX_ROLLOUT: every call answered
+    (outcome ok, its result a tool_result), no TRIGGERED and no DENIED, no `via`."""
+    dump = await store.dump()
+    doomed = [(t, key_of(e["id"])) for t in CALL_EDGE_TABLES for e in dump.get(t) or []]
+    edges: dict[str, list[dict[str, Any]]] = {}
+    for table in ("executes", "reads"):
+        for e in dump.get(table) or []:
+            fields = {k: v for k, v in e.items() if k not in ("id", "in", "out", "via")}
+            row = {"key": key_of(e["id"]), "memory": key_of(e["in"]), "entity": key_of(e["out"])}
+            edges.setdefault(table, []).append(
+                {**row, "fields": {**fields, "outcome": "ok", "session": key_of(e["session"])}}
+            )
+    [js] = dump["denied"]
+    fields = {k: js[k] for k in ("tool", "event_time")} | {"session": key_of(js["session"])}
+    edges["executes"].append(
+        {
+            "key": stable_id("EXECUTES", key_of(js["in"]), "tool", "js"),
+            "memory": key_of(js["in"]),
+            "entity": key_of(js["out"]),
+            "fields": {**fields, "outcome": "ok", "exit_code": None, "detail": ""},
+        }
+    )
+    await store.replace_edges(doomed, edges, [])
+    await store.set_memory_kinds(
+        {key_of(m["id"]): "tool_result" for m in dump["memory"] if m["kind"] == "error"}
+    )
+
+
+async def _kinds(store: Store) -> dict[str, str]:
+    return {key_of(m["id"]): m["kind"] for m in (await store.dump())["memory"]}
+
+
+@pytest.mark.e2e
+async def test_codex_calls_the_sandbox_stopped_or_the_browser_refused_are_told_apart_again(
+    stack: Runtime, tmp_path: Path
+) -> None:
+    assert stack.redis is not None and stack.store is not None
+    store = stack.store
+    rollout = tmp_path / "rollout-2026-11-20T10-00-00-019e0000-0000-7000-8000-00000000c0de.jsonl"
+    rollout.write_text("".join(line + "\n" for line in SANDBOX_ROLLOUT))
+    [job] = await queue.enqueue_ingest(stack.redis, [str(rollout)], fresh=True)
+    await queue.wait_for(job, 300)
+    fresh, kinds = await _graph(store), await _kinds(store)
+    assert sorted(kinds.values()).count("error") == 1
+    verbs = sorted((e[0], json.loads(e[4]).get("outcome")) for e in fresh[0])
+    assert verbs == [
+        ("denied", None),
+        ("executes", "error"),
+        ("executes", "error"),
+        ("executes", "ok"),
+        ("reads", "ok"),
+        ("triggered", None),
+    ]
+    for present in (True, False):
+        await _codex_as_before(store)
+        assert await _graph(store) != fresh and await _kinds(store) != kinds
+        if not present:
+            rollout.unlink()
+        assert await _rerun(store, stack) == [STEP]
+        assert (await _graph(store), await _kinds(store)) == (fresh, kinds)

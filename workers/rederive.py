@@ -26,19 +26,29 @@ from __future__ import annotations
 
 import asyncio
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from memoryd import vocabulary
 from memoryd.ids import entity_id, stable_id
 from memoryd.watch.transcripts import rewritten_whole
 from workers.context import JobContext
-from workers.entities import Entity, canonical_error, canonical_file, canonical_tool, guess_home
+from workers.entities import (
+    Entity,
+    canonical_commands,
+    canonical_error,
+    canonical_file,
+    canonical_tool,
+    guess_home,
+)
 from workers.ingest import _read_batch, _remembered, _subagent_meta, rows_for
-from workers.transcripts import ParserState, parser_for
+from workers.transcripts import ParserState, codex, parser_for
 from workers.transcripts.model import (
     CAP_DETAIL,
+    ERROR,
     EXECUTES,
+    OK,
+    PERMISSION_DENIED,
     Source,
     safe_entity,
     safe_target,
@@ -90,6 +100,9 @@ class StoredCall:
     cwd: str | None
     transcript: str | None
     error_output: str | None  # the call's `error` memory, if it has one
+    call_id: str | None = None
+    # A Codex call's answer, its result memory (key, text): today's rules may tell otherwise
+    result: tuple[str, str] | None = None
 
 
 @dataclass(slots=True)
@@ -98,6 +111,8 @@ class Derived:
     (an Entity) and fields), replacing all its stored edges in those tables."""
 
     edges: list[tuple[str, str, Entity, dict[str, Any]]] = field(default_factory=list)
+    # memories whose kind today's rules tell otherwise: key -> kind
+    kinds: dict[str, str] = field(default_factory=dict)
 
     def add(self, table: str, key: str, target: Entity, fields: dict[str, Any]) -> None:
         if all((t, k) != (table, key) for t, k, _, _ in self.edges):
@@ -106,7 +121,11 @@ class Derived:
 
 def is_current(call: StoredCall) -> bool:
     """Made by today's rules: its action edges say where they were seen."""
-    actions = [e for e in call.edges if e.table in _ACTION_TABLES]
+    return _current(call.edges)
+
+
+def _current(edges: tuple[StoredEdge, ...] | list[StoredEdge]) -> bool:
+    actions = [e for e in edges if e.table in _ACTION_TABLES]
     return bool(actions) and all(e.fields.get("via") for e in actions)
 
 
@@ -131,6 +150,8 @@ def rederive(call: StoredCall, projects: list[tuple[str, str]]) -> Derived:
         elif not shell and not (e.table == _MENTIONS and not e.fields.get("via")):
             # (an earlier memoryd read names off any EXECUTES detail, a web search's too)
             _tool_edge(call, e, source, out)
+    if call.result is not None:
+        _codex_outcome(call, call.result, out)
     denied = [e for e in call.edges if e.table == _DENIED]
     if denied and not any(table == _DENIED for table, *_ in out.edges):
         # Nothing left to name: the call's tool was denied, as a parser says then.
@@ -142,10 +163,7 @@ def rederive(call: StoredCall, projects: list[tuple[str, str]]) -> Derived:
 
 def _shell(call: StoredCall, first: StoredEdge, source: Source, out: Derived) -> None:
     denied = first.table == _DENIED
-    body = call.content.partition(": ")[2]  # `Bash: <command>` (2,000 characters)
-    command = body if denied else first.fields.get("detail") or ""
-    if len(command) >= CAP_DETAIL and body.startswith(command):
-        command = body.removesuffix(" …[truncated]")
+    command = call.content.partition(": ")[2] if denied else _command(call, first.fields)
     targets = [safe_target(t) for t in shell_targets(command, call.cwd, source)]
     for t in targets:
         if t.verb == EXECUTES and not denied:
@@ -157,6 +175,51 @@ def _shell(call: StoredCall, first: StoredEdge, source: Source, out: Derived) ->
             key = stable_id(t.verb, call.memory, t.entity.kind, t.entity.key)
             fields = {**first.fields, "via": t.via}
             out.add(vocabulary.edge(t.verb).table, key, t.entity, fields)
+
+
+def _codex_outcome(call: StoredCall, result: tuple[str, str], out: Derived) -> None:
+    """Codex results an earlier memoryd took for answers: a browser-policy rejection is a
+    denial of what the call named; a sandbox block fails the call even when a search ends
+    the pipeline (its result memory is then an error)."""
+    memory, text = result
+    actions = [(t, k, e, f) for t, k, e, f in out.edges if t in _ACTION_TABLES]
+    if not actions or any(f.get("outcome") != OK for *_, f in actions):
+        return
+    if codex.BROWSER_POLICY.search(text[:1000]):
+        out.edges = [edge for edge in out.edges if edge[0] not in _ACTION_TABLES]
+        message = safe_text(text, CAP_DETAIL)
+        for _, _, entity, fields in actions:
+            key = stable_id("DENIED", call.memory, entity.kind, entity.key)
+            reason = {"reason": PERMISSION_DENIED, "message": message}
+            kept = {k: fields[k] for k in ("session", "tool", "event_time")}
+            out.add(_DENIED, key, entity, {**kept, **reason})
+        return
+    code = actions[0][3].get("exit_code")
+    programs = [e.key for t, _, e, _ in actions if t == _EXECUTES and e.kind == vocabulary.COMMAND]
+    if code is None or not programs:
+        return
+    last = canonical_commands(_command(call, actions[0][3]))
+    if codex.outcome(code, last[-1].key if last else None, text) == OK:
+        return
+    out.edges = [
+        (t, k, e, {**f, "outcome": ERROR} if t in _ACTION_TABLES else f) for t, k, e, f in out.edges
+    ]
+    error = safe_entity(canonical_error(text, code))
+    fields = {k: actions[0][3][k] for k in ("session", "tool", "event_time")}
+    message = error.raw or safe_text(text, CAP_DETAIL)
+    key = stable_id("TRIGGERED", call.memory, error.key)
+    out.add(_TRIGGERED, key, error, {**fields, "exit_code": code, "message": message})
+    out.kinds[memory] = "error"
+
+
+def _command(call: StoredCall, fields: dict[str, Any]) -> str:
+    """A shell call's command line: the edge's detail (1,000 characters), or the tool-call
+    memory after its `Name: ` prefix (2,000) when that holds more of it."""
+    detail = str(fields.get("detail") or "")
+    body = call.content.partition(": ")[2]
+    if len(detail) >= CAP_DETAIL and body.startswith(detail):
+        return body.removesuffix(" …[truncated]")
+    return detail
 
 
 def _triggered(call: StoredCall, e: StoredEdge, out: Derived) -> None:
@@ -252,6 +315,7 @@ async def _read_again(
     last: dict[str, str] = {}
     offset = 0
     memories: list[str] = []
+    kinds: dict[str, str] = {}
     edges: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     entities: dict[str, dict[str, Any]] = {}
     while offset < end:
@@ -262,14 +326,20 @@ async def _read_again(
         result = await _remembered(ctx, await asyncio.to_thread(parser.parse, lines, state, source))
         state = result.state
         rows = rows_for(result, path, last)
-        memories += [row["id"].key for row in rows.tables.get("memories", [])]
+        for row in rows.tables.get("memories", []):
+            memories.append(row["id"].key)
+            kinds[row["id"].key] = row["kind"]
         for table in CALL_EDGE_TABLES:
             for row in rows.tables.get(f"edge_{table}", []):
                 edges.setdefault(row["in"].key, []).append((table, row))
         for row in rows.tables.get("entities", []):
             _merge(entities, row)
     for start in range(0, len(memories), page):
-        stored = await store.call_edges(memories[start : start + page], CALL_EDGE_TABLES)
+        chunk = await store.call_edges(memories[start : start + page], CALL_EDGE_TABLES)
+        await store.set_memory_kinds(
+            {c["key"]: kinds[c["key"]] for c in chunk if c["kind"] != kinds[c["key"]]}
+        )
+        stored = [call for call in chunk if not _unchanged(call, edges.get(call["key"], []))]
         derived = [(table, row) for call in stored for table, row in edges.get(call["key"], [])]
         wanted = {row["out"].key for _, row in derived}
         await _write(
@@ -281,6 +351,13 @@ async def _read_again(
             ],
             [_entity_row(e) for key, e in entities.items() if key in wanted],
         )
+
+
+def _unchanged(call: dict[str, Any], derived: list[tuple[str, dict[str, Any]]]) -> bool:
+    """Made by today's rules and read again to the same edges: nothing to write."""
+    stored = [StoredEdge(**e) for e in call["edges"]]
+    same = {(e.table, e.key) for e in stored} == {(t, row["id"].key) for t, row in derived}
+    return same and _current(stored)
 
 
 def _merge(entities: dict[str, dict[str, Any]], row: dict[str, Any]) -> None:
@@ -323,14 +400,23 @@ async def _from_stored(
                 cwd=session.get("cwd"),
                 transcript=session.get("source"),
                 error_output=errors.get(row.get("call_id") or ""),
+                call_id=row.get("call_id"),
             )
             for row in rows
         ]
         calls = [call for call in calls if not is_current(call)]
+        if session.get("agent") == codex.AGENT and calls:
+            results = await store.call_results(
+                session["id"], [c.call_id for c in calls if c.call_id]
+            )
+            calls = [replace(c, result=results.get(c.call_id or "")) for c in calls]
         new = []
         entities = []
+        kinds: dict[str, str] = {}
         for call in calls:
-            for table, key, target, fields in rederive(call, projects).edges:
+            derived = rederive(call, projects)
+            kinds |= derived.kinds
+            for table, key, target, fields in derived.edges:
                 new.append((table, key, call.memory, entity_id(target.kind, target.key), fields))
                 entities.append(
                     {
@@ -345,6 +431,7 @@ async def _from_stored(
                 )
         doomed = [(e.table, e.key) for call in calls for e in call.edges]
         await _write(store, doomed, new, entities)
+        await store.set_memory_kinds(kinds)
         if after is None:
             return
 

@@ -9,6 +9,7 @@ from typing import Any
 from memoryd.ids import entity_id
 from memoryd.store.base import StoreBase, key_of, now, plain, rid
 from memoryd.store.entities import UPSERT_ENTITIES
+from memoryd.store.search import BUMP_GENERATION
 from memoryd.vocabulary import ERROR, TRIGGERED
 
 
@@ -27,6 +28,29 @@ class RederiveQueries(StoreBase):
             )
         )[0] or []
         return {row["call_id"]: row["content"] for row in rows}
+
+    async def call_results(
+        self, session_key: str, call_ids: list[str]
+    ) -> dict[str, tuple[str, str]]:
+        """These calls' answers: call id -> (key, text) of its last `tool_result` memory."""
+        rows = (
+            await self.query(
+                "SELECT id, call_id, content, seq FROM memory WHERE session = $s "
+                "AND kind = 'tool_result' AND call_id INSIDE $calls ORDER BY seq",
+                {"s": rid("session", session_key), "calls": call_ids},
+            )
+        )[0] or []
+        return {row["call_id"]: (key_of(row["id"]), row["content"]) for row in rows}
+
+    async def set_memory_kinds(self, kinds: dict[str, str]) -> None:
+        """Memories told apart otherwise by today's rules; the search indexes hold the kind,
+        so the search generation moves (the next start rebuilds them)."""
+        if kinds:
+            await self.query(
+                f"BEGIN; FOR $m IN $rows {{ UPDATE $m.id SET kind = $m.kind; }}; "
+                f"{BUMP_GENERATION} COMMIT;",
+                {"rows": [{"id": rid("memory", k), "kind": v} for k, v in kinds.items()]},
+            )
 
     async def memories_with_edges(
         self, session_key: str, tables: tuple[str, ...], after: str | None, batch: int
@@ -52,7 +76,7 @@ class RederiveQueries(StoreBase):
         key, target: entity row, fields}]} with its edges in `tables`."""
         rows = (
             await self.query(
-                f"SELECT id, content, call_id, {_outgoing(tables)} FROM $ids",
+                f"SELECT id, kind, content, call_id, {_outgoing(tables)} FROM $ids",
                 {"ids": [rid("memory", k) for k in keys]},
             )
         )[0] or []
@@ -69,6 +93,7 @@ class RederiveQueries(StoreBase):
         return [
             {
                 "key": key_of(row["id"]),
+                "kind": row.get("kind"),
                 "content": row.get("content") or "",
                 "call_id": row.get("call_id"),
                 "edges": [
