@@ -113,7 +113,17 @@ DATA_STEPS: tuple[DataStep, ...] = (
         9,
         "rederive_edges",
         _rederive_edges,
-        changes=("entity", "reads", "modifies", "executes", "mentions", "triggered", "denied"),
+        # search_state: a changed memory kind moves the search generation (its row made then)
+        changes=(
+            "entity",
+            "reads",
+            "modifies",
+            "executes",
+            "mentions",
+            "triggered",
+            "denied",
+            "search_state",
+        ),
     ),
 )
 

@@ -1,7 +1,10 @@
 """Today's extraction rules applied to tool calls an earlier memoryd stored (migration step 009).
 
-The transcripts may be gone (Claude Code deletes them after 30 days), so a call's edges are
-derived from what the database kept of it:
+A transcript still on disk as it was ingested (same inode, at least as long) is read again,
+up to where it was ingested, by today's parser with the ingest's own filters: its memories'
+edges become exactly what a fresh ingest makes, and a memory kind it tells otherwise (a Codex
+result that was a failure) is changed. A transcript may be gone (Claude Code deletes them after
+30 days); then a call's edges are derived from what the database kept of it:
 
 - a shell call (an EXECUTES or DENIED edge to a command): its command line is the EXECUTES
   edge's ``detail`` (the first 1,000 characters), or the tool-call memory after its
@@ -12,11 +15,16 @@ derived from what the database kept of it:
 - a failure (TRIGGERED): its output is the call's ``error`` memory (its first 4,000
   characters), else the edge's own message;
 - other tool edges keep their target, but a file named with ``~`` is expanded with that home
-  (or dropped, like a parser drops it when no home is known).
+  (or dropped, like a parser drops it when no home is known); MENTIONS an earlier memoryd read
+  off a tool's detail (a web search's query) go;
+- a Codex call stored as answered: its result memory says whether the sandbox stopped it (a
+  failure even when a search ends the pipeline) or the browser refused it (DENIED).
 
 What was not stored cannot be used: the directory each call ran in when the agent moved
-(Claude Code records a `cwd` per record; Codex a `workdir` per call), command lines longer
-than the stored part, and failure lines past the first 4,000 characters of an output.
+(Claude Code records a `cwd` per record; Codex a `workdir` per call; replaying the `cd`s of a
+session does not recover it, Claude Code resets its shell's folder on rules of its own),
+command lines longer than the stored part, and failure lines past the first 4,000 characters
+of an output.
 
 A call whose action edges all say where they were seen (``via``) was made by today's rules:
 it is left as it is (re-deriving it with less than its parser knew could only lose).
