@@ -102,7 +102,6 @@ class StoredCall:
     """A memory with edges in :data:`CALL_EDGE_TABLES`, and the session it belongs to."""
 
     memory: str
-    session: str
     content: str
     edges: tuple[StoredEdge, ...]
     cwd: str | None
@@ -115,8 +114,8 @@ class StoredCall:
 
 @dataclass(slots=True)
 class Derived:
-    """A call's edges by today's rules (``edges``: table -> rows with ``key``, ``target``
-    (an Entity) and fields), replacing all its stored edges in those tables."""
+    """A call's edges by today's rules, (table, edge key, target, fields) each, in place of
+    all its stored edges in :data:`CALL_EDGE_TABLES`."""
 
     edges: list[tuple[str, str, Entity, dict[str, Any]]] = field(default_factory=list)
     # memories whose kind today's rules tell otherwise: key -> kind
@@ -402,7 +401,6 @@ async def _from_stored(
         calls = [
             StoredCall(
                 memory=row["key"],
-                session=session["id"],
                 content=row["content"],
                 edges=tuple(StoredEdge(**e) for e in row["edges"]),
                 cwd=session.get("cwd"),
