@@ -127,23 +127,23 @@ async def _rerun(store: Store, stack: Runtime) -> list[str]:
 
 
 async def _killed_then_run_again(
-    store: Store, stack: Runtime, monkeypatch: pytest.MonkeyPatch
+    store: Store, stack: Runtime, monkeypatch: pytest.MonkeyPatch, page: int = 20, at: int = 4
 ) -> None:
-    """The step stopped after three pages (of 20 memories) were written, then run again."""
-    monkeypatch.setattr(migration, "_PAGE", 20)
+    """The step stopped as it writes its `at`-th page (of `page` memories), then run again."""
+    monkeypatch.setattr(migration, "_PAGE", page)
     replace, pages = store.replace_edges, 0
 
     async def killed(*args: Any) -> None:
         nonlocal pages
         pages += 1
-        if pages == 4:
+        if pages == at:
             raise Killed
         await replace(*args)
 
     monkeypatch.setattr(store, "replace_edges", killed)
     with pytest.raises(Killed):
         await _rerun(store, stack)
-    assert pages == 4
+    assert pages == at
     monkeypatch.setattr(store, "replace_edges", replace)
     assert await _rerun(store, stack) == [STEP]
 
@@ -260,10 +260,8 @@ async def _codex_as_before(store: Store) -> None:
             "fields": {**fields, "outcome": "ok", "exit_code": None, "detail": ""},
         }
     )
-    await store.replace_edges(doomed, edges, [])
-    await store.set_memory_kinds(
-        {key_of(m["id"]): "tool_result" for m in dump["memory"] if m["kind"] == "error"}
-    )
+    kinds = {key_of(m["id"]): "tool_result" for m in dump["memory"] if m["kind"] == "error"}
+    await store.replace_edges(doomed, edges, [], kinds)
 
 
 async def _kinds(store: Store) -> dict[str, str]:
@@ -272,7 +270,7 @@ async def _kinds(store: Store) -> dict[str, str]:
 
 @pytest.mark.e2e
 async def test_codex_calls_the_sandbox_stopped_or_the_browser_refused_are_told_apart_again(
-    stack: Runtime, tmp_path: Path
+    stack: Runtime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert stack.redis is not None and stack.store is not None
     store = stack.store
@@ -296,5 +294,6 @@ async def test_codex_calls_the_sandbox_stopped_or_the_browser_refused_are_told_a
         assert await _graph(store) != fresh and await _kinds(store) != kinds
         if not present:
             rollout.unlink()
-        assert await _rerun(store, stack) == [STEP]
+        # a page per memory: stopped after the first call's edges (and its result's kind)
+        await _killed_then_run_again(store, stack, monkeypatch, page=1, at=2)
         assert (await _graph(store), await _kinds(store)) == (fresh, kinds)

@@ -343,9 +343,7 @@ async def _read_again(
             _merge(entities, row)
     for start in range(0, len(memories), page):
         chunk = await store.call_edges(memories[start : start + page], CALL_EDGE_TABLES)
-        await store.set_memory_kinds(
-            {c["key"]: kinds[c["key"]] for c in chunk if c["kind"] != kinds[c["key"]]}
-        )
+        changed = {c["key"]: kinds[c["key"]] for c in chunk if c["kind"] != kinds[c["key"]]}
         stored = [call for call in chunk if not _unchanged(call, edges.get(call["key"], []))]
         derived = [(table, row) for call in stored for table, row in edges.get(call["key"], [])]
         wanted = {row["out"].key for _, row in derived}
@@ -357,6 +355,7 @@ async def _read_again(
                 for table, row in derived
             ],
             [_entity_row(e) for key, e in entities.items() if key in wanted],
+            changed,
         )
 
 
@@ -436,8 +435,7 @@ async def _from_stored(
                     }
                 )
         doomed = [(e.table, e.key) for call in calls for e in call.edges]
-        await _write(store, doomed, new, entities)
-        await store.set_memory_kinds(kinds)
+        await _write(store, doomed, new, entities, kinds)
         if after is None:
             return
 
@@ -447,12 +445,14 @@ async def _write(
     doomed: list[tuple[str, str]],
     new: list[tuple[str, str, str, str, dict[str, Any]]],
     entities: list[dict[str, Any]],
+    kinds: dict[str, str],
 ) -> None:
-    """(table, edge key, memory key, entity key, fields) rows in place of `doomed`."""
-    if not doomed and not new:
+    """(table, edge key, memory key, entity key, fields) rows in place of `doomed`, and the
+    memories' `kinds`, in one transaction."""
+    if not doomed and not new and not kinds:
         return
     edges: dict[str, list[dict[str, Any]]] = {}
     for table, key, memory, entity, fields in new:
         row = {"key": key, "memory": memory, "entity": entity, "fields": fields}
         edges.setdefault(table, []).append(row)
-    await store.replace_edges(doomed, edges, entities)
+    await store.replace_edges(doomed, edges, entities, kinds)

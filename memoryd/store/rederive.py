@@ -42,16 +42,6 @@ class RederiveQueries(StoreBase):
         )[0] or []
         return {row["call_id"]: (key_of(row["id"]), row["content"]) for row in rows}
 
-    async def set_memory_kinds(self, kinds: dict[str, str]) -> None:
-        """Memories told apart otherwise by today's rules; the search indexes hold the kind,
-        so the search generation moves (the next start rebuilds them)."""
-        if kinds:
-            await self.query(
-                f"BEGIN; FOR $m IN $rows {{ UPDATE $m.id SET kind = $m.kind; }}; "
-                f"{BUMP_GENERATION} COMMIT;",
-                {"rows": [{"id": rid("memory", k), "kind": v} for k, v in kinds.items()]},
-            )
-
     async def memories_with_edges(
         self, session_key: str, tables: tuple[str, ...], after: str | None, batch: int
     ) -> tuple[list[dict[str, Any]], str | None]:
@@ -121,10 +111,13 @@ class RederiveQueries(StoreBase):
         doomed: Iterable[tuple[str, str]],
         edges: dict[str, list[dict[str, Any]]],
         entities: list[dict[str, Any]],
+        kinds: dict[str, str] | None = None,
     ) -> None:
         """One transaction: delete the edges `doomed` ((table, key) pairs), upsert the
         entities, insert the edges (table -> rows with key, memory, entity key and fields;
-        a `session` field is a session key)."""
+        a `session` field is a session key), and set the kind of the memories in `kinds`
+        (the search indexes hold it: the search generation moves, the next start rebuilds
+        them)."""
         params: dict[str, Any] = {
             "doomed": [rid(t, k) for t, k in doomed],
             "entities": [
@@ -151,6 +144,11 @@ class RederiveQueries(StoreBase):
                 for row in rows
             ]
             inserts.append(f"INSERT RELATION INTO {table} $edge_{table};")
+        if kinds:
+            params["kinds"] = [{"id": rid("memory", k), "kind": v} for k, v in kinds.items()]
+            inserts.append(
+                f"FOR $m IN $kinds {{ UPDATE $m.id SET kind = $m.kind; }}; {BUMP_GENERATION}"
+            )
         await self.query(
             f"BEGIN; DELETE $doomed; {UPSERT_ENTITIES} {' '.join(inserts)} COMMIT;", params
         )
