@@ -68,6 +68,10 @@ if TYPE_CHECKING:
     from memoryd.config import Settings
     from memoryd.store import Store
 
+# The agents whose transcripts memoryd read before today's rules (Gemini CLI and aider came
+# with them: what is stored of those is today's already).
+READ_BEFORE = frozenset({"claude-code", "codex"})
+
 # The edges a tool call's memory starts, which today's rules make.
 CALL_EDGES = (
     vocabulary.READS,
@@ -271,13 +275,15 @@ async def rederive_all(store: Store, settings: Settings, page: int) -> None:
     while cursors := await store.rows_after("transcript_cursor", after, page):
         after = str(cursors[-1]["id"])
         for cursor in cursors:
-            if _readable(cursor):
+            if cursor.get("agent") in READ_BEFORE and _readable(cursor):
                 await _read_again(store, settings, cursor, projects, page)
     after = None
     while sessions := await store.rows_after("session", after, page):
         after = str(sessions[-1]["id"])
         for session in sessions:
             source = session.get("source")
+            if session.get("agent") not in READ_BEFORE:
+                continue
             if not (source and _readable(await store.transcript_cursor(source))):
                 await _from_stored(store, session, projects, page)
     error: str | None = None
