@@ -95,10 +95,36 @@ async def _drop_search_indexes(store: Store, _: Settings) -> None:
     await store.drop_indexes(_SURREAL_SEARCH_INDEXES)
 
 
+async def _rederive_edges(store: Store, settings: Settings) -> None:
+    """Edges and entities of stored tool calls by today's extraction rules (workers/rederive.py
+    says from what): shell reads and writes become READS/MODIFIES, names that are no file go,
+    failures get today's signatures. Resumable: a page done before is derived again from the
+    same facts to the same edges."""
+    from workers.rederive import rederive_all
+
+    await rederive_all(store, settings, _PAGE)
+
+
 # The data steps, in number order; numbers are shared with the schema files.
 DATA_STEPS: tuple[DataStep, ...] = (
     DataStep(4, "scrub_secrets", _scrub_secrets, changes=("code_chunk", "defined_in")),
     DataStep(5, "drop_search_indexes", _drop_search_indexes, changes=()),
+    DataStep(
+        9,
+        "rederive_edges",
+        _rederive_edges,
+        # search_state: a changed memory kind moves the search generation (its row made then)
+        changes=(
+            "entity",
+            "reads",
+            "modifies",
+            "executes",
+            "mentions",
+            "triggered",
+            "denied",
+            "search_state",
+        ),
+    ),
 )
 
 

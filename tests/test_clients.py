@@ -11,8 +11,10 @@ docs/clients.md says what these facts are for.
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
+import logging
 import shlex
 import subprocess
 import sys
@@ -20,6 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from memoryd import queue
+from memoryd.runtime import Runtime
+from memoryd.store import key_of
 from tests.clients import (
     FALLBACK_TEXT,
     ClaudeHome,
@@ -247,6 +252,67 @@ def test_claude_edits_a_file_in_a_git_repo_and_writes_a_genuine_transcript(
     assert edit_record["toolUseResult"]["filePath"] == str(notes)
     assert edit_record["cwd"] == str(repo)
     assert {r["sessionId"] for r in records if "sessionId" in r} == {output["session_id"]}
+
+
+@pytest.mark.e2e
+async def test_memoryd_reads_claudes_newest_transcript_whole_with_the_right_verbs(
+    home: ClaudeHome, repo: Path, stack: Runtime, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The transcript the installed Claude Code writes is ingested without one record type
+    memoryd does not know, and each tool call is the verb it was: Read READS, Write and Edit
+    MODIFY, Bash EXECUTES its program and READS the file `wc` counts (via the shell)."""
+    assert stack.redis is not None and stack.store is not None
+    notes, todo = repo / "notes.txt", repo / "todo.txt"
+    script = [
+        tool_use("Read", {"file_path": str(notes)}),
+        tool_use("Write", {"file_path": str(todo), "content": "ship it\n"}),
+        tool_use("Edit", {"file_path": str(notes), "old_string": "beta", "new_string": "BETA"}),
+        tool_use("Bash", {"command": "wc -l notes.txt", "description": "Count the lines"}),
+        text("Done."),
+    ]
+    tools = ["Read", "Write", "Edit", "Bash"]
+    with ScriptedAnthropic(script) as server:
+        run = await asyncio.to_thread(
+            home.prompt, "tidy the notes", server, cwd=repo, allowed_tools=tools, timeout=90
+        )
+    assert run.result.returncode == 0, run.result.stderr
+    assert (notes.read_text(), todo.read_text()) == ("alpha\nBETA\ngamma\n", "ship it\n")
+    [transcript] = run.transcripts
+    # The newest format: what was sent to the model is written beside the conversation.
+    written = {record.get("type") for record in run.records()}
+    assert written >= {"api-request", "api-request-blob", "api-request-shape", "atis-latch"}
+    assert written >= {"tools-used", "queue-operation", "last-prompt", "attachment", "user"}
+    caplog.set_level(logging.INFO)
+    [job] = await queue.enqueue_ingest(stack.redis, [str(transcript)], fresh=True)
+    report = await queue.wait_for(job, 300)
+    # The ingest logged here (its summary line), and nothing at warning level.
+    assert any(
+        r.name == "workers.ingest" and "claude-code" in r.getMessage() for r in caplog.records
+    )
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert (report["agent"], report["skipped"]) == ("claude-code", 0)
+
+    graph = await stack.store.dump()
+    entities = {key_of(e["id"]): e["key"] for e in graph["entity"]}
+    edges = sorted(
+        (table.upper(), entities[key_of(e["out"])], e["tool"], e["outcome"], e["via"])
+        for table in ("reads", "modifies", "executes", "mentions")
+        for e in graph.get(table) or []
+    )
+    assert edges == sorted(
+        [
+            ("READS", str(notes), "read", "ok", "tool"),
+            ("MODIFIES", str(todo), "write", "ok", "tool"),
+            ("MODIFIES", str(notes), "edit", "ok", "tool"),
+            ("EXECUTES", "wc", "bash", "ok", "tool"),
+            ("READS", str(notes), "bash", "ok", "shell"),
+        ]
+    )
+    assert graph.get("triggered") == graph.get("denied") == []
+    # The system prompt and reminders in api-request-blob are neither prompts nor goals.
+    prompts = [m["content"] for m in graph["memory"] if m["kind"] == "user_prompt"]
+    assert prompts == ["tidy the notes"]
+    assert [g["intent"] for g in graph["goal"]] == ["tidy the notes"]
 
 
 @pytest.fixture

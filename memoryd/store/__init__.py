@@ -14,6 +14,7 @@ from memoryd.store.notes import NoteQueries
 from memoryd.store.privacy import PrivacyQueries
 from memoryd.store.progress import ProgressQueries
 from memoryd.store.recall import RecallQueries
+from memoryd.store.rederive import RederiveQueries
 from memoryd.store.rewrite import RewriteQueries
 from memoryd.store.schema import SCHEMA_DIR, VECTOR_TABLES, SchemaQueries
 from memoryd.store.search import SearchQueries
@@ -36,6 +37,7 @@ class Store(
     PrivacyQueries,
     TransferQueries,
     RewriteQueries,
+    RederiveQueries,
     ProgressQueries,
     StatusQueries,
     StoreBase,

@@ -98,7 +98,7 @@ _REJECTED = re.compile(
 # when the last program of the pipeline is a search whose exit 1 would mean "no match".
 _SANDBOXED = re.compile(r"^\S*sh\b.*\boperation not permitted\b", re.I | re.M)
 # Codex Desktop's browser refused an action: a policy denial, not a failure.
-_BROWSER_POLICY = re.compile(r"rejected this action due to browser security policy", re.I)
+BROWSER_POLICY = re.compile(r"rejected this action due to browser security policy", re.I)
 _PATCH_FILE = re.compile(r"^\*\*\* (Add|Update|Delete) File: (.+?)\s*$|^\*\*\* Move to: (.+?)\s*$")
 
 
@@ -497,8 +497,8 @@ def _output(em: Emitter, call_id: str, output: Any, ctx: _Ctx) -> None:
     owner = owner or call_id
     call = em.state.pending.get(owner)
     last = call["extra"].get("last") if call else None
-    policy = _BROWSER_POLICY.search(out.text[:1000]) is not None
-    failed = not policy and _outcome(out.exit_code, last, out.text) == ERROR
+    policy = BROWSER_POLICY.search(out.text[:1000]) is not None
+    failed = not policy and outcome(out.exit_code, last, out.text) == ERROR
     em.memory(
         ctx.session_id,
         "error" if failed else "tool_result",
@@ -524,7 +524,7 @@ def _output(em: Emitter, call_id: str, output: Any, ctx: _Ctx) -> None:
         em.resolve(owner, OK)  # a non-shell tool answered: that is its outcome
 
 
-def _outcome(exit_code: int | None, last_program: str | None, text: str) -> str:
+def outcome(exit_code: int | None, last_program: str | None, text: str) -> str:
     """ok/error from an exit code. grep & co. exit 1 for "no match", which is not a failure
     (a chain's status is its last command's, so only the last program counts), unless the
     output shows the sandbox stopped a command."""
@@ -537,7 +537,7 @@ def _outcome(exit_code: int | None, last_program: str | None, text: str) -> str:
 
 def _finish(em: Emitter, call_id: str, exit_code: int, text: str) -> None:
     call = em.state.pending.get(call_id)
-    if _outcome(exit_code, call["extra"].get("last") if call else None, text) == OK:
+    if outcome(exit_code, call["extra"].get("last") if call else None, text) == OK:
         em.resolve(call_id, OK, exit_code=exit_code)
     else:
         em.resolve(
