@@ -308,9 +308,9 @@ async def evaluate(git_dir: Path, name: str | None, work: Path) -> dict[str, dic
 
 
 def report(label: str, results: dict[str, dict[str, float]]) -> None:
-    print(f"{'':24}" + "".join(f"{f'R@{k}':>8}" for k in KS))
+    print(f"{'':26}" + "".join(f"{f'R@{k}':>8}" for k in KS))
     for method, scores in results.items():
-        print(f"{method:24}" + "".join(f"{scores[f'R@{k}']:8.3f}" for k in KS))
+        print(f"{method:26}" + "".join(f"{scores[f'R@{k}']:8.3f}" for k in KS))
     for kind, margin in (("task", MARGIN), ("docstring", 0.0)):
         for k in KS:
             key = f"R@{k}"
