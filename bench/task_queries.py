@@ -71,6 +71,7 @@ WINDOW_LINES = 40
 SEARCH_LIMIT = 60
 KS = (5, 10)
 MARGIN = 0.05
+BOOTSTRAP = 2000
 NOT_SOURCE_DIRS = frozenset({"test", "tests", "testing", "doc", "docs", "example", "examples"})
 _PR_NUMBER = re.compile(r"\s*\(#\d+\)\s*$")
 _WORD = re.compile(r"[^\W_]+")
@@ -243,7 +244,7 @@ async def memoryd_index(data_dir: Path, tree: Path) -> tuple[Runtime, float]:
     return rt, time.perf_counter() - started
 
 
-async def evaluate(git_dir: Path, name: str | None, work: Path) -> dict[str, dict[str, float]]:
+async def evaluate(git_dir: Path, name: str | None, work: Path) -> dict[str, np.ndarray]:
     git_dir = Path(git(git_dir, "rev-parse", "--absolute-git-dir").strip())
     label = repo_name(git_dir, name)
     head = git(git_dir, "rev-parse", "HEAD").strip()
@@ -272,14 +273,18 @@ async def evaluate(git_dir: Path, name: str | None, work: Path) -> dict[str, dic
     rt, seconds = await memoryd_index(place / "data", tree)
     try:
         assert rt.store is not None and rt.embedder is not None and rt.search is not None
-        print(f"memoryd indexed the tree in {seconds:.0f} s ({len(rt.search.index)} rows)")
+        print(
+            f"memoryd: tree indexed (a kept data dir: reconciled) in {seconds:.0f} s, "
+            f"{len(rt.search.index)} rows"
+        )
         bm25 = FileBM25(files)
         windows = WindowVectors(files, rt.embedder.embed, place)
         code = {p for p in files if chunk_kind(p, language_for_path(p)) == "code"}
-        results: dict[str, dict[str, float]] = {}
+        # Per method, each query's recall at each k.
+        results: dict[str, np.ndarray] = {}
         for kind, queries in (("task", tasks), ("docstring", docstrings)):
             vectors = rt.embedder.embed([q.text for q in queries])
-            sums: dict[str, list[float]] = {}
+            rows: dict[str, list[list[float]]] = {}
             for q, vector in zip(queries, vectors, strict=True):
                 hits = await search(
                     rt.store, rt.embedder, rt.search.index, q.text, limit=SEARCH_LIMIT
@@ -294,36 +299,39 @@ async def evaluate(git_dir: Path, name: str | None, work: Path) -> dict[str, dic
                     "vec-window code": [p for p in near if p in code],
                 }
                 for method, files_ranked in ranked.items():
-                    row = sums.setdefault(method, [0.0] * len(KS))
-                    for i, k in enumerate(KS):
-                        row[i] += recall(files_ranked, q.relevant, k)
-            for method, row in sums.items():
-                results[f"{kind} {method}"] = {
-                    f"R@{k}": total / len(queries) for k, total in zip(KS, row, strict=True)
-                }
+                    rows.setdefault(f"{kind} {method}", []).append(
+                        [recall(files_ranked, q.relevant, k) for k in KS]
+                    )
+            results.update((method, np.asarray(r)) for method, r in rows.items())
         report(label, results)
         return results
     finally:
         await rt.close()
 
 
-def report(label: str, results: dict[str, dict[str, float]]) -> None:
+def report(label: str, results: dict[str, np.ndarray]) -> None:
+    """Mean recalls, then per kind of query and k the margin over the best baseline with a
+    95% interval (paired bootstrap over the queries: how much the margin owes to which
+    queries were drawn)."""
     print(f"{'':26}" + "".join(f"{f'R@{k}':>8}" for k in KS))
-    for method, scores in results.items():
-        print(f"{method:26}" + "".join(f"{scores[f'R@{k}']:8.3f}" for k in KS))
+    for method, recalls in results.items():
+        print(f"{method:26}" + "".join(f"{m:8.3f}" for m in recalls.mean(axis=0)))
+    rng = np.random.default_rng(0)
     for kind, margin in (("task", MARGIN), ("docstring", 0.0)):
-        for k in KS:
-            key = f"R@{k}"
-            ours = results[f"{kind} memoryd"][key]
+        ours = results[f"{kind} memoryd"]
+        samples = rng.integers(0, len(ours), (BOOTSTRAP, len(ours)))
+        for i, k in enumerate(KS):
             best = max(
-                v[key]
-                for m, v in results.items()
-                if m.startswith(f"{kind} ") and "memoryd" not in m
+                (r for m, r in results.items() if m.startswith(f"{kind} ") and "memoryd" not in m),
+                key=lambda r: r[:, i].mean(),
             )
-            verdict = "met" if ours - best >= margin - 1e-9 else "NOT met"
+            diff = ours[:, i] - best[:, i]
+            lo, hi = np.percentile(diff[samples].mean(axis=1), [2.5, 97.5])
+            verdict = "met" if diff.mean() >= margin - 1e-9 else "NOT met"
             print(
-                f"{label} {kind} {key}: memoryd {ours:.3f} - best baseline {best:.3f} = "
-                f"{ours - best:+.3f} (target >= {margin:+.2f}) {verdict}"
+                f"{label} {kind} R@{k}: memoryd {ours[:, i].mean():.3f} - best baseline "
+                f"{best[:, i].mean():.3f} = {diff.mean():+.3f} [95% {lo:+.3f}, {hi:+.3f}] "
+                f"(target >= {margin:+.2f}) {verdict}"
             )
 
 
