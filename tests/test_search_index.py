@@ -7,6 +7,8 @@ from __future__ import annotations
 import gc
 import os
 import stat
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -368,3 +370,11 @@ def test_the_directory_is_private(index: SearchIndex, tmp_path: Path) -> None:
             assert stat.S_IMODE((Path(dirpath) / name).stat().st_mode) == 0o700
         for name in filenames:
             assert stat.S_IMODE((Path(dirpath) / name).stat().st_mode) == 0o600, name
+
+
+def test_the_search_indexes_load_before_the_model_without_a_crash() -> None:
+    """usearch's library loaded before onnxruntime's made onnxruntime's load segfault: a bench
+    or tool that imports the search layer first must still be able to load the model."""
+    probe = "import memoryd.searchindex, memoryd.indexsync, onnxruntime, fastembed; print('ok')"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert (done.returncode, done.stdout.strip()) == (0, "ok"), done.stderr

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import onnxruntime  # noqa: F401  # before usearch: in the other order, loading onnxruntime segfaults
 from usearch.index import Index
 
 _SET, _REMOVE, _RESET = 1, 2, 3
