@@ -161,7 +161,8 @@ def _structured(kind: Any) -> bool:
 def _parse(value: Any, kind: Any) -> Any:
     """`value` as the annotation `kind` of a `Settings` field, or `_Refused` saying why. Text
     from the environment is converted (JSON for lists and tables); the config file's and the
-    flags' values must be of the type already (a whole number may stand for a fraction)."""
+    flags' values must be of the type already, but for numbers that convert without loss
+    (3 for 3.0 and back)."""
     if isinstance(value, EnvText) and _structured(kind):
         try:
             value = json.loads(value)
