@@ -329,12 +329,9 @@ class Client:
 
     async def status(self) -> dict[str, Any]:
         """Where memoryd keeps its data, whether the daemon runs, the queue, and the
-        database's own account (rows per table, projects, maintenance, transcript lag)."""
-        from memoryd import queue
-
+        database's own account (rows per table, projects, maintenance, transcript lag). The
+        daemon reads the queue's part (over the channel, this process loads no Redis client)."""
         s = self.settings
-        redis = await self.work_queue()
-        daemon = await self.daemon_running()
         info = await self._call(jobs.STATUS)
         return {
             "data_dir": str(s.data_dir),
@@ -343,22 +340,12 @@ class Client:
             "redis_mode": "embedded" if s.embedded_redis else "external",
             "surreal": s.database_url,
             "surreal_mode": "embedded" if s.embedded_db else "server",
-            "daemon_running": daemon,
-            "paused_since": since.isoformat()
-            if (since := await queue.paused_since(redis))
-            else None,
             "remembered": {
                 "agents": {agent: s.follows(agent) for agent in default_transcripts()},
                 "transcripts": [str(p) for p in s.transcript_roots],
                 "repos": [str(p) for p in s.repos if s.remembers(p)],
                 "exclude": s.exclude,
                 "include": s.include,
-            },
-            "queue": {
-                "jobs": await queue.queue_depth(redis, jobs.JOBS_QUEUE),
-                "queries": await queue.queue_depth(redis, jobs.QUERY_QUEUE),
-                "oldest_job_age_seconds": await queue.oldest_job_age(redis),
-                "last_hour": await queue.recent_outcomes(redis),
             },
             **info,
         }
