@@ -10,7 +10,6 @@ from pathlib import Path
 
 from memoryd.errors import InvalidRequest
 from memoryd.results import ProjectInfo
-from memoryd.scan import find_repo_root
 
 # The table of each id prefix an agent sees (`code:…` or `docs:…` from a hit of code or prose,
 # `memory:…`, `goal:…`), and the prefix a row of each table gets.
@@ -70,6 +69,9 @@ def resolve_scope(projects: Sequence[ProjectInfo], cwd: Path, requested: str | N
     inside = [p for p in projects if here.is_relative_to(p["root"])]
     if inside:
         return Scope(max(inside, key=lambda p: len(p["root"]))["id"])
+    # Here only: memoryd.scan brings pathspec and blake3, which a client's start does without.
+    from memoryd.scan import find_repo_root
+
     root = find_repo_root(here)
     return Scope(
         None,

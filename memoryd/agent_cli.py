@@ -7,22 +7,25 @@ memoryd/cli.py adds the same commands to the full `memoryd` command for its help
 
 from __future__ import annotations
 
-import asyncio
-import difflib
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from memoryd.config import Settings, load_settings
 from memoryd.errors import MemorydError
+
+# Settings, asyncio and difflib are imported where a command uses them: `memoryd --help`
+# (this app's commands are part of memoryd/cli.py's) needs none of them.
+if TYPE_CHECKING:
+    from memoryd.config import Settings
 
 DataDir = Annotated[
     Path | None,
     typer.Option("--data-dir", help="Data dir (default: $MEMORYD_DATA_DIR or XDG data home)."),
 ]
-app = typer.Typer(name="memoryd", no_args_is_help=True, add_completion=False)
+# Plain help, as memoryd/cli.py says why.
+app = typer.Typer(name="memoryd", no_args_is_help=True, add_completion=False, rich_markup_mode=None)
 hook_app = typer.Typer(
     help="Context hooks for agents (registered by `memoryd integrate`).", no_args_is_help=True
 )
@@ -30,6 +33,8 @@ app.add_typer(hook_app, name="hook")
 
 
 def _settings(data_dir: Path | None) -> Settings:
+    from memoryd.config import load_settings
+
     try:
         return load_settings(data_dir=data_dir)
     except MemorydError as exc:
@@ -54,6 +59,8 @@ def mcp(
 ) -> None:
     """MCP server for agents (stdio; --http: streamable HTTP with a bearer token from
     <data dir>/mcp-token). Needs a running daemon (`memoryd service install` or `memoryd run`)."""
+    import asyncio
+
     from memoryd import mcp_server
 
     settings = _settings(data_dir)
@@ -74,7 +81,10 @@ def mcp(
 
 def hook_over_queue(agent: str, command: str, stdin: str, data_dir: Path | None) -> str:
     """A hook's answer from a daemon reached through an external Redis (no channel here)."""
+    import asyncio
+
     from memoryd import client
+    from memoryd.config import load_settings
 
     async def ask() -> str:
         async with client.connect(settings) as memoryd:
@@ -129,6 +139,8 @@ def integrate(
     data_dir: DataDir = None,
 ) -> None:
     """Register memoryd's MCP server and hooks in a client's user configuration."""
+    import difflib
+
     from memoryd import integrate as integration
 
     settings = _settings(data_dir)

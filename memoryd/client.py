@@ -14,11 +14,9 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from arq import ArqRedis
-
-from memoryd import channel, jobs, queue
+from memoryd import channel, jobs
 from memoryd.agent import DEFAULT_BUDGET, Scope, resolve_scope
 from memoryd.config import Settings
 from memoryd.errors import DaemonUnavailable, InvalidRequest, value_of
@@ -37,6 +35,11 @@ from memoryd.results import (
     SessionReplay,
     Timeline,
 )
+
+# memoryd.queue (arq, the Redis client) is imported where work goes on the queue: a query over
+# the daemon's channel (a CLI search, get, session…) never loads it.
+if TYPE_CHECKING:
+    from arq import ArqRedis
 
 NOT_RUNNING = (
     "memoryd is not running: start it with `memoryd service install` (a user service) "
@@ -69,6 +72,8 @@ class Client:
         self._ask = ask or self._ask_queue
 
     async def _ask_queue(self, spec: jobs.JobSpec, args: tuple[Any, ...]) -> Any:
+        from memoryd import queue
+
         return await queue.call(await self.work_queue(), spec, *args, timeout=self.timeout)
 
     async def _call(self, spec: jobs.JobSpec, *args: Any) -> Any:
@@ -76,6 +81,8 @@ class Client:
 
     async def work_queue(self) -> ArqRedis:
         """The queue's Redis, connected at the first call that needs it."""
+        from memoryd import queue
+
         if self._redis is None:
             self._redis = await queue.connect(self.settings.queue_url)
             self._own_redis = True
@@ -150,15 +157,21 @@ class Client:
 
     async def ingest(self, paths: list[str]) -> list[dict[str, Any]]:
         """Ingest transcript files now; one report per file."""
+        from memoryd import queue
+
         waiting = await queue.enqueue_ingest(await self.work_queue(), paths, fresh=True)
         return [await queue.wait_for(job, self.settings.job_timeout_seconds) for job in waiting]
 
     async def queue_ingest(self, paths: list[str]) -> None:
         """Ingest transcript files soon, without waiting (a hook must not block the agent)."""
+        from memoryd import queue
+
         await queue.enqueue_ingest(await self.work_queue(), paths)
 
     async def maintenance(self, spec: jobs.JobSpec, dry_run: bool = False) -> dict[str, Any]:
         """Run decay, prune or reembed now (waiting for a scheduled run in progress)."""
+        from memoryd import queue
+
         kwargs = {"dry_run": True} if dry_run and spec is jobs.PRUNE else {}
         job = await queue.enqueue(await self.work_queue(), spec, **kwargs)
         assert job is not None  # no job id given: never refused
@@ -176,6 +189,8 @@ class Client:
         """Load an export (plain or zstd) into this daemon's database, a batch of rows per
         job, then the search indexes rebuilt; rows per table. Rows come without vectors:
         `reembed` gives them back."""
+        from memoryd import queue
+
         counts: dict[str, int] = {}
         for table, lines in itertools.groupby(read_jsonl(path), key=lambda line: line["table"]):
             rows = (line["row"] for line in lines)
@@ -190,6 +205,8 @@ class Client:
     async def forget_scope(self, scope: str, value: str, dry_run: bool = False) -> dict[str, Any]:
         """Forget a session, project, path glob or everything before a time (see
         workers/privacy.py): rows removed per table (to remove, with `dry_run`)."""
+        from memoryd import queue
+
         job = await queue.enqueue(await self.work_queue(), jobs.FORGET_SCOPE, scope, value, dry_run)
         assert job is not None  # no job id given: never refused
         result: dict[str, Any] = await queue.wait_for(job, self.settings.job_timeout_seconds)
@@ -265,6 +282,8 @@ class Client:
 
     async def reindex(self) -> dict[str, Any]:
         """Rebuild the search indexes from the database; rows indexed per table."""
+        from memoryd import queue
+
         job = await queue.enqueue(await self.work_queue(), jobs.REINDEX)
         assert job is not None  # no job id given: never refused
         result: dict[str, Any] = await queue.wait_for(job, self.settings.job_timeout_seconds)
@@ -277,11 +296,15 @@ class Client:
 
     async def pause(self, seconds: int | None = None) -> None:
         """Stop capture (for `seconds`, or until resume); search goes on."""
+        from memoryd import queue
+
         await queue.pause(await self.work_queue(), seconds)
 
     async def resume(self, catch_up: bool = False) -> dict[str, Any]:
         """Capture on again. `catch_up`: read what the transcripts gained meanwhile; else it
         is skipped (the cursors of transcripts changed since the pause move to their ends)."""
+        from memoryd import queue
+
         redis = await self.work_queue()
         since = await queue.resume(redis)
         if since is None:
@@ -300,14 +323,15 @@ class Client:
         return {"paused_since": since.isoformat(), "caught_up": 0, "skipped": skipped}
 
     async def daemon_running(self) -> bool:
+        from memoryd import queue
+
         return await queue.live_workers(await self.work_queue()) > 0
 
     async def status(self) -> dict[str, Any]:
         """Where memoryd keeps its data, whether the daemon runs, the queue, and the
-        database's own account (rows per table, projects, maintenance, transcript lag)."""
+        database's own account (rows per table, projects, maintenance, transcript lag). The
+        daemon reads the queue's part (over the channel, this process loads no Redis client)."""
         s = self.settings
-        redis = await self.work_queue()
-        daemon = await self.daemon_running()
         info = await self._call(jobs.STATUS)
         return {
             "data_dir": str(s.data_dir),
@@ -316,22 +340,12 @@ class Client:
             "redis_mode": "embedded" if s.embedded_redis else "external",
             "surreal": s.database_url,
             "surreal_mode": "embedded" if s.embedded_db else "server",
-            "daemon_running": daemon,
-            "paused_since": since.isoformat()
-            if (since := await queue.paused_since(redis))
-            else None,
             "remembered": {
                 "agents": {agent: s.follows(agent) for agent in default_transcripts()},
                 "transcripts": [str(p) for p in s.transcript_roots],
                 "repos": [str(p) for p in s.repos if s.remembers(p)],
                 "exclude": s.exclude,
                 "include": s.include,
-            },
-            "queue": {
-                "jobs": await queue.queue_depth(redis, jobs.JOBS_QUEUE),
-                "queries": await queue.queue_depth(redis, jobs.QUERY_QUEUE),
-                "oldest_job_age_seconds": await queue.oldest_job_age(redis),
-                "last_hour": await queue.recent_outcomes(redis),
             },
             **info,
         }
@@ -401,6 +415,8 @@ async def connect(settings: Settings, *, serve: bool = False) -> AsyncIterator[C
 async def _daemon_queue(settings: Settings) -> ArqRedis | None:
     """A connection to the queue a live worker serves, or None when nothing serves it. An
     external Redis that cannot be reached is an error (nothing here could start it)."""
+    from memoryd import queue
+
     if settings.embedded_redis and not channel.listening(settings.redis_socket):
         return None
     try:

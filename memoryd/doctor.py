@@ -15,7 +15,7 @@ import stat
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -602,7 +602,7 @@ def check_agents() -> Check:
 async def _with_watched_repos(redis: Any, settings: Settings) -> Settings:
     watched = await queue.watched_roots(redis)
     merged = list(dict.fromkeys([*settings.repos, *watched]))
-    return settings.model_copy(update={"repos": merged}) if watched else settings
+    return replace(settings, repos=merged) if watched else settings
 
 
 async def _start_queue(rt: Any, settings: Settings, checks: list[Check], report: bool) -> Any:

@@ -1,14 +1,15 @@
 """Where memoryd's files are, found with the standard library alone.
 
 The hook process that agents start for every prompt reads only this module, the query channel
-and `json` (memoryd/hook_client.py): no pydantic, no Redis client. memoryd/config.py builds its
-full `Settings` on the same defaults.
+and `json` (memoryd/hook_client.py): no Redis client, no asyncio. memoryd/config.py builds its
+full `Settings` on the same defaults and the same sources (`given_settings`).
 """
 
 from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -44,18 +45,36 @@ def default_transcripts() -> dict[str, Path]:
     return {"claude-code": claude, "codex": codex, "gemini": gemini}
 
 
-def plain_setting(name: str) -> Any:
-    """One setting as `Settings` would find it, environment before config file, or None when
-    neither sets it; unvalidated (a value `Settings` refuses is the daemon's to report).
-    Only for the light processes: everything else reads `load_settings()`."""
-    given = os.environ.get(ENV_PREFIX + name.upper())
-    if given is not None:
-        return given
+class EnvText(str):
+    """A setting's value as the environment gave it: text, still to parse for its field."""
+
+
+def given_settings(names: Iterable[str], *, strict: bool = True) -> dict[str, Any]:
+    """What the config file and the MEMORYD_* environment set, the environment winning: every
+    key of the file (as TOML typed it) and those of `names` the environment sets (as
+    `EnvText`). A missing file sets nothing; an unreadable or malformed one raises OSError or
+    TOMLDecodeError, unless not `strict` (then it sets nothing either)."""
     try:
         with config_file().open("rb") as f:
-            return tomllib.load(f).get(name)
+            given = tomllib.load(f)
+    except FileNotFoundError:
+        given = {}
     except (OSError, tomllib.TOMLDecodeError):
-        return None
+        if strict:
+            raise
+        given = {}
+    for name in names:
+        text = os.environ.get(ENV_PREFIX + name.upper())
+        if text is not None:
+            given[name] = EnvText(text)
+    return given
+
+
+def plain_setting(name: str) -> Any:
+    """One setting as `load_settings()` finds it, or None when nothing sets it; unvalidated (a
+    value `Settings` refuses is the daemon's to report). Only for the light processes:
+    everything else reads `load_settings()`."""
+    return given_settings([name], strict=False).get(name)
 
 
 def plain_data_dir(flag: Path | None = None) -> Path:

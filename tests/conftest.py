@@ -91,7 +91,7 @@ def settings_for(data_dir: Path, **extra: object) -> Settings:
 def embedder(tmp_path_factory: pytest.TempPathFactory) -> Embedder:
     """The default model, loaded once for the session: loading it is most of a runtime's
     start-up. A runtime takes it when its settings name the default model."""
-    batch = Settings.model_fields["embed_batch_size"].default
+    batch = Settings().embed_batch_size
     return Embedder(DEFAULT_MODEL, tmp_path_factory.mktemp("models"), batch)
 
 

@@ -1,5 +1,6 @@
 """The CLI loads only what a command needs: `--help` and the commands a running daemon answers
-never import the model, the ONNX runtime, the database SDK or the daemon's own parts."""
+never import the model, the ONNX runtime, the database SDK or the daemon's own parts, and those
+it answers over its channel not even the queue's client."""
 
 from __future__ import annotations
 
@@ -29,7 +30,14 @@ HEAVY = (
     "memoryd.service_manager",
     "memoryd.metrics",
     "workers",
+    # Each command's own start: settings are checked without pydantic, help is click's.
+    "pydantic",
+    "pydantic_settings",
+    "typer.rich_utils",
 )
+# The queue's client (~170 ms): `--help` and the queries the daemon answers over its channel
+# (memoryd/channel.py), `status` too, never load it.
+QUEUE_CLIENT = ("arq", "redis")
 
 # Runs the CLI in a fresh interpreter, then prints which heavy modules it imported.
 PROBE = f"""
@@ -39,7 +47,8 @@ try:
     app(sys.argv[1:])
 except SystemExit as exc:
     code = exc.code or 0
-print(json.dumps({{"code": code, "heavy": sorted(m for m in sys.modules if m in {HEAVY!r})}}))
+loaded = {HEAVY + QUEUE_CLIENT!r}
+print(json.dumps({{"code": code, "heavy": sorted(m for m in sys.modules if m in loaded)}}))
 """
 
 

@@ -23,10 +23,12 @@ def test_every_declared_job_has_exactly_one_function() -> None:
 
 
 def test_importing_the_client_loads_neither_the_model_nor_the_database() -> None:
-    """The MCP server and the hooks hold a client: they must start fast and stay small."""
+    """The MCP server and the hooks hold a client: they must start fast and stay small. The
+    queue's client (arq, redis) loads only when work goes on the queue."""
     probe = (
         "import sys, memoryd.client, memoryd.results; "
-        "print(sorted(m for m in ('fastembed', 'onnxruntime', 'surrealdb') if m in sys.modules))"
+        "print(sorted(m for m in ('fastembed', 'onnxruntime', 'surrealdb', 'arq', 'redis', "
+        "'pydantic') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

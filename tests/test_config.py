@@ -8,6 +8,7 @@ import pytest
 
 from memoryd.config import DEFAULT_MODEL, load_settings
 from memoryd.errors import MemorydError
+from memoryd.paths import plain_setting
 
 
 def test_precedence_file_then_environment_then_flags(
@@ -40,6 +41,55 @@ def test_precedence_file_then_environment_then_flags(
 def test_default_data_dir_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     assert load_settings().data_dir == tmp_path / "xdg" / "memoryd"
+
+
+def test_environment_text_is_parsed_as_its_field_and_lists_and_tables_as_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMORYD_REPOS", f'["{tmp_path}"]')
+    monkeypatch.setenv("MEMORYD_AGENTS", '{"codex": false}')
+    monkeypatch.setenv("MEMORYD_HALF_LIFE_DAYS", '{"error": 2}')
+    monkeypatch.setenv("MEMORYD_METRICS_PORT", "9100")
+    monkeypatch.setenv("MEMORYD_DEBOUNCE_SECONDS", "0.5")
+    monkeypatch.setenv("MEMORYD_LOG_FORMAT", "json")
+    monkeypatch.setenv("MEMORYD_NO_SUCH_SETTING", "1")  # not a setting: not read
+    settings = load_settings()
+    assert settings.repos == [tmp_path]
+    assert settings.transcripts == [] and settings.transcript_roots == []
+    assert (settings.follows("codex"), settings.follows("gemini")) == (False, True)
+    assert settings.half_life_days == {"error": 2.0}
+    assert (settings.metrics_port, settings.debounce_seconds) == (9100, 0.5)
+    assert settings.log_format == "json"
+
+    monkeypatch.setenv("MEMORYD_REPOS", str(tmp_path))
+    monkeypatch.setenv("MEMORYD_METRICS_PORT", "a lot")
+    monkeypatch.setenv("MEMORYD_LOG_FORMAT", "xml")
+    monkeypatch.setenv("MEMORYD_AGENTS", '{"codex": "no"}')
+    with pytest.raises(MemorydError) as raised:
+        load_settings()
+    assert str(raised.value).split("): ", 1)[1] == (
+        "repos: Input should be JSON in the environment (a list or table); "
+        "agents.codex: Input should be a valid boolean; "
+        "metrics_port: Input should be a valid integer; "
+        "log_format: Input should be 'auto', 'human' or 'json'"
+    )
+
+
+def test_the_light_processes_read_a_setting_where_load_settings_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("hook_max_chars = 500\nhook_timeout_seconds = 2.5\n")
+    monkeypatch.setenv("MEMORYD_CONFIG", str(config))
+    monkeypatch.setenv("MEMORYD_HOOK_TIMEOUT_SECONDS", "0.75")
+    assert plain_setting("hook_max_chars") == 500 == load_settings().hook_max_chars
+    assert plain_setting("hook_timeout_seconds") == "0.75"
+    assert load_settings().hook_timeout_seconds == 0.75
+    assert plain_setting("redis_url") is None
+    # A malformed file: the light process goes on with the environment (the daemon reports).
+    config.write_text("hook_max_chars = [\n")
+    assert plain_setting("hook_max_chars") is None
+    assert plain_setting("hook_timeout_seconds") == "0.75"
 
 
 @pytest.mark.parametrize(

@@ -9,12 +9,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memoryd import agent, hooks, metrics, views
+from memoryd import agent, hooks, metrics, queue, views
 from memoryd import search as search_module
 from memoryd.agent import check_budget
 from memoryd.client import Client
 from memoryd.errors import InvalidRequest, NotFound
 from memoryd.ids import split_file_key
+from memoryd.jobs import JOBS_QUEUE, QUERY_QUEUE
 from memoryd.results import SearchResult
 from memoryd.store import key_of, plain
 from memoryd.vocabulary import MODIFIES
@@ -128,7 +129,18 @@ async def status(ctx: JobContext) -> dict[str, Any]:
         }
 
     counted = ctx.get("status_counts") or Counted()
+    redis = ctx["redis"]
+    since = await queue.paused_since(redis)
     return {
+        # The queue's account, read here: a client asking over the channel needs no Redis.
+        "daemon_running": await queue.live_workers(redis) > 0,
+        "paused_since": since.isoformat() if since else None,
+        "queue": {
+            "jobs": await queue.queue_depth(redis, JOBS_QUEUE),
+            "queries": await queue.queue_depth(redis, QUERY_QUEUE),
+            "oldest_job_age_seconds": await queue.oldest_job_age(redis),
+            "last_hour": await queue.recent_outcomes(redis),
+        },
         **await counted.get(count),
         "projects": await project_progress(store),
         "skipped_files": await store.skipped_files(STATUS_SKIPPED_FILES),
