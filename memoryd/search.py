@@ -61,7 +61,8 @@ async def search(
     vector = await asyncio.to_thread(embedder.embed_query, query)
     hits = await asyncio.to_thread(index.hybrid, query, vector, embedder.model, filters, limit)
     if kind == "memory":
-        await store.bump_access("memory", [hit.id for hit in hits], datetime.now(UTC))
+        keys = [hit.id for hit in hits]
+        store.later(store.bump_access("memory", keys, datetime.now(UTC)), "memory reads")
     return [_result(hit) for hit in hits]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import shutil
 from datetime import UTC, datetime, timedelta
@@ -338,3 +339,22 @@ async def test_a_model_of_another_dimension_is_reembedded_into_the_vector_index(
         assert (await _search_code(second, query))[0]["name"] == "RedisSettings.from_dsn"
     finally:
         await second.close()
+
+
+async def test_a_memory_search_counts_as_a_read_of_what_it_returns(
+    stack: Runtime, tmp_path: Path
+) -> None:
+    """Recorded after the answer (a write no answer waits for), but recorded."""
+    transcript = tmp_path / "session.jsonl"
+    transcript.write_bytes(SMALL.read_bytes())
+    assert stack.redis is not None and stack.store is not None
+    [job] = await queue.enqueue_ingest(stack.redis, [str(transcript)])
+    await queue.wait_for(job, 300)
+    query = "what did the user ask for"
+    hits = await queue.call(stack.redis, jobs.SEARCH, query, 3, None, "memory")
+    assert len(hits) == 3
+    while stack.store._later:  # the bookkeeping write runs after the answer
+        await asyncio.sleep(0.01)
+    read = {k: row for k, row in (await _memories(stack)).items() if row["access_count"]}
+    assert set(read) == {hit["id"] for hit in hits}
+    assert all(row["access_count"] == 1 and row["last_accessed"] for row in read.values())

@@ -255,7 +255,7 @@ async def get(ctx: JobContext, ids: list[str], max_chars: int) -> list[dict[str,
     if missing:
         raise NotFound(f"no record {', '.join(repr(m) for m in missing)}")
     memories = [agent.parse_id(r["id"])[1] for r in records if r["kind"] not in ("code", "goal")]
-    await store.bump_access("memory", memories, datetime.now(UTC))
+    store.later(store.bump_access("memory", memories, datetime.now(UTC)), "memory reads")
     return records
 
 

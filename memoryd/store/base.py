@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Coroutine
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, Self
 
@@ -14,6 +15,8 @@ from memoryd.ids import stable_id
 from memoryd.store.connection import DEFAULT_REOPEN_BYTES, Connection
 
 log = logging.getLogger(__name__)
+# How long a close waits for bookkeeping writes still under way.
+LATER_SECONDS = 5.0
 
 
 class QueryFailed(Exception):
@@ -83,6 +86,7 @@ class StoreBase:
     def __init__(self, connection: Connection) -> None:
         self._db = connection
         self.url = connection.url
+        self._later: set[asyncio.Task[None]] = set()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -101,7 +105,23 @@ class StoreBase:
         return cls(await Connection.open(url, namespace, database, user, password, reopen_bytes))
 
     async def close(self) -> None:
+        if self._later:  # bookkeeping writes still under way get a moment to finish
+            await asyncio.wait(self._later, timeout=LATER_SECONDS)
         await self._db.close()
+
+    def later(self, write: Coroutine[Any, Any, None], what: str) -> None:
+        """Run a write no answer waits for (a read's bookkeeping): under a long write of the
+        indexer it would hold the answer up. A failure is logged, never raised."""
+
+        async def run() -> None:
+            try:
+                await write
+            except Exception as exc:
+                log.warning("%s not recorded: %s", what, exc)
+
+        task = asyncio.create_task(run())
+        self._later.add(task)
+        task.add_done_callback(self._later.discard)
 
     @property
     def reopened(self) -> int:
