@@ -42,7 +42,7 @@ async def write_jsonl(
             for row in rows:
                 kept = {k: v for k, v in row.items() if k not in DERIVED_FIELDS}
                 if clean is not None:
-                    kept = _cleaned(kept, clean)
+                    kept = cleaned_row(kept, clean)
                 line = json.dumps({"table": table, "row": kept}, ensure_ascii=False)
                 out.write(line.encode() + b"\n")
             written += len(rows)
@@ -59,6 +59,11 @@ def read_jsonl(path: Path) -> Iterator[dict[str, object]]:
         for line in io.TextIOWrapper(stream, encoding="utf-8"):
             if line.strip():
                 yield json.loads(line)
+
+
+def cleaned_row(row: dict[str, Any], clean: Callable[[str], str]) -> dict[str, Any]:
+    """`row` with `clean` applied to every string in it but its id (the key pages go by)."""
+    return {k: v if k == "id" else _cleaned(v, clean) for k, v in row.items()}
 
 
 def _cleaned(value: Any, clean: Callable[[str], str]) -> Any:
