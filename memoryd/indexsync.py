@@ -228,10 +228,8 @@ class IndexSync:
             gone, generation = await self.store.forget_records(refs)
 
             async def update() -> None:
-                for table in SEARCHED_TABLES:
-                    keys = [ref.key for ref in gone if ref.table == table]
-                    if keys:
-                        await asyncio.to_thread(self.index.delete, table, keys)
+                rows = [(ref.table, ref.key) for ref in gone if ref.table in SEARCHED_TABLES]
+                await asyncio.to_thread(self.index.forget, rows)
 
             await self._follow(generation, update)
             return gone

@@ -3,12 +3,17 @@ in the tables, in search, or after its transcript is read again."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 from pathlib import Path
 
 import pytest
+import zstandard
 
+from memoryd.client import Client
+from memoryd.export import read_jsonl, write_backup
+from memoryd.runtime import Runtime
 from tests.conftest import cli
 from tests.fixtures import S37, SMALL
 
@@ -84,3 +89,62 @@ def test_forget_session_leaves_nothing_and_stays_forgotten(
     _assert_forgotten(data, mine)
     final = json.loads(cli("status", "--data-dir", str(data), "--json").stdout)["counts"]
     assert final == after
+
+
+MARK = "Ocelot-Marmalade-5519"
+
+
+def files_holding(data: Path, text: str) -> set[str]:
+    """The files under `data` (relative) whose bytes hold `text`, read raw and, for zstd
+    files, decompressed too."""
+    needle = text.encode()
+    found = set()
+    for path in data.rglob("*"):
+        if not path.is_file():
+            continue
+        raw = path.read_bytes()
+        if path.suffix == ".zst":
+            raw += zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw)).read()
+        if needle in raw:
+            found.add(str(path.relative_to(data)))
+    return found
+
+
+async def test_a_forgotten_memory_leaves_no_byte_outside_the_database(
+    stack: Runtime, tmp_path: Path
+) -> None:
+    """A prompt carrying a unique text, ingested with its session, found by search, copied into
+    a migration backup; forgotten by id. Then no file of the data dir but the database's own
+    holds it: not the search indexes (its segment is written again), not the queue's kept
+    results or append-only file, not the backup."""
+    assert stack.redis is not None and stack.store is not None
+    data, client = stack.settings.data_dir, Client(stack.redis, stack.settings)
+    prompt = "Summarize the findings."
+    transcript = tmp_path / SMALL.name
+    transcript.write_text(SMALL.read_text().replace(prompt, f"{prompt} The codename is {MARK}."))
+    [report] = await client.ingest([str(transcript)])
+    assert report["memories"] > 1
+    [memory] = [h.id for h in await client.search(MARK, kind="memory") if MARK in (h.text or "")]
+    backup = data / "backups" / "before-test.jsonl.zst"
+    await write_backup(stack.store, backup)
+    before = list(read_jsonl(backup))
+    held = files_holding(data, MARK)
+    assert {"redis/appendonly.aof", "backups/before-test.jsonl.zst"} <= held
+    assert any(name.startswith("search/lexical/") for name in held)
+
+    done = await client.forget([memory])
+    assert done["removed"] == {"memory": 1, "goal": 1}
+    # (Not a search for MARK: its query would be a job argument the queue logs.)
+    found = await client.search("Summarize the findings codename", kind="memory")
+    assert found and memory not in {h.id for h in found}
+    assert {name.split("/")[0] for name in files_holding(data, MARK)} <= {"db"}, held
+    # The backup lost the memory, the goal drawn from it and their edges, nothing else.
+    ref = f"memory:{memory}"
+    [goal] = [f"goal:{r['row']['id']}" for r in before if r["row"].get("memory") == ref]
+    doomed = {ref, goal}
+    expected = [
+        r for r in before
+        if f"{r['table']}:{r['row']['id']}" not in doomed
+        and r["row"].get("in") not in doomed and r["row"].get("out") not in doomed
+    ]  # fmt: skip
+    assert len(before) - len(expected) > 3 and list(read_jsonl(backup)) == expected

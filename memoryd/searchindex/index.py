@@ -229,13 +229,23 @@ class SearchIndex:
             return len(closed)
 
     def delete(self, table: str, ids: Sequence[str]) -> None:
-        """Remove rows from both indexes (prune, forget)."""
+        """Remove rows from both indexes (prune)."""
         with self._write:
             keys = [row_key(table, i) for i in ids]
             self._lexical.delete(keys)
             for key in keys:
                 self._pending.pop(key, None)
             self._vectors.remove([label_of(table, i) for i in ids])
+
+    def forget(self, rows: Sequence[tuple[str, str]]) -> None:
+        """Remove rows (table, id) from both indexes so that, once committed, no byte of
+        their text stays in the lexical index's files (Lexical.purge: all in one call)."""
+        with self._write:
+            keys = [row_key(table, i) for table, i in rows]
+            self._lexical.purge(keys, self._pending)
+            for key in keys:
+                self._pending.pop(key, None)
+            self._vectors.remove([label_of(table, i) for table, i in rows])
 
     def set_vectors(self, table: str, vectors: dict[str, Sequence[float]], model: str) -> None:
         """Vectors of `model` for rows; a model other than the index's drops every vector of
