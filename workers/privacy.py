@@ -44,6 +44,7 @@ async def forget_scope(
     elif scope == "path":
         roots = {p["id"]: p["root"] for p in await store.projects()}
         refs = await store.path_scope(roots, lambda path: fnmatch.fnmatchcase(path, value))
+        refs += await store.memories_about([r for r in refs if r.table == "entity"])
     elif scope == "before":
         try:
             refs, sessions = await store.before_scope(datetime.fromisoformat(value))
