@@ -14,6 +14,7 @@ import zstandard
 from memoryd.client import Client
 from memoryd.export import read_jsonl, write_backup
 from memoryd.runtime import Runtime
+from memoryd.store import Store
 from tests.conftest import cli
 from tests.fixtures import S37, SMALL
 
@@ -110,13 +111,13 @@ def files_holding(data: Path, text: str) -> set[str]:
     return found
 
 
-async def test_a_forgotten_memory_leaves_no_byte_outside_the_database(
+async def test_a_forgotten_memory_leaves_no_byte_in_the_data_dir(
     stack: Runtime, tmp_path: Path
 ) -> None:
     """A prompt carrying a unique text, ingested with its session, found by search, copied into
     a migration backup; forgotten by id. Then no file of the data dir but the database's own
     holds it: not the search indexes (its segment is written again), not the queue's kept
-    results or append-only file, not the backup."""
+    results or append-only file, not the backup. After `memoryd compact`, no file at all."""
     assert stack.redis is not None and stack.store is not None
     data, client = stack.settings.data_dir, Client(stack.redis, stack.settings)
     prompt = "Summarize the findings."
@@ -148,3 +149,18 @@ async def test_a_forgotten_memory_leaves_no_byte_outside_the_database(
         and r["row"].get("in") not in doomed and r["row"].get("out") not in doomed
     ]  # fmt: skip
     assert len(before) - len(expected) > 3 and list(read_jsonl(backup)) == expected
+
+    # The database's own files keep it (the engine's value log): `memoryd compact`, with the
+    # daemon stopped, writes the live rows into a new database and drops the old files.
+    graph = await stack.store.dump()
+    await stack.close()
+    assert {name.split("/")[0] for name in files_holding(data, MARK)} == {"db"}
+    compacted = json.loads(cli("compact", "--data-dir", str(data), "--json").stdout)
+    assert compacted["rows"] == {t: len(rows) for t, rows in graph.items() if rows}
+    assert files_holding(data, MARK) == set()
+    assert sorted(p.name for p in data.iterdir() if p.name.startswith("db")) == ["db"]
+    store = await Store.open(stack.settings.database_url, "memoryd", "memory")
+    try:
+        assert await store.dump() == graph
+    finally:
+        await store.close()

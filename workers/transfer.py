@@ -11,6 +11,7 @@ from typing import Any
 
 from memoryd.export import DERIVED_FIELDS, cleaned_row
 from memoryd.search import resolve_project
+from memoryd.store.transfer import NOT_EXPORTED
 from workers.context import JobContext
 from workers.redact import redact
 
@@ -39,4 +40,6 @@ async def export_page(
 
 
 async def import_rows(ctx: JobContext, table: str, rows: list[dict[str, Any]]) -> int:
+    if table in NOT_EXPORTED:  # the migration record of another database
+        return 0
     return await ctx["store"].import_rows(table, [cleaned_row(row, redact) for row in rows])
