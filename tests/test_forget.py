@@ -111,6 +111,25 @@ def files_holding(data: Path, text: str) -> set[str]:
     return found
 
 
+async def _plant(stack: Runtime, tmp_path: Path) -> tuple[Client, str, Path]:
+    """SMALL with MARK in its first prompt, ingested, found by search (so the queue holds it
+    in a kept result), and copied into a migration backup; the memory's id and the backup."""
+    assert stack.redis is not None and stack.store is not None
+    data, client = stack.settings.data_dir, Client(stack.redis, stack.settings)
+    prompt = "Summarize the findings."
+    transcript = tmp_path / SMALL.name
+    transcript.write_text(SMALL.read_text().replace(prompt, f"{prompt} The codename is {MARK}."))
+    [report] = await client.ingest([str(transcript)])
+    assert report["memories"] == 22
+    [memory] = [h.id for h in await client.search(MARK, kind="memory") if MARK in (h.text or "")]
+    backup = data / "backups" / "before-test.jsonl.zst"
+    await write_backup(stack.store, backup)
+    held = files_holding(data, MARK)
+    assert {"redis/appendonly.aof", "backups/before-test.jsonl.zst"} <= held
+    assert any(name.startswith("search/lexical/") for name in held)
+    return client, memory, backup
+
+
 async def test_a_forgotten_memory_leaves_no_byte_in_the_data_dir(
     stack: Runtime, tmp_path: Path
 ) -> None:
@@ -118,27 +137,15 @@ async def test_a_forgotten_memory_leaves_no_byte_in_the_data_dir(
     a migration backup; forgotten by id. Then no file of the data dir but the database's own
     holds it: not the search indexes (its segment is written again), not the queue's kept
     results or append-only file, not the backup. After `memoryd compact`, no file at all."""
-    assert stack.redis is not None and stack.store is not None
-    data, client = stack.settings.data_dir, Client(stack.redis, stack.settings)
-    prompt = "Summarize the findings."
-    transcript = tmp_path / SMALL.name
-    transcript.write_text(SMALL.read_text().replace(prompt, f"{prompt} The codename is {MARK}."))
-    [report] = await client.ingest([str(transcript)])
-    assert report["memories"] > 1
-    [memory] = [h.id for h in await client.search(MARK, kind="memory") if MARK in (h.text or "")]
-    backup = data / "backups" / "before-test.jsonl.zst"
-    await write_backup(stack.store, backup)
-    before = list(read_jsonl(backup))
-    held = files_holding(data, MARK)
-    assert {"redis/appendonly.aof", "backups/before-test.jsonl.zst"} <= held
-    assert any(name.startswith("search/lexical/") for name in held)
+    client, memory, backup = await _plant(stack, tmp_path)
+    data, before = stack.settings.data_dir, list(read_jsonl(backup))
 
     done = await client.forget([memory])
     assert done["removed"] == {"memory": 1, "goal": 1}
     # (Not a search for MARK: its query would be a job argument the queue logs.)
     found = await client.search("Summarize the findings codename", kind="memory")
     assert found and memory not in {h.id for h in found}
-    assert {name.split("/")[0] for name in files_holding(data, MARK)} <= {"db"}, held
+    assert {name.split("/")[0] for name in files_holding(data, MARK)} == {"db"}
     # The backup lost the memory, the goal drawn from it and their edges, nothing else.
     ref = f"memory:{memory}"
     [goal] = [f"goal:{r['row']['id']}" for r in before if r["row"].get("memory") == ref]
@@ -164,3 +171,19 @@ async def test_a_forgotten_memory_leaves_no_byte_in_the_data_dir(
         assert await store.dump() == graph
     finally:
         await store.close()
+
+
+async def test_a_forgotten_session_leaves_no_byte_outside_the_database(
+    stack: Runtime, tmp_path: Path
+) -> None:
+    """The same through `forget --session`: the queue, the search indexes and the backup lose
+    the whole session."""
+    client, _memory, backup = await _plant(stack, tmp_path)
+    done = await client.forget_scope("session", SMALL.stem)
+    assert done["sessions"] == [SMALL.stem] and done["removed"]["memory"] == 22
+    assert {name.split("/")[0] for name in files_holding(stack.settings.data_dir, MARK)} == {"db"}
+    session = f"session:{SMALL.stem}"
+    left = [
+        r for r in read_jsonl(backup) if session in (r["row"].get("session"), r["row"].get("in"))
+    ]
+    assert left == [] and not [r for r in read_jsonl(backup) if r["table"] in ("memory", "goal")]
