@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from arq import ArqRedis
 from arq.constants import result_key_prefix
+from redis.exceptions import ResponseError
 
 from memoryd import agent
 from memoryd.errors import InvalidRequest, NotFound
@@ -68,28 +71,51 @@ async def erase_traces(ctx: JobContext, gone: Sequence[Ref], started: datetime) 
     """Copies of the forgotten rows' text outside the database's tables, removed once a
     forget has deleted them (`started`: when it began):
     - the results the queue keeps of finished jobs (a remember's text, a search's snippets,
-      an export's pages). Those finished before this forget go; a client that had not yet
-      read one gets an error, never an answer built from what is now forgotten;
+      an export's pages). Those finished before this forget go (but the scheduled upkeep's,
+      which hold counts); a client that had not yet read one gets an error, never an answer
+      built from what is now forgotten;
     - the private Redis's append-only file, which logs every write ever made: rewritten from
       what Redis holds now (waited for, within REWRITE_SECONDS);
     - the backups taken before migrations, written again without the rows and their edges.
     The database's own files are the engine's: see `memoryd compact`."""
     redis, settings = ctx["redis"], ctx["settings"]
-    finished = [r.job_id for r in await redis.all_job_results() if r.finish_time < started]
+    finished = [
+        r.job_id
+        for r in await redis.all_job_results()
+        # A scheduled run's result (counts, no text) is what stops a second run of its slot.
+        if r.finish_time < started and not r.function.startswith("cron:")
+    ]
     if finished:
         await redis.delete(*(result_key_prefix + job for job in finished))
     if settings.embedded_redis:
-        await redis.bgrewriteaof()
-        for _ in range(int(REWRITE_SECONDS / REWRITE_POLL)):
-            info = await redis.info("persistence")
-            if not info["aof_rewrite_in_progress"] and not info["aof_rewrite_scheduled"]:
-                break
-            await asyncio.sleep(REWRITE_POLL)
-        else:
-            log.warning("the queue's append-only file was not rewritten in %ds", REWRITE_SECONDS)
+        await _rewrite_append_only_file(redis)
     keys = {f"{ref.table}:{ref.key}" for ref in gone}
 
     def doomed(table: str, row: dict[str, Any]) -> bool:
         return f"{table}:{row['id']}" in keys or row.get("in") in keys or row.get("out") in keys
 
     await asyncio.to_thread(drop_from_backups, settings.data_dir / BACKUPS, doomed)
+
+
+async def _rewrite_append_only_file(redis: ArqRedis) -> None:
+    """Redis writes its append-only file again from what it holds now. A rewrite already
+    running started from a copy taken before the deletions: it is waited for, then another
+    asked for."""
+    deadline = time.monotonic() + REWRITE_SECONDS
+
+    async def idle() -> bool:
+        while time.monotonic() < deadline:
+            info = await redis.info("persistence")
+            if not info["aof_rewrite_in_progress"] and not info["aof_rewrite_scheduled"]:
+                return True
+            await asyncio.sleep(REWRITE_POLL)
+        return False
+
+    while await idle():
+        try:
+            await redis.bgrewriteaof()
+        except ResponseError:  # one started meanwhile (Redis's own, by the file's growth)
+            continue
+        if await idle():
+            return
+    log.warning("the queue's append-only file was not rewritten in %ds", REWRITE_SECONDS)
