@@ -8,6 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import zstandard
 
@@ -95,10 +96,10 @@ def test_forget_session_leaves_nothing_and_stays_forgotten(
 MARK = "Ocelot-Marmalade-5519"
 
 
-def files_holding(data: Path, text: str) -> set[str]:
-    """The files under `data` (relative) whose bytes hold `text`, read raw and, for zstd
-    files, decompressed too."""
-    needle = text.encode()
+def files_holding(data: Path, *needles: str | bytes) -> set[str]:
+    """The files under `data` (relative) whose bytes hold one of `needles` (text as UTF-8),
+    read raw and, for zstd files, decompressed too."""
+    wanted = [n.encode() if isinstance(n, str) else n for n in needles]
     found = set()
     for path in data.rglob("*"):
         if not path.is_file():
@@ -106,7 +107,7 @@ def files_holding(data: Path, text: str) -> set[str]:
         raw = path.read_bytes()
         if path.suffix == ".zst":
             raw += zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw)).read()
-        if needle in raw:
+        if any(needle in raw for needle in wanted):
             found.add(str(path.relative_to(data)))
     return found
 
@@ -139,6 +140,11 @@ async def test_a_forgotten_memory_leaves_no_byte_in_the_data_dir(
     results or append-only file, not the backup. After `memoryd compact`, no file at all."""
     client, memory, backup = await _plant(stack, tmp_path)
     data, before = stack.settings.data_dir, list(read_jsonl(backup))
+    assert stack.store is not None
+    [row] = [r for r in await stack.store.rows_after("memory", None, 100) if r["id"] == memory]
+    # Its vector as the search index's journal (float32) and checkpoint (float16) hold it.
+    vector = [np.asarray(row["embedding"], t).tobytes() for t in (np.float32, np.float16)]
+    assert files_holding(data, vector[0]) == {"search/vectors.journal"}
 
     done = await client.forget([memory])
     assert done["removed"] == {"memory": 1, "goal": 1}
@@ -146,6 +152,7 @@ async def test_a_forgotten_memory_leaves_no_byte_in_the_data_dir(
     found = await client.search("Summarize the findings codename", kind="memory")
     assert found and memory not in {h.id for h in found}
     assert {name.split("/")[0] for name in files_holding(data, MARK)} == {"db"}
+    assert files_holding(data, *vector) == set()
     # The backup lost the memory, the goal drawn from it and their edges, nothing else.
     ref = f"memory:{memory}"
     [goal] = [f"goal:{r['row']['id']}" for r in before if r["row"].get("memory") == ref]
