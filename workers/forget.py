@@ -94,7 +94,9 @@ async def erase_traces(ctx: JobContext, gone: Sequence[Ref], started: datetime) 
     def doomed(table: str, row: dict[str, Any]) -> bool:
         return f"{table}:{row['id']}" in keys or row.get("in") in keys or row.get("out") in keys
 
-    await asyncio.to_thread(drop_from_backups, settings.data_dir / BACKUPS, doomed)
+    dropped = await asyncio.to_thread(drop_from_backups, settings.data_dir / BACKUPS, doomed)
+    if dropped:
+        log.info("forget: %d rows dropped from the migration backups", dropped)
 
 
 async def _rewrite_append_only_file(redis: ArqRedis) -> None:

@@ -62,11 +62,11 @@ async def forget_scope(
         cursor = await store.transcript_cursor(path)
         if cursor is not None and cursor.get("state"):
             await store.set_cursor_state(path, scrub_state(cursor["state"], gone))
-    gone: list[Ref] = []
+    deleted: list[Ref] = []
     for start in range(0, len(refs), _BATCH):
-        gone += await forget_rows(ctx, refs[start : start + _BATCH])
-    await erase_traces(ctx, gone, started)
-    return {"dry_run": False, "sessions": sessions, "removed": per_table(gone)}
+        deleted += await forget_rows(ctx, refs[start : start + _BATCH])
+    await erase_traces(ctx, deleted, started)
+    return {"dry_run": False, "sessions": sessions, "removed": per_table(deleted)}
 
 
 async def skip_transcripts(ctx: JobContext, paths: list[str]) -> int:
