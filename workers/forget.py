@@ -3,7 +3,8 @@
 Everything memoryd removes on request goes through :func:`forget_rows` with a set of row
 references: the database rows (and their edges, derived goals, orphaned entities) and then the
 derived search indexes, under the index writer's lock. Forgetting whole sessions, projects or
-paths (the privacy work) resolves them to row references and calls the same function.
+paths (the privacy work) resolves them to row references and calls the same function; both
+then call :func:`erase_traces` for the copies outside the tables (the queue, the backups).
 """
 
 from __future__ import annotations
