@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ from memoryd.client import Client
 from memoryd.export import read_jsonl, write_backup
 from memoryd.runtime import Runtime
 from memoryd.store import Store
-from tests.conftest import cli
+from tests.conftest import MEMORYD, cli
 from tests.fixtures import S37, SMALL
 
 # Each test here runs a whole scenario through a daemon or the full stack: not the quick loop.
@@ -167,6 +168,10 @@ async def test_a_forgotten_memory_leaves_no_byte_in_the_data_dir(
     # The database's own files keep it (the engine's value log): `memoryd compact`, with the
     # daemon stopped, writes the live rows into a new database and drops the old files.
     graph = await stack.store.dump()
+    refused = subprocess.run(
+        [MEMORYD, "compact", "--data-dir", str(data)], capture_output=True, text=True, timeout=120
+    )
+    assert refused.returncode == 1 and "stop it, then compact" in refused.stderr
     await stack.close()
     assert {name.split("/")[0] for name in files_holding(data, MARK)} == {"db"}
     compacted = json.loads(cli("compact", "--data-dir", str(data), "--json").stdout)
