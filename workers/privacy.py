@@ -12,14 +12,11 @@ from typing import Any
 
 from memoryd.errors import InvalidRequest, NotFound
 from memoryd.search import resolve_project
-from memoryd.store import Ref
 from workers.context import JobContext
 from workers.forget import erase_traces, forget_rows, per_table
 from workers.ingest import is_forgotten, scrub_state
 
 SCOPES = ("session", "project", "path", "before")
-# Rows deleted per transaction: each batch commits on its own.
-_BATCH = 1000
 
 
 async def forget_scope(
@@ -62,9 +59,7 @@ async def forget_scope(
         cursor = await store.transcript_cursor(path)
         if cursor is not None and cursor.get("state"):
             await store.set_cursor_state(path, scrub_state(cursor["state"], gone))
-    deleted: list[Ref] = []
-    for start in range(0, len(refs), _BATCH):
-        deleted += await forget_rows(ctx, refs[start : start + _BATCH])
+    deleted = await forget_rows(ctx, refs)
     await erase_traces(ctx, deleted, started)
     return {"dry_run": False, "sessions": sessions, "removed": per_table(deleted)}
 
