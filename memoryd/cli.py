@@ -721,6 +721,11 @@ def forget(
     verb = "would remove" if dry_run else "removed"
     counts = ", ".join(f"{t} {n}" for t, n in sorted(done["removed"].items())) or "nothing"
     print(f"{verb}: {counts}")
+    if done["removed"] and not dry_run and settings.surreal_url is None:
+        _err().print(
+            "the embedded database's files keep the deleted values' bytes until "
+            "`memoryd compact` (run with the daemon stopped)"
+        )
 
 
 @app.command()

@@ -123,9 +123,9 @@ async def test_forget_project_takes_its_code_sessions_and_entities(
     expected = _by_table(doomed | _orphans(before, doomed))
 
     dry = await client.forget_scope("project", "claude-code-log", dry_run=True)
-    printed = await _cli_forget(stack, "--project", str(repo), "--dry-run")
+    printed, said = await _cli_forget(stack, "--project", str(repo), "--dry-run")
     counts = ", ".join(f"{t} {n}" for t, n in sorted(dry["removed"].items()))
-    assert printed == f"would remove: {counts}\n"
+    assert (printed, said) == (f"would remove: {counts}\n", "")
     assert await stack.store.dump() == before
     done = await client.forget_scope("project", "claude-code-log")
     assert done["sessions"] == dry["sessions"] == [S37.stem]
@@ -145,16 +145,16 @@ async def test_forget_project_takes_its_code_sessions_and_entities(
     assert {h.path for h in await client.search("generate_html", kind="code")} == {"beta.py"}
 
 
-async def _cli_forget(stack: Runtime, *args: str) -> str:
+async def _cli_forget(stack: Runtime, *args: str) -> tuple[str, str]:
     """`memoryd forget` through this test's serving stack (a subprocess the event loop waits
-    on without blocking the worker that answers it)."""
+    on without blocking the worker that answers it): its stdout and stderr."""
     proc = await asyncio.create_subprocess_exec(
         MEMORYD, "forget", *args, "--data-dir", str(stack.settings.data_dir),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(proc.communicate(), 300)
     assert proc.returncode == 0, err.decode()
-    return out.decode()
+    return out.decode(), err.decode()
 
 
 async def test_forget_before_a_time_takes_what_was_over_by_then(
@@ -173,13 +173,14 @@ async def test_forget_before_a_time_takes_what_was_over_by_then(
     }
     assert 0 < len(early) < 282
     expected = _by_table(early | _orphans(before, early))
-    printed = await _cli_forget(stack, "--before", cut.isoformat())
+    printed, said = await _cli_forget(stack, "--before", cut.isoformat())
     after = await stack.store.dump()
     gone = _gone(before, after)
     assert {t: refs for t, refs in gone.items() if t in expected} == expected
     assert {t: refs for t, refs in gone.items() if t not in expected} == _edges_of(before, early)
     counts = ", ".join(f"{t} {len(refs)}" for t, refs in sorted(expected.items()))
     assert printed == f"removed: {counts}\n"
+    assert "keep the deleted values' bytes until `memoryd compact`" in " ".join(said.split())
 
     # The next year: both sessions are over, S37 whole and SMALL's too; the code is current.
     middle = await stack.store.dump()
