@@ -249,7 +249,7 @@ class SearchIndex:
             for key in keys:
                 self._pending.pop(key, None)
             self._vectors.erase([label_of(table, i) for table, i in rows])
-            self._erased = True
+            self._erased = self._erased or bool(rows)
 
     def set_vectors(self, table: str, vectors: dict[str, Sequence[float]], model: str) -> None:
         """Vectors of `model` for rows; a model other than the index's drops every vector of
