@@ -724,6 +724,32 @@ def forget(
     verb = "would remove" if dry_run else "removed"
     counts = ", ".join(f"{t} {n}" for t, n in sorted(done["removed"].items())) or "nothing"
     print(f"{verb}: {counts}")
+    if done["removed"] and not dry_run and settings.surreal_url is None:
+        _err().print(
+            "the embedded database's files keep the deleted values' bytes until "
+            "`memoryd compact` (run with the daemon stopped)"
+        )
+
+
+@app.command()
+def compact(data_dir: DataDir = None, as_json: AsJson = False) -> None:
+    """Write the embedded database again with its live rows only, so that what `forget`
+    deleted leaves its files too (the engine keeps deleted values' bytes). Stop the daemon
+    first."""
+    from memoryd.compact import DB_DIR, size
+    from memoryd.compact import compact as rewrite
+
+    settings = _client(data_dir, None, None)
+    before = size(settings.data_dir / DB_DIR)
+    rows = _run(lambda: rewrite(settings))
+    done = {"rows": rows, "bytes_before": before, "bytes_after": size(settings.data_dir / DB_DIR)}
+    if as_json:
+        print(json.dumps(done, indent=2))
+        return
+    print(
+        f"compacted {sum(rows.values())} rows in {len(rows)} tables: "
+        f"{before / 1e6:.1f} MB -> {done['bytes_after'] / 1e6:.1f} MB"
+    )
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

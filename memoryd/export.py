@@ -5,6 +5,7 @@ references are written `table:key`, times ISO-8601. Vectors are left out: they a
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -15,6 +16,8 @@ from typing import IO, Any, Protocol
 import zstandard
 
 _PAGE = 500
+# Where the backups taken before a migration are kept, in the data dir.
+BACKUPS = "backups"
 DERIVED_FIELDS = frozenset({"embedding"})
 
 
@@ -42,7 +45,7 @@ async def write_jsonl(
             for row in rows:
                 kept = {k: v for k, v in row.items() if k not in DERIVED_FIELDS}
                 if clean is not None:
-                    kept = _cleaned(kept, clean)
+                    kept = cleaned_row(kept, clean)
                 line = json.dumps({"table": table, "row": kept}, ensure_ascii=False)
                 out.write(line.encode() + b"\n")
             written += len(rows)
@@ -61,6 +64,11 @@ def read_jsonl(path: Path) -> Iterator[dict[str, object]]:
                 yield json.loads(line)
 
 
+def cleaned_row(row: dict[str, Any], clean: Callable[[str], str]) -> dict[str, Any]:
+    """`row` with `clean` applied to every string in it but its id (the key pages go by)."""
+    return {k: v if k == "id" else _cleaned(v, clean) for k, v in row.items()}
+
+
 def _cleaned(value: Any, clean: Callable[[str], str]) -> Any:
     if isinstance(value, str):
         return clean(value)
@@ -71,13 +79,34 @@ def _cleaned(value: Any, clean: Callable[[str], str]) -> Any:
     return value
 
 
-async def write_backup(store: _Rows, path: Path, clean: Callable[[str], str] | None = None) -> int:
-    """A zstd-compressed export at `path` (0600, written under a temporary name and renamed,
-    so a crash never leaves a half backup looking whole)."""
+@contextlib.contextmanager
+def _backup_file(path: Path) -> Iterator[IO[bytes]]:
+    """A zstd stream to `path` (0600), written under a temporary name and renamed at the end,
+    so a crash never leaves a half backup looking whole."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as raw, zstandard.ZstdCompressor(level=3).stream_writer(raw) as out:
-        written = await write_jsonl(store, out, clean=clean)
+        yield out  # type: ignore[misc]
     os.replace(partial, path)
-    return written
+
+
+async def write_backup(store: _Rows, path: Path, clean: Callable[[str], str] | None = None) -> int:
+    """A zstd-compressed export at `path`."""
+    with _backup_file(path) as out:
+        return await write_jsonl(store, out, clean=clean)
+
+
+def drop_from_backups(directory: Path, doomed: Callable[[str, dict[str, Any]], bool]) -> int:
+    """Write every backup in `directory` again without the rows (table, row) that are
+    `doomed` (what `memoryd forget` removed: a backup must not give it back); returns the
+    rows dropped."""
+    dropped = 0
+    for path in sorted(directory.glob("*.jsonl.zst")) if directory.is_dir() else []:
+        with _backup_file(path) as out:
+            for line in read_jsonl(path):
+                if doomed(str(line["table"]), line["row"]):  # type: ignore[arg-type]
+                    dropped += 1
+                else:
+                    out.write(json.dumps(line, ensure_ascii=False).encode() + b"\n")
+    return dropped

@@ -3,13 +3,21 @@ in the tables, in search, or after its transcript is read again."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
+import zstandard
 
-from tests.conftest import cli
+from memoryd.client import Client
+from memoryd.export import read_jsonl, write_backup
+from memoryd.runtime import Runtime
+from memoryd.store import Store
+from tests.conftest import MEMORYD, cli
 from tests.fixtures import S37, SMALL
 
 # Each test here runs a whole scenario through a daemon or the full stack: not the quick loop.
@@ -84,3 +92,110 @@ def test_forget_session_leaves_nothing_and_stays_forgotten(
     _assert_forgotten(data, mine)
     final = json.loads(cli("status", "--data-dir", str(data), "--json").stdout)["counts"]
     assert final == after
+
+
+MARK = "Ocelot-Marmalade-5519"
+
+
+def files_holding(data: Path, *needles: str | bytes) -> set[str]:
+    """The files under `data` (relative) whose bytes hold one of `needles` (text as UTF-8),
+    read raw and, for zstd files, decompressed too."""
+    wanted = [n.encode() if isinstance(n, str) else n for n in needles]
+    found = set()
+    for path in data.rglob("*"):
+        if not path.is_file():
+            continue
+        raw = path.read_bytes()
+        if path.suffix == ".zst":
+            raw += zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw)).read()
+        if any(needle in raw for needle in wanted):
+            found.add(str(path.relative_to(data)))
+    return found
+
+
+async def _plant(stack: Runtime, tmp_path: Path) -> tuple[Client, str, Path]:
+    """SMALL with MARK in its first prompt, ingested, found by search (so the queue holds it
+    in a kept result), and copied into a migration backup; the memory's id and the backup."""
+    assert stack.redis is not None and stack.store is not None
+    data, client = stack.settings.data_dir, Client(stack.redis, stack.settings)
+    prompt = "Summarize the findings."
+    transcript = tmp_path / SMALL.name
+    transcript.write_text(SMALL.read_text().replace(prompt, f"{prompt} The codename is {MARK}."))
+    [report] = await client.ingest([str(transcript)])
+    assert report["memories"] == 22
+    [memory] = [h.id for h in await client.search(MARK, kind="memory") if MARK in (h.text or "")]
+    backup = data / "backups" / "before-test.jsonl.zst"
+    await write_backup(stack.store, backup)
+    held = files_holding(data, MARK)
+    assert {"redis/appendonly.aof", "backups/before-test.jsonl.zst"} <= held
+    assert any(name.startswith("search/lexical/") for name in held)
+    return client, memory, backup
+
+
+async def test_a_forgotten_memory_leaves_no_byte_in_the_data_dir(
+    stack: Runtime, tmp_path: Path
+) -> None:
+    """A prompt carrying a unique text, ingested with its session, found by search, copied into
+    a migration backup; forgotten by id. Then no file of the data dir but the database's own
+    holds it: not the search indexes (its segment is written again), not the queue's kept
+    results or append-only file, not the backup. After `memoryd compact`, no file at all."""
+    client, memory, backup = await _plant(stack, tmp_path)
+    data, before = stack.settings.data_dir, list(read_jsonl(backup))
+    assert stack.store is not None
+    [row] = [r for r in await stack.store.rows_after("memory", None, 100) if r["id"] == memory]
+    # Its vector as the search index's journal (float32) and checkpoint (float16) hold it.
+    vector = [np.asarray(row["embedding"], t).tobytes() for t in (np.float32, np.float16)]
+    assert files_holding(data, vector[0]) == {"search/vectors.journal"}
+
+    done = await client.forget([memory])
+    assert done["removed"] == {"memory": 1, "goal": 1}
+    # (Not a search for MARK: its query would be a job argument the queue logs.)
+    found = await client.search("Summarize the findings codename", kind="memory")
+    assert found and memory not in {h.id for h in found}
+    assert {name.split("/")[0] for name in files_holding(data, MARK)} == {"db"}
+    assert files_holding(data, *vector) == set()
+    # The backup lost the memory, the goal drawn from it and their edges, nothing else.
+    ref = f"memory:{memory}"
+    [goal] = [f"goal:{r['row']['id']}" for r in before if r["row"].get("memory") == ref]
+    doomed = {ref, goal}
+    expected = [
+        r for r in before
+        if f"{r['table']}:{r['row']['id']}" not in doomed
+        and r["row"].get("in") not in doomed and r["row"].get("out") not in doomed
+    ]  # fmt: skip
+    assert len(before) - len(expected) > 3 and list(read_jsonl(backup)) == expected
+
+    # The database's own files keep it (the engine's value log): `memoryd compact`, with the
+    # daemon stopped, writes the live rows into a new database and drops the old files.
+    graph = await stack.store.dump()
+    refused = subprocess.run(
+        [MEMORYD, "compact", "--data-dir", str(data)], capture_output=True, text=True, timeout=120
+    )
+    assert refused.returncode == 1 and "stop it, then compact" in refused.stderr
+    await stack.close()
+    assert {name.split("/")[0] for name in files_holding(data, MARK)} == {"db"}
+    compacted = json.loads(cli("compact", "--data-dir", str(data), "--json").stdout)
+    assert compacted["rows"] == {t: len(rows) for t, rows in graph.items() if rows}
+    assert files_holding(data, MARK) == set()
+    assert sorted(p.name for p in data.iterdir() if p.name.startswith("db")) == ["db"]
+    store = await Store.open(stack.settings.database_url, "memoryd", "memory")
+    try:
+        assert await store.dump() == graph
+    finally:
+        await store.close()
+
+
+async def test_a_forgotten_session_leaves_no_byte_outside_the_database(
+    stack: Runtime, tmp_path: Path
+) -> None:
+    """The same through `forget --session`: the queue, the search indexes and the backup lose
+    the whole session."""
+    client, _memory, backup = await _plant(stack, tmp_path)
+    done = await client.forget_scope("session", SMALL.stem)
+    assert done["sessions"] == [SMALL.stem] and done["removed"]["memory"] == 22
+    assert {name.split("/")[0] for name in files_holding(stack.settings.data_dir, MARK)} == {"db"}
+    session = f"session:{SMALL.stem}"
+    left = [
+        r for r in read_jsonl(backup) if session in (r["row"].get("session"), r["row"].get("in"))
+    ]
+    assert left == [] and not [r for r in read_jsonl(backup) if r["table"] in ("memory", "goal")]

@@ -378,3 +378,47 @@ def test_the_search_indexes_load_before_the_model_without_a_crash() -> None:
     probe = "import memoryd.searchindex, memoryd.indexsync, onnxruntime, fastembed; print('ok')"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert (done.returncode, done.stdout.strip()) == (0, "ok"), done.stderr
+
+
+def test_forget_leaves_no_byte_of_the_rows_and_keeps_every_other(
+    index: SearchIndex, corpus: Corpus, tmp_path: Path
+) -> None:
+    """All of the corpus went in with one commit: one segment, which a plain delete leaves
+    holding the deleted rows' text, and a vector index whose removed slots keep theirs."""
+    doomed = next(d for d in corpus.docs if d.path == "mrecords.py" and len(d.content) > 200)
+    vector = np.asarray(doomed.vector, np.float16).tobytes()
+    index.close()  # the vectors checkpointed: the f16 bytes are in a file now
+    files = [p for p in (tmp_path / "search").rglob("*") if p.is_file()]
+    stored = b"".join(p.read_bytes() for p in files if p.suffix == ".store")
+    # The document store is compressed: a stretch of the row's own text that is there as it
+    # is (and in no other row).
+    others = [d.content for d in corpus.docs if d.id != doomed.id]
+    text = next(
+        piece.encode()
+        for i in range(len(doomed.content) - 24)
+        if (piece := doomed.content[i : i + 24]).encode() in stored
+        and not any(piece in other for other in others)
+    )
+
+    def holding() -> set[str]:
+        files = [p for p in (tmp_path / "search").rglob("*") if p.is_file()]
+        return {p.name for p in files if text in p.read_bytes() or vector in p.read_bytes()}
+
+    assert "vectors.usearch" in holding() and any(n.endswith(".store") for n in holding())
+    reopened = SearchIndex(tmp_path / "search")
+    query = "mrecords fromarrays"
+    cron = Filters(path="cron.py")
+
+    # The other rows as they were (the scores move a little: one row fewer in the statistics).
+    def found() -> dict[str, list[tuple[str, object]]]:
+        searches = _all_searches(reopened, corpus, cron, CRON).items()
+        return {name: sorted((h.id, h.fields) for h in hits) for name, hits in searches}
+
+    before = found()
+    reopened.forget([("code_chunk", doomed.id)])
+    reopened.commit(2)
+    assert holding() == set()
+    assert len(reopened) == len(corpus.docs) - 1
+    assert doomed.id not in {h.id for h in reopened.bm25(query, Filters(), 50)}
+    assert found() == before
+    reopened.close()

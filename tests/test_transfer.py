@@ -3,16 +3,21 @@ second data dir, which then holds the same graph."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
 import pytest
 
+from memoryd.client import Client
+from memoryd.runtime import Runtime
 from tests.conftest import cli, git_init
 from tests.fixtures import RENDERER, S37
 
 # Each test here runs a whole scenario through a daemon or the full stack: not the quick loop.
 pytestmark = pytest.mark.e2e
+
+TOKEN = "ghp_0123456789abcdefghijABCDEFGHIJ012345"
 
 
 def test_export_import_gives_an_equal_graph(two_dirs: tuple[Path, Path], tmp_path: Path) -> None:
@@ -78,3 +83,34 @@ def test_export_of_one_project(two_dirs: tuple[Path, Path], tmp_path: Path) -> N
     cli("import", str(dump), "--data-dir", str(two_dirs[1]))
     again = cli("export", "--project", "alpha", "--data-dir", str(two_dirs[1])).stdout
     assert again == exported
+
+
+async def test_export_and_import_pass_through_the_redactor(stack: Runtime, tmp_path: Path) -> None:
+    """A secret an earlier memoryd stored raw never leaves in an export, and one in a file
+    being imported never enters the database."""
+    assert stack.redis is not None and stack.store is not None
+    client = Client(stack.redis, stack.settings)
+
+    def note(key: str, content: str) -> dict[str, object]:
+        at = "2026-01-02T03:04:05Z"
+        return {"id": key, "session": "session:s1", "kind": "note", "content": content,
+                "seq": 0, "ingestion_time": at, "valid_from": at}  # fmt: skip
+
+    # A row as a memoryd from before redaction wrote it, put in past the worker's jobs.
+    await stack.store.import_rows("memory", [note("old", f"deploy with {TOKEN} today")])
+    out = io.BytesIO()
+    assert await client.export(out) == 1
+    assert TOKEN.encode() not in out.getvalue()
+    [line] = [json.loads(raw) for raw in out.getvalue().splitlines()]
+    assert (line["table"], line["row"]["id"], line["row"]["session"]) == (
+        "memory",
+        "old",
+        "session:s1",
+    )
+    assert line["row"]["content"] == "deploy with [REDACTED:github-token] today"
+
+    dump = tmp_path / "old.jsonl"
+    dump.write_text(json.dumps({"table": "memory", "row": note("new", f"push {TOKEN}")}) + "\n")
+    assert await client.import_file(dump) == {"memory": 1}
+    stored = {r["id"]: r["content"] for r in await stack.store.rows_after("memory", None, 10)}
+    assert stored == {"new": "push [REDACTED:github-token]", "old": f"deploy with {TOKEN} today"}

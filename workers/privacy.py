@@ -7,24 +7,22 @@ from __future__ import annotations
 import fnmatch
 import functools
 import os
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from memoryd.errors import InvalidRequest, NotFound
 from memoryd.search import resolve_project
-from memoryd.store import Ref
 from workers.context import JobContext
-from workers.forget import forget_rows
+from workers.forget import erase_traces, forget_rows, per_table
 from workers.ingest import is_forgotten, scrub_state
 
 SCOPES = ("session", "project", "path", "before")
-# Rows deleted per transaction: each batch commits on its own.
-_BATCH = 1000
 
 
 async def forget_scope(
     ctx: JobContext, scope: str, value: str, dry_run: bool = False
 ) -> dict[str, Any]:
+    started = datetime.now(UTC)
     store = ctx["store"]
     sessions: list[str] = []
     if scope == "session":
@@ -43,6 +41,7 @@ async def forget_scope(
     elif scope == "path":
         roots = {p["id"]: p["root"] for p in await store.projects()}
         refs = await store.path_scope(roots, lambda path: fnmatch.fnmatchcase(path, value))
+        refs += await store.memories_about([r for r in refs if r.table == "entity"])
     elif scope == "before":
         try:
             refs, sessions = await store.before_scope(datetime.fromisoformat(value))
@@ -51,7 +50,7 @@ async def forget_scope(
     else:
         raise InvalidRequest(f"unknown scope {scope!r}; choose from {', '.join(SCOPES)}")
     if dry_run:
-        return {"dry_run": True, "sessions": sessions, "removed": _per_table(refs)}
+        return {"dry_run": True, "sessions": sessions, "removed": per_table(refs)}
     # Remembered first: a transcript tailed while this runs skips them already.
     sources = await store.session_sources(sessions)
     await store.remember_forgotten(sources)
@@ -60,11 +59,9 @@ async def forget_scope(
         cursor = await store.transcript_cursor(path)
         if cursor is not None and cursor.get("state"):
             await store.set_cursor_state(path, scrub_state(cursor["state"], gone))
-    removed: dict[str, int] = {}
-    for start in range(0, len(refs), _BATCH):
-        for table, n in (await forget_rows(ctx, refs[start : start + _BATCH])).items():
-            removed[table] = removed.get(table, 0) + n
-    return {"dry_run": False, "sessions": sessions, "removed": removed}
+    deleted = await forget_rows(ctx, refs)
+    await erase_traces(ctx, deleted, started)
+    return {"dry_run": False, "sessions": sessions, "removed": per_table(deleted)}
 
 
 async def skip_transcripts(ctx: JobContext, paths: list[str]) -> int:
@@ -78,10 +75,3 @@ async def skip_transcripts(ctx: JobContext, paths: list[str]) -> int:
         await ctx["store"].skip_transcript(path, info.st_ino, info.st_size)
         skipped += 1
     return skipped
-
-
-def _per_table(refs: list[Ref]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for ref in refs:
-        counts[ref.table] = counts.get(ref.table, 0) + 1
-    return counts

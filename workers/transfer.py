@@ -1,12 +1,19 @@
 """Export and import jobs: the client streams an export page by page and an import batch by
-batch, so neither side ever holds a whole table."""
+batch, so neither side ever holds a whole table.
+
+Both pass every row through the redactor that ingestion uses: a database written by an earlier
+memoryd (or a row of an older export) may still hold a secret, and none may leave the daemon
+in an export or enter its database from an import."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from memoryd.export import DERIVED_FIELDS, cleaned_row
 from memoryd.search import resolve_project
+from memoryd.store.transfer import NOT_EXPORTED
 from workers.context import JobContext
+from workers.redact import redact
 
 
 async def export_tables(ctx: JobContext, project: str | None) -> dict[str, Any]:
@@ -19,11 +26,20 @@ async def export_tables(ctx: JobContext, project: str | None) -> dict[str, Any]:
 async def export_page(
     ctx: JobContext, table: str, after: str | None, batch: int, project: str | None
 ) -> list[dict[str, Any]]:
+    """One page of rows as an export writes them: redacted, vectors left out (an export has
+    none, and the job's result, which the queue keeps a while, need not carry them)."""
     store = ctx["store"]
     if project is None:
-        return await store.rows_after(table, after, batch)
-    return await store.project_rows_after(table, after, batch, project)
+        rows = await store.rows_after(table, after, batch)
+    else:
+        rows = await store.project_rows_after(table, after, batch, project)
+    return [
+        cleaned_row({k: v for k, v in row.items() if k not in DERIVED_FIELDS}, redact)
+        for row in rows
+    ]
 
 
 async def import_rows(ctx: JobContext, table: str, rows: list[dict[str, Any]]) -> int:
-    return await ctx["store"].import_rows(table, rows)
+    if table in NOT_EXPORTED:  # the migration record of another database
+        return 0
+    return await ctx["store"].import_rows(table, [cleaned_row(row, redact) for row in rows])

@@ -157,6 +157,8 @@ class SearchIndex:
         self._journal: int = stamp.get("journal", 0)
         # Set when a write reached the indexes in part: no generation is stamped until a clear.
         self._stale = False
+        # Set by `forget`: the next commit checkpoints the vectors (the journal holds them).
+        self._erased = False
         if self.fresh:
             # Whatever is there (a crash before the first stamp, an older format) goes.
             shutil.rmtree(directory / LEXICAL_DIR, ignore_errors=True)
@@ -229,13 +231,25 @@ class SearchIndex:
             return len(closed)
 
     def delete(self, table: str, ids: Sequence[str]) -> None:
-        """Remove rows from both indexes (prune, forget)."""
+        """Remove rows from both indexes (prune)."""
         with self._write:
             keys = [row_key(table, i) for i in ids]
             self._lexical.delete(keys)
             for key in keys:
                 self._pending.pop(key, None)
             self._vectors.remove([label_of(table, i) for i in ids])
+
+    def forget(self, rows: Sequence[tuple[str, str]]) -> None:
+        """Remove rows (table, id) from both indexes so that, once committed, no byte of
+        them stays in the index files: their text (Lexical.purge: all in one call) nor their
+        vectors (Vectors.erase; the commit checkpoints, emptying the journal)."""
+        with self._write:
+            keys = [row_key(table, i) for table, i in rows]
+            self._lexical.purge(keys, self._pending)
+            for key in keys:
+                self._pending.pop(key, None)
+            self._vectors.erase([label_of(table, i) for table, i in rows])
+            self._erased = self._erased or bool(rows)
 
     def set_vectors(self, table: str, vectors: dict[str, Sequence[float]], model: str) -> None:
         """Vectors of `model` for rows; a model other than the index's drops every vector of
@@ -283,9 +297,10 @@ class SearchIndex:
         journal = self._vectors.flush()
         self._lexical.commit()
         self._pending.clear()
-        if self._vectors.due(journal):
+        if self._erased or self._vectors.due(journal):
             self._vectors.checkpoint()
             journal = 0
+            self._erased = False
         self._journal = journal
         self._write_stamp(journal)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -205,6 +205,30 @@ class Lexical:
         writer = self._w()
         for key in keys:
             writer.delete_documents_by_term("key", key)
+
+    def purge(self, keys: Sequence[str], rewritten: Container[str]) -> None:
+        """Delete rows leaving no byte of them behind. A deleted document stays in its
+        segment's files until a merge, which tantivy decides alone; but a segment whose every
+        document is deleted is dropped at the next commit. So the other rows of the segments
+        holding `keys` are written again (into a new segment), but for those in `rewritten`
+        (written since the last commit: their old copy is deleted already)."""
+        if not keys:
+            return
+        searcher = self._index.searcher()
+        doomed = tantivy.Query.term_set_query(self.schema, "key", list(keys))
+        held = searcher.search(doomed, len(keys), count=False).hits
+        segments = {address.segment_ord for _, address in held}
+        survivors = []
+        if segments and searcher.num_docs:
+            everything = searcher.search(tantivy.Query.all_query(), searcher.num_docs, count=False)
+            gone = set(keys)
+            for _, address in everything.hits:
+                if address.segment_ord in segments:
+                    row = _row(searcher.doc(address).to_dict())
+                    if row.key not in gone and row.key not in rewritten:
+                        survivors.append(row)
+        self.delete(keys)
+        self.put(survivors)
 
     def clear(self) -> None:
         self._w().delete_all_documents()

@@ -27,6 +27,8 @@ CHECKPOINT = "vectors.usearch"
 JOURNAL = "vectors.journal"
 # Rewrite the checkpoint when the journal exceeds this and a quarter of the checkpoint.
 MIN_CHECKPOINT_BYTES = 32 << 20
+# The first label of the placeholders `erase` writes over freed slots: above every row's.
+_PLACEHOLDER = 1 << 63
 # Half precision: half the memory and disk of f32 (bench/search.py measures both).
 DTYPE = "f16"
 # HNSW graph degree and search beam (usearch's defaults are 16 and 64).
@@ -134,6 +136,25 @@ class Vectors:
     def remove(self, labels: Sequence[int]) -> None:
         with self._lock:
             self._remove(labels)
+        for label in labels:
+            self._pending += _HEAD.pack(_REMOVE, label, 0)
+
+    def erase(self, labels: Sequence[int]) -> None:
+        """Remove, leaving no byte of the vectors in the index: usearch keeps a removed
+        vector in its slot (and in every save) until an add takes the slot again. So
+        placeholders, under labels no row has (row labels are 63-bit), take the freed slots
+        and are removed in turn. The journal still holds the vectors as they were set: the
+        caller checkpoints next."""
+        with self._lock:
+            if self._index is not None and self._index.size:
+                keys = np.asarray(labels, np.uint64)
+                present = keys[np.asarray(self._index.contains(keys), bool).reshape(-1)]
+                if len(present):
+                    self._index.remove(present)
+                    fill = np.arange(len(present), dtype=np.uint64) + np.uint64(_PLACEHOLDER)
+                    blank = np.ones((len(present), self._index.ndim), np.float32)
+                    self._index.add(fill, blank, threads=1)
+                    self._index.remove(fill)
         for label in labels:
             self._pending += _HEAD.pack(_REMOVE, label, 0)
 

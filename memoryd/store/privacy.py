@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
-from memoryd.store.base import Ref, StoreBase, key_of, now, path_key, rid
+from memoryd.store.base import Ref, StoreBase, key_of, now, path_key, rid, to_record
 
 
 def _refs(rows: list[Any] | None) -> list[Ref]:
@@ -64,16 +64,18 @@ class PrivacyQueries(StoreBase):
         )
 
     async def before_scope(self, before: datetime) -> tuple[list[Ref], list[str]]:
-        """Sessions over before `before` (whole), memories and goals of before then, and code
-        versions retired by then."""
+        """Sessions over before `before` (whole; one with no end, started before then),
+        memories and goals of before then, and code versions retired by then. A row with no
+        time stays (NONE sorts before every time: `x < $before` alone would take it)."""
         return await self._scope(
             """
-            LET $sessions = SELECT VALUE id FROM session WHERE ended_at < $before
-                OR (ended_at IS NONE AND started_at < $before);
+            LET $sessions = SELECT VALUE id FROM session
+                WHERE (ended_at ?? started_at) IS NOT NONE AND (ended_at ?? started_at) < $before;
             LET $own = array::flatten([
-                (SELECT VALUE id FROM memory WHERE event_time < $before),
-                (SELECT VALUE id FROM goal WHERE event_time < $before),
-                (SELECT VALUE id FROM code_chunk WHERE valid_until < $before)]);
+                (SELECT VALUE id FROM memory WHERE event_time IS NOT NONE AND event_time < $before),
+                (SELECT VALUE id FROM goal WHERE event_time IS NOT NONE AND event_time < $before),
+                (SELECT VALUE id FROM code_chunk
+                    WHERE valid_until IS NOT NONE AND valid_until < $before)]);
             """,
             {"before": before},
         )
@@ -99,6 +101,31 @@ class PrivacyQueries(StoreBase):
             if matches(absolute):
                 found.append(Ref("entity", key_of(row["id"])))
         return found
+
+    async def memories_about(self, files: list[Ref]) -> list[Ref]:
+        """The memories that are about these file entities alone: every file their actions
+        and mentions name (at least one) is among `files`; and the results of those tool
+        calls (same session, same call id), which carry what the call read or wrote. A memory
+        that also names another file stays (its edges to `files` go with the entities)."""
+        if not files:
+            return []
+        found = (
+            await self.query(
+                """
+                LET $touching = array::distinct(array::flatten(
+                    (SELECT VALUE <-(reads, modifies, denied, mentions)<-memory FROM $files)));
+                LET $only = SELECT VALUE id FROM $touching WHERE array::len(array::complement(
+                    array::distinct(->(reads, modifies, denied, mentions)->entity[
+                        WHERE kind = 'file']), $files)) = 0;
+                LET $calls = SELECT session, call_id FROM $only WHERE call_id IS NOT NONE;
+                LET $results = SELECT VALUE id FROM memory
+                    WHERE call_id INSIDE $calls.call_id AND session INSIDE $calls.session;
+                RETURN array::distinct(array::concat($only, $results));
+                """,
+                {"files": to_record(files)},
+            )
+        )[-1]
+        return _refs(found)
 
     async def remember_forgotten(self, sessions: dict[str, str | None]) -> None:
         """Session id -> the transcript it came from."""

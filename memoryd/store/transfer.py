@@ -75,10 +75,11 @@ class TransferQueries(StatusQueries):
         return kinds, "TYPE RELATION" in str(tables.get(table, ""))
 
     async def import_rows(self, table: str, rows: list[dict[str, Any]]) -> int:
-        """Write exported rows of `table` back (an upsert: importing twice changes nothing).
+        """Write exported rows of `table` back (an upsert: importing twice changes nothing;
+        `memoryd import` leaves NOT_EXPORTED tables out, `memoryd compact` copies them).
         Declared fields take their declared type; the undeclared ones of schemaless edges
         (`session`, `event_time`) are known by their exported shape."""
-        if table in NOT_EXPORTED or not rows:
+        if not rows:
             return 0
         kinds, relation = await self._field_kinds(table)
         tables = set(await self.table_names())
