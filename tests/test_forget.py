@@ -167,6 +167,7 @@ async def test_a_forgotten_memory_leaves_no_byte_in_the_data_dir(
 
     # The database's own files keep it (the engine's value log): `memoryd compact`, with the
     # daemon stopped, writes the live rows into a new database and drops the old files.
+    await stack.store.settled()  # the searches' access counts are written after their answers
     graph = await stack.store.dump()
     refused = subprocess.run(
         [MEMORYD, "compact", "--data-dir", str(data)], capture_output=True, text=True, timeout=120
@@ -183,6 +184,34 @@ async def test_a_forgotten_memory_leaves_no_byte_in_the_data_dir(
         assert await store.dump() == graph
     finally:
         await store.close()
+
+
+async def test_a_forgotten_memory_stays_forgotten_when_its_transcript_is_read_again(
+    stack: Runtime, tmp_path: Path
+) -> None:
+    """Forgotten by id, then its transcript replaced by a copy (a new file: read from its
+    start): the memory, the goal drawn from it and their edges do not come back; the rest of
+    the session does, unchanged."""
+    client, memory, _ = await _plant(stack, tmp_path)
+    assert stack.store is not None
+    [goal] = [
+        str(g["id"].id) for g in (await stack.store.dump())["goal"] if str(g["memory"].id) == memory
+    ]
+    await client.forget([memory])
+    after_forget = await stack.store.dump()
+    remembered = sorted(str(r["id"].id) for r in after_forget["forgotten_record"])
+    assert remembered == [f"goal:{goal}", f"memory:{memory}"]
+    transcript = tmp_path / SMALL.name
+    copy = transcript.with_suffix(".copy")
+    copy.write_bytes(transcript.read_bytes())
+    copy.replace(transcript)  # a new file (inode) at the path: it is read from byte 0
+    [report] = await client.ingest([str(transcript)])
+    assert report["memories"] == 21  # every memory of the file but the forgotten one
+    again = await stack.store.dump()
+    bookkeeping = {"transcript_cursor", "search_state"}  # where it read to, a write count
+    assert {t: rows for t, rows in again.items() if t not in bookkeeping} == {
+        t: rows for t, rows in after_forget.items() if t not in bookkeeping
+    }
 
 
 async def test_a_forgotten_session_leaves_no_byte_outside_the_database(

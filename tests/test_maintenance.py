@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 import shutil
 from datetime import UTC, datetime, timedelta
@@ -353,8 +352,7 @@ async def test_a_memory_search_counts_as_a_read_of_what_it_returns(
     query = "what did the user ask for"
     hits = await queue.call(stack.redis, jobs.SEARCH, query, 3, None, "memory")
     assert len(hits) == 3
-    while stack.store._later:  # the bookkeeping write runs after the answer
-        await asyncio.sleep(0.01)
+    await stack.store.settled()  # the bookkeeping write runs after the answer
     read = {k: row for k, row in (await _memories(stack)).items() if row["access_count"]}
     assert set(read) == {hit["id"] for hit in hits}
     assert all(row["access_count"] == 1 and row["last_accessed"] for row in read.values())

@@ -58,7 +58,9 @@ async def forget(ctx: JobContext, ids: list[str]) -> dict[str, Any]:
 async def forget_rows(ctx: JobContext, refs: Sequence[Ref]) -> list[Ref]:
     """THE deletion path (see the module's docstring): the rows leave the database and the
     derived search indexes together (memoryd.indexsync). Returns the rows removed."""
-    return await ctx["search"].forget(refs)
+    gone = await ctx["search"].forget(refs)
+    await ctx["store"].remember_forgotten_rows(r for r in gone if r.table in FORGETTABLE)
+    return gone
 
 
 def per_table(refs: Iterable[Ref]) -> dict[str, int]:

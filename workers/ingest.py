@@ -457,7 +457,7 @@ async def _remembered(ctx: JobContext, result: ParseResult) -> ParseResult:
     cwd = {info.session_id: info.cwd for info in result.sessions}
     cwd |= {k: v.get("cwd") for k, v in result.state.sessions.items()}
     excluded = {sid for sid in ids if not ctx["settings"].remembers(cwd.get(sid))}
-    result = await _without_excluded_files(ctx, result)
+    result = await _without_forgotten_rows(ctx, await _without_excluded_files(ctx, result))
     if not forgotten and not excluded:
         return result
 
@@ -471,6 +471,27 @@ async def _remembered(ctx: JobContext, result: ParseResult) -> ParseResult:
         sessions=tuple(info for info in result.sessions if not gone(info.session_id)),
         state=ParserState.from_json(scrubbed["parser"]),
     )
+
+
+async def _without_forgotten_rows(ctx: JobContext, result: ParseResult) -> ParseResult:
+    """The parse without the memories and goals forgotten one by one (by id, path or time),
+    and without the edges drawn from those memories."""
+    rows = {Ref("memory", e.id) for e in result.events if isinstance(e, Memory)}
+    rows |= {Ref("goal", e.id) for e in result.events if isinstance(e, Goal)}
+    forgotten = await ctx["store"].forgotten_rows(rows)
+    if not forgotten:
+        return result
+    memories = {ref.key for ref in forgotten if ref.table == "memory"}
+    goals = {ref.key for ref in forgotten if ref.table == "goal"}
+
+    def kept(event: object) -> bool:
+        if isinstance(event, Memory):
+            return event.id not in memories
+        if isinstance(event, Goal) and event.id in goals:
+            return False
+        return getattr(event, "memory_id", None) not in memories
+
+    return replace(result, events=tuple(e for e in result.events if kept(e)))
 
 
 EXCLUDED_CONTENT = "[excluded]"

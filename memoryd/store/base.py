@@ -105,9 +105,13 @@ class StoreBase:
         return cls(await Connection.open(url, namespace, database, user, password, reopen_bytes))
 
     async def close(self) -> None:
-        if self._later:  # bookkeeping writes still under way get a moment to finish
-            await asyncio.wait(self._later, timeout=LATER_SECONDS)
+        await self.settled()  # bookkeeping writes still under way get a moment to finish
         await self._db.close()
+
+    async def settled(self, timeout: float = LATER_SECONDS) -> None:
+        """Wait (at most `timeout`) for the writes `later` started."""
+        if self._later:
+            await asyncio.wait(set(self._later), timeout=timeout)
 
     def later(self, write: Coroutine[Any, Any, None], what: str) -> None:
         """Run a write no answer waits for (a read's bookkeeping): under a long write of the

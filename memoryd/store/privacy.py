@@ -168,6 +168,22 @@ class PrivacyQueries(StoreBase):
         )[0]
         return {r["key"]: r.get("source") for r in rows or []}
 
+    async def remember_forgotten_rows(self, refs: Iterable[Ref]) -> None:
+        """Memories and goals removed on request, so a transcript read again skips them."""
+        ids = [rid("forgotten_record", f"{r.table}:{r.key}") for r in refs]
+        if ids:
+            await self.query(
+                "FOR $id IN $ids { UPSERT $id SET forgotten_at = time::now(); };", {"ids": ids}
+            )
+
+    async def forgotten_rows(self, refs: Iterable[Ref]) -> set[Ref]:
+        """Which of these memories and goals were forgotten."""
+        ids = [rid("forgotten_record", f"{r.table}:{r.key}") for r in set(refs)]
+        if not ids:
+            return set()
+        rows = (await self.query("SELECT VALUE record::id(id) FROM $ids", {"ids": ids}))[0]
+        return {Ref(*str(r).split(":", 1)) for r in rows or []}
+
     async def forgotten_sessions(self, sessions: Iterable[str]) -> set[str]:
         """Which of these session ids were forgotten."""
         ids = [rid("forgotten_session", s) for s in set(sessions)]
