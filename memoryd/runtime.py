@@ -259,8 +259,11 @@ class Runtime:
             if self._channel is not None:
                 # No new query starts; the ones under way end with the workers' jobs.
                 self._channel.close()
-                self.settings.channel_socket.unlink(missing_ok=True)
                 self._channel = None
+                try:
+                    self.settings.channel_socket.unlink(missing_ok=True)
+                except OSError as exc:  # a data dir made read-only: the next start replaces it
+                    log.warning("query channel socket left in place: %s", exc)
             for task in self._tasks:
                 task.cancel()
             await self._close_workers()
