@@ -12,9 +12,11 @@ by a newer memoryd: it is refused with a clear message instead of being used hal
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import re
+import shutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,7 +25,8 @@ from pathlib import Path
 from memoryd.config import Settings
 from memoryd.errors import MemorydError
 from memoryd.export import write_backup
-from memoryd.store import SCHEMA_DIR, Store
+from memoryd.store import SCHEMA_DIR, VECTOR_TABLES, Store
+from memoryd.store.connection import replacement_of
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +108,40 @@ async def _rederive_edges(store: Store, settings: Settings) -> None:
     await rederive_all(store, settings, _PAGE)
 
 
+async def _pack_vectors(store: Store, _: Settings) -> None:
+    """Vectors as packed half floats (memoryd/store/base.py) instead of arrays of floats, a
+    tenth of the bytes. Resumable: a packed row is left as it is."""
+    tables = list(VECTOR_TABLES)
+    await store.declare_packed_vectors(tables)
+    for table in tables:
+        if table not in await store.table_names():
+            continue
+        after = await store.pack_vectors_after(table, None, _PAGE)
+        while after is not None:
+            after = await store.pack_vectors_after(table, after, _PAGE)
+
+
+async def _compact(store: Store, _: Settings) -> None:
+    """Copy the database into fresh files and put them in its place: the engine keeps the old
+    bytes of every row rewritten in place (step 010's among them) until then. A copy cut short
+    by a crash is started again; a finished one replaces the files at the reopen, or at the
+    next open if the process dies before (memoryd/store/connection.py). Nothing to do for a
+    database that is not embedded in files."""
+    root = store.files
+    if root is None:
+        return
+    building = root.with_name(root.name + ".compacting")
+    await asyncio.to_thread(shutil.rmtree, building, True)
+    copy = await Store.open(f"{store.url.split('://', 1)[0]}://{building}", *store.login)
+    try:
+        copied = await store.copy_into(copy, _PAGE)
+    finally:
+        await copy.close()
+    building.rename(replacement_of(root))
+    await store.reopen()
+    log.info("migration 011: %d rows copied into fresh files", sum(copied.values()))
+
+
 # The data steps, in number order; numbers are shared with the schema files.
 DATA_STEPS: tuple[DataStep, ...] = (
     DataStep(4, "scrub_secrets", _scrub_secrets, changes=("code_chunk", "defined_in")),
@@ -125,6 +162,8 @@ DATA_STEPS: tuple[DataStep, ...] = (
             "search_state",
         ),
     ),
+    DataStep(10, "pack_vectors", _pack_vectors, changes=()),
+    DataStep(11, "compact", _compact, changes=()),
 )
 
 

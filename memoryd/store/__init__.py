@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from memoryd.store.base import QueryFailed, Ref, StoreBase, key_of, now, plain
 from memoryd.store.code import CodeQueries
+from memoryd.store.compact import CompactQueries
 from memoryd.store.forget import ForgetQueries
 from memoryd.store.maintenance import MaintenanceQueries
 from memoryd.store.notes import NoteQueries
@@ -38,6 +39,7 @@ class Store(
     TransferQueries,
     RewriteQueries,
     RederiveQueries,
+    CompactQueries,
     ProgressQueries,
     StatusQueries,
     StoreBase,

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from memoryd.store.base import StoreBase, rid
+from memoryd.store.base import StoreBase, pack_vector, rid
 from memoryd.store.schema import VECTOR_TABLES
 from memoryd.store.search import BUMP_GENERATION, SEARCH_FIELDS, returned
 
@@ -219,7 +219,9 @@ class MaintenanceQueries(StoreBase):
             f"embedding_model = $model; }}; {BUMP_GENERATION} "
             "RETURN { generation: $generation }; COMMIT;",
             {
-                "rows": [{"id": rid(table, k), "embedding": v} for k, v in vectors.items()],
+                "rows": [
+                    {"id": rid(table, k), "embedding": pack_vector(v)} for k, v in vectors.items()
+                ],
                 "model": model,
             },
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memoryd.store.base import StoreBase, to_record, to_records
+from memoryd.store.base import StoreBase, to_record, to_records, with_packed_vector
 from memoryd.store.entities import UPSERT_ENTITIES
 from memoryd.store.search import BUMP_GENERATION, returned
 
@@ -37,7 +37,7 @@ class NoteQueries(StoreBase):
             """,
             {
                 "notes": to_record(session),
-                "memory": to_record(memory),
+                "memory": to_record(with_packed_vector(memory)),
                 "entities": to_records(entities),
                 "mentions": to_records(mentions),
             },

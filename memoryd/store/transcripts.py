@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memoryd.store.base import StoreBase, now, path_key, rid, to_records
+from memoryd.store.base import StoreBase, now, path_key, rid, to_records, with_packed_vector
 from memoryd.store.entities import UPSERT_ENTITIES
 from memoryd.store.search import BUMP_GENERATION, returned
 from memoryd.vocabulary import TRANSCRIPT_EDGE_TABLES
@@ -23,7 +23,10 @@ class TranscriptQueries(StoreBase):
         """One transaction: the records parsed from a stretch of a transcript and the cursor
         that says how far it was read, so a crash can never leave one without the other.
         Returns the search generation after it, when it wrote memories or goals."""
-        params: dict[str, Any] = {name: to_records(rows) for name, rows in batch.items()}
+        params: dict[str, Any] = {
+            name: to_records([with_packed_vector(row) for row in rows])
+            for name, rows in batch.items()
+        }
         cursor_id = rid("transcript_cursor", path_key(cursor["path"]))
         params["cursor"] = {**cursor, "id": cursor_id, "updated_at": now()}
         edges = "\n".join(
