@@ -121,12 +121,20 @@ async def _pack_vectors(store: Store, _: Settings) -> None:
             after = await store.pack_vectors_after(table, after, _PAGE)
 
 
+async def _store_bodies(store: Store, _: Settings) -> None:
+    """Long memory texts compressed, once each (memoryd/store/blobs.py; the table is schema
+    011's). Resumable: a memory that names its blob is left as it is."""
+    after = await store.store_bodies_after(None, _PAGE)
+    while after is not None:
+        after = await store.store_bodies_after(after, _PAGE)
+
+
 async def _compact(store: Store, _: Settings) -> None:
     """Copy the database into fresh files and put them in its place: the engine keeps the old
-    bytes of every row rewritten in place (step 010's among them) until then. A copy cut short
-    by a crash is started again; a finished one replaces the files at the reopen, or at the
-    next open if the process dies before (memoryd/store/connection.py). Nothing to do for a
-    database that is not embedded in files."""
+    bytes of every row rewritten in place (steps 010 and 012 rewrite most) until then. A copy
+    cut short by a crash is started again; a finished one replaces the files at the reopen,
+    or at the next open if the process dies before (memoryd/store/connection.py). Nothing to
+    do for a database that is not embedded in files."""
     root = store.files
     if root is None:
         return
@@ -139,7 +147,7 @@ async def _compact(store: Store, _: Settings) -> None:
         await copy.close()
     building.rename(replacement_of(root))
     await store.reopen()
-    log.info("migration 011: %d rows copied into fresh files", sum(copied.values()))
+    log.info("database copied into fresh files: %d rows", sum(copied.values()))
 
 
 # The data steps, in number order; numbers are shared with the schema files.
@@ -163,7 +171,8 @@ DATA_STEPS: tuple[DataStep, ...] = (
         ),
     ),
     DataStep(10, "pack_vectors", _pack_vectors, changes=()),
-    DataStep(11, "compact", _compact, changes=()),
+    DataStep(12, "store_bodies", _store_bodies, changes=("blob",)),
+    DataStep(13, "compact", _compact, changes=()),
 )
 
 

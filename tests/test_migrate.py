@@ -21,6 +21,7 @@ from memoryd.runtime import Runtime
 from memoryd.search import search
 from memoryd.store import VECTOR_TABLES, Store
 from memoryd.store.base import unpack_vector
+from memoryd.store.blobs import BODY_CHARS
 from memoryd.views import session
 from tests.conftest import git_init, index_tree
 from tests.fixtures import CODEX_ROLLOUT, SMALL
@@ -185,12 +186,12 @@ async def _seen(rt: Runtime, queries: list[tuple[str, str]]) -> dict[str, object
 
 
 @pytest.mark.e2e
-async def test_vectors_stored_as_arrays_are_packed_and_the_database_copied_smaller(
+async def test_vectors_and_long_texts_are_packed_and_the_database_copied_smaller(
     stack: Runtime, tmp_path: Path
 ) -> None:
-    """A database as memoryd stored vectors before: arrays of floats (here half of the rows,
-    as a step 010 cut short leaves them). Steps 010 and 011 give back exactly the rows, the
-    vectors, the search results and the session replays, in fewer bytes."""
+    """A database as memoryd stored it before: vectors as arrays of floats, long texts whole
+    in their memories. Steps 010 to 013 give back exactly the rows, the vectors, the search
+    results and the session replays, in fewer bytes."""
     assert stack.redis is not None and stack.store is not None
     store = stack.store
     repo = tmp_path / "repo"
@@ -201,7 +202,13 @@ async def test_vectors_stored_as_arrays_are_packed_and_the_database_copied_small
     )
     git_init(repo)
     await index_tree(stack, repo)
-    for job in await queue.enqueue_ingest(stack.redis, [str(SMALL), str(CODEX_ROLLOUT)]):
+    # The same session again under another id: its long tool outputs come twice.
+    again = tmp_path / "sessions" / "5f0c2d9e-0000-4000-8000-000000000001.jsonl"
+    again.parent.mkdir()
+    again.write_text(SMALL.read_text().replace(SMALL.stem, again.stem))
+    for job in await queue.enqueue_ingest(
+        stack.redis, [str(SMALL), str(again), str(CODEX_ROLLOUT)]
+    ):
         await queue.wait_for(job, 300)
     queries = [
         ("memory", "which files were edited"),
@@ -209,7 +216,7 @@ async def test_vectors_stored_as_arrays_are_packed_and_the_database_copied_small
         ("code", "when is the cron due"),
     ]
     seen = await _seen(stack, queries)
-    assert all(seen["search"].values()) and len(seen["sessions"]) >= 2
+    assert all(seen["search"].values()) and len(seen["sessions"]) >= 3
     rows = await store.dump()
     vectors = {
         (t, r["id"].id): r["embedding"]
@@ -219,27 +226,41 @@ async def test_vectors_stored_as_arrays_are_packed_and_the_database_copied_small
     }
     assert {t for t, _ in vectors} == set(VECTOR_TABLES)
     assert {len(v) for v in vectors.values()} == {2 * 384}  # half floats
+    bodied = {r["id"].id for r in rows["memory"] if r.get("body")}
+    assert len(rows["blob"]) > 1 and len(bodied) > len(rows["blob"])  # some texts came twice
+    whole = {r["id"].id: r["content"] for r in await store.memories_by_key(sorted(bodied))}
+    assert all(len(text) >= BODY_CHARS for text in whole.values())
 
-    # What the code of before stored: arrays of floats, and no steps 010 and 011.
+    # What the code of before stored: long texts whole, vectors as arrays of floats.
+    await store.patch_rows(
+        "memory", [{"id": k, "content": t, "body": None} for k, t in whole.items()]
+    )
     for table in VECTOR_TABLES:
         await store.query(f"DEFINE FIELD OVERWRITE embedding ON {table} TYPE option<array<float>>")
-        keys = sorted(k for t, k in vectors if t == table)[::2]
+        keys = sorted(k for t, k in vectors if t == table)
         await store.patch_rows(
             table, [{"id": k, "embedding": unpack_vector(vectors[table, k])} for k in keys]
         )
-    await store.query("DELETE schema_version:010_pack_vectors, schema_version:011_compact")
+    await store.query(
+        "REMOVE INDEX memory_body ON memory; REMOVE FIELD body ON memory; REMOVE TABLE blob; "
+        "DELETE schema_version:010_pack_vectors, schema_version:011_blobs, "
+        "schema_version:012_store_bodies, schema_version:013_compact;"
+    )
     for _ in range(2):
         await store.reopen()
-    arrays = await store.query(
-        "SELECT VALUE embedding FROM memory WHERE type::is_array(embedding)"
-    )
+    arrays = await store.query("SELECT VALUE embedding FROM memory WHERE type::is_array(embedding)")
     assert arrays[0] and all(len(a) == 384 for a in arrays[0])
     before = _db_bytes(stack.settings.data_dir)
-    # A copy an earlier run of step 011 left half-written is started again.
+    # A copy an earlier run of step 013 left half-written is started again.
     (stack.settings.data_dir / "db.compacting").mkdir()
     (stack.settings.data_dir / "db.compacting" / "junk").write_bytes(b"x" * 1000)
 
-    assert await migrate(store, stack.settings, None) == ["010_pack_vectors", "011_compact"]
+    assert await migrate(store, stack.settings, None) == [
+        "010_pack_vectors",
+        "011_blobs.surql",
+        "012_store_bodies",
+        "013_compact",
+    ]
 
     after = await store.dump()
     assert after.pop("schema_version") != rows.pop("schema_version")
@@ -255,7 +276,7 @@ async def test_vectors_stored_as_arrays_are_packed_and_the_database_copied_small
 
 @pytest.mark.e2e
 async def test_a_finished_copy_replaces_the_files_at_the_next_open(stack: Runtime) -> None:
-    """Step 011 died after its copy was complete, before the reopen: the next open puts the
+    """Step 013 died after its copy was complete, before the reopen: the next open puts the
     copy in place of the files."""
     assert stack.redis is not None and stack.store is not None
     [job] = await queue.enqueue_ingest(stack.redis, [str(SMALL)])

@@ -1,4 +1,4 @@
-"""Rewriting stored rows smaller (migration steps 010 and 011, memoryd/migrate.py): vectors
+"""Rewriting stored rows smaller (migration steps 010 and 013, memoryd/migrate.py): vectors
 from arrays of floats to packed half floats, and a copy of the whole database into fresh files.
 
 The embedded engine never rewrites its value log, so the bytes of a row rewritten in place stay

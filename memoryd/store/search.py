@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from memoryd.store.base import StoreBase, rid, unpack_vector
+from memoryd.store.blobs import BODY, whole_texts
 
 # In a write transaction that changes searchable rows: one more generation, kept in $generation.
 BUMP_GENERATION = (
@@ -17,7 +18,7 @@ BUMP_GENERATION = (
 SEARCH_FIELDS = {
     "code_chunk": "record::id(project) AS project, path, language, chunk_type, name, "
     "parent_name, start_line, end_line, content",
-    "memory": "record::id(session) AS session, seq, kind, tool, content",
+    "memory": f"record::id(session) AS session, seq, kind, tool, content, {BODY}",
     "goal": "record::id(session) AS session, intent AS content",
 }
 
@@ -39,9 +40,10 @@ def _fields(table: str) -> str:
 
 
 def _unpacked(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Vectors as numbers, memories' whole texts."""
     for row in rows:
         row["embedding"] = unpack_vector(row.get("embedding"))
-    return rows
+    return whole_texts(rows)
 
 
 class SearchQueries(StoreBase):
