@@ -53,7 +53,7 @@ from memoryd.config import load_settings
 from memoryd.embedded import stop_orphan
 from memoryd.errors import NotFound
 from memoryd.runtime import Runtime
-from memoryd.store import Store
+from memoryd.store import Store, plain
 from memoryd.watch.transcripts import transcript_files
 from tests.fixtures import CLAUDE, CODEX, S37
 from workers.transcripts import Memory, Source, parser_for, split_lines
@@ -688,14 +688,14 @@ async def byte_shares(data: Path) -> list[tuple[str, int, int]]:
     sizes: dict[str, list[int]] = {}
     try:
         for table in await store.table_names():
-            after: str | None = None
-            while rows := await store.rows_after(table, after, 500):
+            after = None
+            while rows := await store.stored_rows_after(table, after, 500):
                 for row in rows:
-                    for field, value in row.items():
+                    for field, value in plain(row, qualified=True).items():
                         entry = sizes.setdefault(f"{table}.{field}", [0, 0])
                         entry[0] += 1
                         entry[1] += _value_bytes(value)
-                after = str(rows[-1]["id"])
+                after = rows[-1]["id"]
     finally:
         await store.close()
     return sorted(((k, n, b) for k, (n, b) in sizes.items()), key=lambda s: -s[2])

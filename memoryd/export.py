@@ -39,8 +39,9 @@ async def write_jsonl(
     `clean` rewrites every string value on its way out (the redactor: no secret a database
     may still hold from an earlier memoryd is copied into an export)."""
     written = 0
-    every = [t for t in await store.table_names() if t != BLOB_TABLE]
-    for table in tables if tables is not None else every:
+    if tables is None:
+        tables = [t for t in await store.table_names() if t != BLOB_TABLE]
+    for table in tables:
         after: str | None = None
         while rows := await store.rows_after(table, after, _PAGE):
             for row in rows:

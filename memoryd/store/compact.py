@@ -92,14 +92,18 @@ class CompactQueries(StoreBase):
             insert = "INSERT RELATION INTO" if "TYPE RELATION" in define else "INSERT INTO"
             copied[table] = 0
             after: Any = None
-            while rows := (
-                await self.query(
-                    f"SELECT * FROM {table} "
-                    f"{'WHERE id > $after ' if after is not None else ''}ORDER BY id LIMIT $batch",
-                    {"after": after, "batch": batch},
-                )
-            )[0]:
+            while rows := await self.stored_rows_after(table, after, batch):
                 await other.query(f"{insert} {table} $rows RETURN NONE", {"rows": rows})
                 copied[table] += len(rows)
                 after = rows[-1]["id"]
         return copied
+
+    async def stored_rows_after(self, table: str, after: Any, batch: int) -> list[dict[str, Any]]:
+        """A page of rows exactly as stored (engine types, a memory's head and blob id), in id
+        order after the record id `after`."""
+        rows = await self.query(
+            f"SELECT * FROM {table} "
+            f"{'WHERE id > $after ' if after is not None else ''}ORDER BY id LIMIT $batch",
+            {"after": after, "batch": batch},
+        )
+        return rows[0] or []
