@@ -709,6 +709,8 @@ async def print_storage(data: Path, ingested: int) -> float:
         f"{ingested / 2**20:.1f} MiB of transcripts (target <= {TARGET_RATIO})"
     )
     shares = await byte_shares(data)
+    # Opened and closed once more: what the engine leaves on disk once it is at rest.
+    print(f"  after a reopen: {_db_layout(data / 'db')}")
     total = sum(b for _, _, b in shares) or 1
     top = ", ".join(f"{k} {b / 2**20:.1f} MiB ({100 * b / total:.0f}%)" for k, _, b in shares[:8])
     print(f"  estimated value bytes {total / 2**20:.1f} MiB, largest fields: {top}")
