@@ -1,6 +1,6 @@
 """Transcript ingestion: throughput, append-to-visible latency, and memory on a huge transcript.
 
-    .venv/bin/python -m bench.transcripts [--size-mb 1024] [--skip a,b,c] [--appends 20]
+    .venv/bin/python -m bench.transcripts [--size-mb 64,256,1024] [--skip a,b,c] [--appends 20]
                                           [--cli-appends 3] [--stall 600]
 
 (a) throughput: every Claude Code and Codex fixture through the real queue (private Redis, arq
@@ -11,10 +11,13 @@
     appended, and the time until the record shows in the session replay is measured, through
     the daemon's own Redis (no process start-up), and for a few appends through the real
     `memoryd session ID --json` (which includes Python start-up).
-(c) memory: a transcript of `--size-mb` built from the Claude fixtures' (tool_use, big
-    tool_result) pairs with fresh ids is ingested by an in-process Runtime in a child process;
-    its RSS is sampled every 0.2 s and printed at 25/50/75/100% of the file. When no batch is
-    written for `--stall` seconds the run is stopped and where it stalled is printed.
+(c) memory: for each of `--size-mb`, a transcript of that size built from the Claude fixtures'
+    (tool_use, big tool_result) pairs with fresh ids is ingested by an in-process Runtime in a
+    child process; its RSS is sampled every 0.2 s and printed at 25/50/75/100% of the file.
+    When no batch is written for `--stall` seconds the run is stopped and where it stalled is
+    printed. Then the database's bytes on disk against the transcript's (and which fields
+    they are), and at the end the ratio and the peak RSS of every size against the targets.
+(a) also prints the database's bytes against the fixtures' bytes.
 
 Numbers only: nothing here asserts a timing. Temporary files live under /tmp and are removed.
 Every part prints the load average first: on a shared machine it explains a lot.
@@ -50,6 +53,7 @@ from memoryd.config import load_settings
 from memoryd.embedded import stop_orphan
 from memoryd.errors import NotFound
 from memoryd.runtime import Runtime
+from memoryd.store import Store, plain
 from memoryd.watch.transcripts import transcript_files
 from tests.fixtures import CLAUDE, CODEX, S37
 from workers.transcripts import Memory, Source, parser_for, split_lines
@@ -152,6 +156,7 @@ async def part_a(work: Path) -> None:
         f"= {model_rate:.1f} texts/s"
     )
     print(f"  ratio pipeline/model (embedded texts/s): {pipeline_rate / model_rate:.2f}")
+    await print_storage(work / "a-data", size)
 
 
 # --------------------------------------------------------------------------------------------
@@ -655,9 +660,68 @@ def _db_layout(db: Path) -> str:
     return f"{_du(db) / 2**20:.0f} MiB ({', '.join(parts)})"
 
 
-def part_c(work: Path, size_mb: int, stall: float) -> None:
+# Targets of the storage policy (DESIGN.md): database bytes per transcript byte ingested, and
+# peak RSS of the ingesting process.
+TARGET_RATIO = 0.25
+TARGET_RSS_MB = 600
+
+
+def _value_bytes(value: Any) -> int:
+    """About what a value costs in the engine's encoding: strings and bytes by their length,
+    numbers 8 bytes, containers the sum of their parts (plus keys). An estimate, to say which
+    fields dominate; the disk total is measured."""
+    if isinstance(value, str | bytes):
+        return len(value.encode() if isinstance(value, str) else value) + 1
+    if isinstance(value, list):
+        return 1 + sum(_value_bytes(v) for v in value)
+    if isinstance(value, dict):
+        return 1 + sum(len(k) + 1 + _value_bytes(v) for k, v in value.items())
+    return 1 if value is None or isinstance(value, bool) else 9
+
+
+async def byte_shares(data: Path) -> list[tuple[str, int, int]]:
+    """(table.field, rows, estimated bytes) of every field of every table, largest first."""
+    settings = load_settings(data_dir=data)
+    store = await Store.open(
+        settings.database_url, settings.surreal_namespace, settings.surreal_database
+    )
+    sizes: dict[str, list[int]] = {}
+    try:
+        for table in await store.table_names():
+            after = None
+            while rows := await store.stored_rows_after(table, after, 500):
+                for row in rows:
+                    for field, value in plain(row, qualified=True).items():
+                        entry = sizes.setdefault(f"{table}.{field}", [0, 0])
+                        entry[0] += 1
+                        entry[1] += _value_bytes(value)
+                after = rows[-1]["id"]
+    finally:
+        await store.close()
+    return sorted(((k, n, b) for k, (n, b) in sizes.items()), key=lambda s: -s[2])
+
+
+async def print_storage(data: Path, ingested: int) -> float:
+    """The database's size against the transcript bytes, and what its bytes are."""
+    db = _du(data / "db")
+    print(
+        f"  database on disk: {_db_layout(data / 'db')}; {db / ingested:.3f} x the "
+        f"{ingested / 2**20:.1f} MiB of transcripts (target <= {TARGET_RATIO})"
+    )
+    shares = await byte_shares(data)
+    # Opened and closed once more: what the engine leaves on disk once it is at rest.
+    print(f"  after a reopen: {_db_layout(data / 'db')}")
+    total = sum(b for _, _, b in shares) or 1
+    top = ", ".join(f"{k} {b / 2**20:.1f} MiB ({100 * b / total:.0f}%)" for k, _, b in shares[:8])
+    print(f"  estimated value bytes {total / 2**20:.1f} MiB, largest fields: {top}")
+    return db / ingested
+
+
+async def part_c(work: Path, size_mb: int, stall: float) -> tuple[float, float] | None:
+    """Returns (database bytes / transcript bytes, peak VmRSS in MB), None if it stalled."""
+    work = work / f"c-{size_mb}"
     path = work / "big" / "4d0a8b1e-bench-big-transcript.jsonl"
-    path.parent.mkdir()
+    path.parent.mkdir(parents=True)
     session_id = path.stem
     started = time.perf_counter()
     pairs, tools = build_big(path, size_mb * 1024 * 1024, session_id)
@@ -677,7 +741,7 @@ def part_c(work: Path, size_mb: int, stall: float) -> None:
     r = run_child(path, data, stall)
     if not r:
         print(f"  database on disk when it stalled: {_db_layout(data / 'db')}")
-        return
+        return None
     mib = 1024
     print(
         f"  ingested in {r['seconds']:.0f} s ({size / 2**20 / r['seconds']:.2f} MiB/s) in "
@@ -696,9 +760,11 @@ def part_c(work: Path, size_mb: int, stall: float) -> None:
         )
     print(
         f"  peak VmRSS {r['peak_kb'] / mib:.0f} MiB ({r['samples']} samples every 0.2 s); "
-        f"ru_maxrss {r['maxrss_kb'] / mib:.0f} MiB (target < 500 MB)"
+        f"ru_maxrss {r['maxrss_kb'] / mib:.0f} MiB (target < {TARGET_RSS_MB} MB)"
     )
-    print(f"  database on disk afterwards: {_db_layout(data / 'db')}")
+    ratio = await print_storage(data, size)
+    shutil.rmtree(work, ignore_errors=True)
+    return ratio, r["peak_kb"] * 1024 / 1e6
 
 
 # --------------------------------------------------------------------------------------------
@@ -722,8 +788,17 @@ async def amain(args: argparse.Namespace) -> None:
             _load()
             await part_b(work, args.appends, args.cli_appends, args.poll)
         if "c" not in skip:
-            _load()
-            part_c(work, args.size_mb, args.stall)
+            scaling = []
+            for size_mb in sorted({int(s) for s in args.size_mb.split(",")}):
+                _load()
+                if found := await part_c(work, size_mb, args.stall):
+                    scaling.append((size_mb, *found))
+            print("(c) by size: MiB of transcript -> database/transcript, peak RSS")
+            for size_mb, ratio, peak in scaling:
+                print(
+                    f"  {size_mb:5d} MiB: {ratio:.3f} (target <= {TARGET_RATIO}), "
+                    f"{peak:.0f} MB (target < {TARGET_RSS_MB} MB)"
+                )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -736,7 +811,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--size-mb", type=int, default=1024, help="(c) transcript size, MiB")
+    parser.add_argument(
+        "--size-mb", default="64,256,1024", help="(c) transcript sizes, MiB, comma-separated"
+    )
     parser.add_argument("--skip", default="", help="parts to skip, e.g. a,c")
     parser.add_argument("--appends", type=int, default=20, help="(b) appends polled via Redis")
     parser.add_argument("--cli-appends", type=int, default=3, help="(b) appends via the CLI")

@@ -15,6 +15,8 @@ from typing import IO, Any, Protocol
 
 import zstandard
 
+from memoryd.store.blobs import BLOB_TABLE
+
 _PAGE = 500
 # Where the backups taken before a migration are kept, in the data dir.
 BACKUPS = "backups"
@@ -35,11 +37,14 @@ async def write_jsonl(
     tables: Sequence[str] | None = None,
     clean: Callable[[str], str] | None = None,
 ) -> int:
-    """Every row of `tables` (all by default), a page at a time; returns the rows written.
+    """Every row of `tables` (all by default; blobs never: memories are written with their
+    whole text), a page at a time; returns the rows written.
     `clean` rewrites every string value on its way out (the redactor: no secret a database
     may still hold from an earlier memoryd is copied into an export)."""
     written = 0
-    for table in tables if tables is not None else await store.table_names():
+    if tables is None:
+        tables = [t for t in await store.table_names() if t != BLOB_TABLE]
+    for table in tables:
         after: str | None = None
         while rows := await store.rows_after(table, after, _PAGE):
             for row in rows:

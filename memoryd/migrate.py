@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from memoryd.compact import compact_files
 from memoryd.config import Settings
 from memoryd.errors import MemorydError
 from memoryd.export import write_backup
-from memoryd.store import SCHEMA_DIR, Store
+from memoryd.store import SCHEMA_DIR, VECTOR_TABLES, Store
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,32 @@ async def _rederive_edges(store: Store, settings: Settings) -> None:
     await rederive_all(store, settings, _PAGE)
 
 
+async def _pack_vectors(store: Store, _: Settings) -> None:
+    """Vectors as packed half floats (memoryd/store/base.py) instead of arrays of floats, a
+    tenth of the bytes. Resumable: a packed row is left as it is."""
+    tables = list(VECTOR_TABLES)
+    await store.declare_packed_vectors(tables)
+    for table in tables:
+        if table not in await store.table_names():
+            continue
+        after = await store.pack_vectors_after(table, None, _PAGE)
+        while after is not None:
+            after = await store.pack_vectors_after(table, after, _PAGE)
+
+
+async def _store_bodies(store: Store, _: Settings) -> None:
+    """Long memory texts compressed, once each (memoryd/store/blobs.py; the table is schema
+    011's). Resumable: a memory that names its blob is left as it is."""
+    after = await store.store_bodies_after(None, _PAGE)
+    while after is not None:
+        after = await store.store_bodies_after(after, _PAGE)
+
+
+async def _compact(store: Store, _: Settings) -> None:
+    """The old bytes of the rows steps 010 and 012 rewrote leave the disk (memoryd/compact.py)."""
+    await compact_files(store)
+
+
 # The data steps, in number order; numbers are shared with the schema files.
 DATA_STEPS: tuple[DataStep, ...] = (
     DataStep(4, "scrub_secrets", _scrub_secrets, changes=("code_chunk", "defined_in")),
@@ -125,6 +152,9 @@ DATA_STEPS: tuple[DataStep, ...] = (
             "search_state",
         ),
     ),
+    DataStep(10, "pack_vectors", _pack_vectors, changes=()),
+    DataStep(12, "store_bodies", _store_bodies, changes=("blob",)),
+    DataStep(13, "compact", _compact, changes=()),
 )
 
 

@@ -18,9 +18,13 @@ from memoryd.config import Settings
 from memoryd.errors import MemorydError
 from memoryd.migrate import DataStep, migrate
 from memoryd.runtime import Runtime
-from memoryd.store import Store
-from tests.conftest import git_init
-from tests.fixtures import SMALL
+from memoryd.search import search
+from memoryd.store import VECTOR_TABLES, Store
+from memoryd.store.base import unpack_vector
+from memoryd.store.blobs import BODY_CHARS
+from memoryd.views import session
+from tests.conftest import git_init, index_tree
+from tests.fixtures import CODEX_ROLLOUT, SMALL
 
 
 async def _indexed(stack: Runtime, tree: Path) -> Store:
@@ -28,13 +32,6 @@ async def _indexed(stack: Runtime, tree: Path) -> Store:
     for job, _ in await projects.sync(stack.redis, projects.resolve(tree), 32):
         await queue.wait_for(job, 600)
     return stack.store
-
-
-async def _blocks(store: Store) -> int:
-    rows = await store.query(
-        "SELECT count() AS n FROM code_chunk WHERE chunk_type = 'block' GROUP ALL"
-    )
-    return rows[0][0]["n"] if rows[0] else 0
 
 
 async def _blocks(store: Store) -> int:
@@ -167,3 +164,132 @@ async def test_secrets_stored_raw_by_an_earlier_memoryd_are_scrubbed(
     # The table files were merged without the old versions; this engine build never rewrites
     # its value log, where values written long ago stay as bytes (README, "Your data").
     assert leaks <= {("db", "vlog")}
+
+
+def _db_bytes(data_dir: Path) -> int:
+    return sum(p.stat().st_size for p in (data_dir / "db").rglob("*") if p.is_file())
+
+
+async def _seen(rt: Runtime, queries: list[tuple[str, str]]) -> dict[str, object]:
+    """What a user sees: search results (indexes rebuilt from the database), session replays."""
+    assert rt.store is not None and rt.search is not None and rt.embedder is not None
+    await rt.search.rebuild()
+    results = {
+        f"{kind}: {q}": [
+            (r.id, r.score)
+            for r in await search(rt.store, rt.embedder, rt.search.index, q, kind=kind)
+        ]
+        for kind, q in queries
+    }
+    replays = {key: await session(rt.store, key) for key in await rt.store.session_keys()}
+    return {"search": results, "sessions": replays}
+
+
+@pytest.mark.e2e
+async def test_vectors_and_long_texts_are_packed_and_the_database_copied_smaller(
+    stack: Runtime, tmp_path: Path
+) -> None:
+    """A database as memoryd stored it before: vectors as arrays of floats, long texts whole
+    in their memories. Steps 010 to 013 give back exactly the rows, the vectors, the search
+    results and the session replays, in fewer bytes."""
+    assert stack.redis is not None and stack.store is not None
+    store = stack.store
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "cron.py").write_text(
+        "def next_run(schedule, now):\n    return schedule.after(now)\n\n\n"
+        "class Cron:\n    def due(self, now):\n        return next_run(self.schedule, now)\n"
+    )
+    git_init(repo)
+    await index_tree(stack, repo)
+    # The same session again under another id: its long tool outputs come twice.
+    again = tmp_path / "sessions" / "5f0c2d9e-0000-4000-8000-000000000001.jsonl"
+    again.parent.mkdir()
+    again.write_text(SMALL.read_text().replace(SMALL.stem, again.stem))
+    for job in await queue.enqueue_ingest(
+        stack.redis, [str(SMALL), str(again), str(CODEX_ROLLOUT)]
+    ):
+        await queue.wait_for(job, 300)
+    queries = [
+        ("memory", "which files were edited"),
+        ("memory", "run the tests"),
+        ("code", "when is the cron due"),
+    ]
+    seen = await _seen(stack, queries)
+    assert all(seen["search"].values()) and len(seen["sessions"]) >= 3
+    rows = await store.dump()
+    vectors = {
+        (t, r["id"].id): r["embedding"]
+        for t in VECTOR_TABLES
+        for r in rows[t]
+        if r.get("embedding")
+    }
+    assert {t for t, _ in vectors} == set(VECTOR_TABLES)
+    assert {len(v) for v in vectors.values()} == {2 * 384}  # half floats
+    bodied = {r["id"].id for r in rows["memory"] if r.get("body")}
+    assert len(rows["blob"]) > 1 and len(bodied) > len(rows["blob"])  # some texts came twice
+    whole = {r["id"].id: r["content"] for r in await store.memories_by_key(sorted(bodied))}
+    assert all(len(text) >= BODY_CHARS for text in whole.values())
+
+    # What the code of before stored: long texts whole, vectors as arrays of floats.
+    await store.patch_rows(
+        "memory", [{"id": k, "content": t, "body": None} for k, t in whole.items()]
+    )
+    for table in VECTOR_TABLES:
+        await store.query(f"DEFINE FIELD OVERWRITE embedding ON {table} TYPE option<array<float>>")
+        keys = sorted(k for t, k in vectors if t == table)
+        await store.patch_rows(
+            table, [{"id": k, "embedding": unpack_vector(vectors[table, k])} for k in keys]
+        )
+    await store.query(
+        "REMOVE INDEX memory_body ON memory; REMOVE FIELD body ON memory; REMOVE TABLE blob; "
+        "DELETE schema_version:010_pack_vectors, schema_version:011_blobs, "
+        "schema_version:012_store_bodies, schema_version:013_compact;"
+    )
+    for _ in range(2):
+        await store.reopen()
+    arrays = await store.query("SELECT VALUE embedding FROM memory WHERE type::is_array(embedding)")
+    assert arrays[0] and all(len(a) == 384 for a in arrays[0])
+    before = _db_bytes(stack.settings.data_dir)
+    # A copy an earlier run of step 013 left half-written is started again.
+    (stack.settings.data_dir / "db.compacting").mkdir()
+    (stack.settings.data_dir / "db.compacting" / "junk").write_bytes(b"x" * 1000)
+
+    assert await migrate(store, stack.settings, None) == [
+        "010_pack_vectors",
+        "011_blobs.surql",
+        "012_store_bodies",
+        "013_compact",
+    ]
+
+    after = await store.dump()
+    assert after.pop("schema_version") != rows.pop("schema_version")
+    assert after == rows  # every row, the packed vectors byte for byte
+    assert await _seen(stack, queries) == seen
+    assert sorted(p.name for p in stack.settings.data_dir.iterdir() if p.name.startswith("db")) == [
+        "db"
+    ]
+    fields = (await store.query("INFO FOR TABLE memory"))[0]["fields"]
+    assert "bytes" in fields["embedding"] and "embedding.*" not in fields
+    assert _db_bytes(stack.settings.data_dir) < 0.75 * before
+
+
+@pytest.mark.e2e
+async def test_a_finished_copy_replaces_the_files_at_the_next_open(stack: Runtime) -> None:
+    """Step 013 died after its copy was complete, before the reopen: the next open puts the
+    copy in place of the files."""
+    assert stack.redis is not None and stack.store is not None
+    [job] = await queue.enqueue_ingest(stack.redis, [str(SMALL)])
+    await queue.wait_for(job, 300)
+    store, data = stack.store, stack.settings.data_dir
+    counts = await store.table_counts()
+    copy = await Store.open(f"surrealkv://{data / 'db.replacement'}", *store.login)
+    await store.copy_into(copy, 7)  # small pages: many of them
+    await copy.close()
+    (data / "db.replaced").mkdir()  # and an old copy a crash left
+    await store.query("DELETE memory")  # what the files held since is gone with them
+
+    await store.reopen()
+
+    assert await store.table_counts() == counts
+    assert sorted(p.name for p in data.iterdir() if p.name.startswith("db")) == ["db"]

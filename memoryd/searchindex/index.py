@@ -12,6 +12,7 @@ the same process. Searches see what was committed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -135,10 +136,13 @@ def _hit(row: Row, score: float) -> Hit:
 def _private(path: Path) -> None:
     """Everything in the directory 0600 (tantivy creates its files with the process umask)."""
     for entry in os.scandir(path):
-        if entry.is_dir(follow_symlinks=False):
-            _private(Path(entry.path))
-        elif entry.stat(follow_symlinks=False).st_mode & 0o077:
-            os.chmod(entry.path, 0o600)
+        # tantivy's merge threads remove their temporary files meanwhile: one gone is no
+        # failure (it failed the commit, and a rebuild of the whole index followed).
+        with contextlib.suppress(FileNotFoundError):
+            if entry.is_dir(follow_symlinks=False):
+                _private(Path(entry.path))
+            elif entry.stat(follow_symlinks=False).st_mode & 0o077:
+                os.chmod(entry.path, 0o600)
 
 
 class SearchIndex:

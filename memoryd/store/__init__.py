@@ -7,7 +7,9 @@ One module per concern, all on the shared connection of :class:`~memoryd.store.b
 from __future__ import annotations
 
 from memoryd.store.base import QueryFailed, Ref, StoreBase, key_of, now, plain
+from memoryd.store.blobs import BlobQueries
 from memoryd.store.code import CodeQueries
+from memoryd.store.compact import CompactQueries
 from memoryd.store.forget import ForgetQueries
 from memoryd.store.maintenance import MaintenanceQueries
 from memoryd.store.notes import NoteQueries
@@ -38,6 +40,8 @@ class Store(
     TransferQueries,
     RewriteQueries,
     RederiveQueries,
+    CompactQueries,
+    BlobQueries,
     ProgressQueries,
     StatusQueries,
     StoreBase,

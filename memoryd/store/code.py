@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from memoryd.store.base import StoreBase, key_of, now, rid
+from memoryd.store.base import StoreBase, key_of, now, rid, unpack_vector, with_packed_vector
 from memoryd.store.entities import UPSERT_ENTITIES
 from memoryd.store.search import BUMP_GENERATION, returned
 
@@ -59,7 +59,7 @@ class CodeQueries(StoreBase):
                 {"hashes": wanted, "model": model},
             )
         )[0] or []
-        return {row["content_hash"]: row["embedding"] for row in rows}
+        return {row["content_hash"]: unpack_vector(row["embedding"]) for row in rows}
 
     async def write_file_index(
         self,
@@ -78,7 +78,7 @@ class CodeQueries(StoreBase):
         project = rid("project", project_id)
         chunk_rows = [
             {
-                **c,
+                **with_packed_vector(c),
                 "id": rid("code_chunk", c["id"]),
                 "project": project,
                 "valid_from": at,

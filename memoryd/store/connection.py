@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -116,6 +117,8 @@ def _lock_message(url: str) -> str:
 async def _connect(
     url: str, namespace: str, database: str, user: str | None, password: str | None
 ) -> Any:
+    if (root := files_of(url)) is not None:
+        await asyncio.to_thread(_replace_files, root)
     try:
         # The embedded engine opens (and locks) the files when constructed.
         db = AsyncSurreal(url)
@@ -128,9 +131,31 @@ async def _connect(
         if "already locked" in text or "LOCK" in text:
             raise MemorydError(_lock_message(url)) from None
         raise MemorydError(f"cannot open the database {url}: {text}") from None
-    if url.startswith(_FILE_BACKED):
-        await asyncio.to_thread(_keep_private, Path(url.split("://", 1)[1]))
+    if root is not None:
+        await asyncio.to_thread(_keep_private, root)
     return db
+
+
+def files_of(url: str) -> Path | None:
+    """The directory of a file-backed database; None for a server or an in-memory one."""
+    return Path(url.split("://", 1)[1]) if url.startswith(_FILE_BACKED) else None
+
+
+def replacement_of(root: Path) -> Path:
+    """Where a finished copy of the database at `root` waits to replace it."""
+    return root.with_name(root.name + ".replacement")
+
+
+def _replace_files(root: Path) -> None:
+    """Put a finished copy in place of the database's files (closed): two renames, then the
+    old files go. A crash between any two of these is finished by the next open."""
+    copy, old = replacement_of(root), root.with_name(root.name + ".replaced")
+    if copy.exists():
+        if root.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            root.rename(old)
+        copy.rename(root)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _keep_private(root: Path) -> None:
@@ -230,8 +255,14 @@ class Connection:
         if (heap.anon_rss_bytes() or 0) - self._baseline >= self._recycle:
             await self.reopen()
 
+    @property
+    def login(self) -> tuple[str, str, str | None, str | None]:
+        """Namespace, database, user, password."""
+        return self._login
+
     async def reopen(self) -> None:
-        """Close and open again once the queries under way finished; new ones wait."""
+        """Close and open again once the queries under way finished; new ones wait. A copy
+        waiting at `replacement_of(files)` takes the place of the files meanwhile."""
         if not self._open.is_set():  # someone else is at it
             await self._open.wait()
             return

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from memoryd.store.base import Ref, StoreBase, to_record
+from memoryd.store.blobs import BODIES_OF_DOOMED, DROP_ORPHAN_BODIES
 from memoryd.store.search import BUMP_GENERATION, returned
 
 
@@ -22,7 +23,9 @@ class ForgetQueries(StoreBase):
             LET $targets = array::distinct(array::flatten(
                 (SELECT VALUE ->?->entity FROM $doomed)));
             LET $gone = (SELECT VALUE id FROM $doomed);
+            {BODIES_OF_DOOMED}
             DELETE $doomed;
+            {DROP_ORPHAN_BODIES}
             LET $orphans = SELECT VALUE id FROM $targets
                 WHERE count(<-?) = 0 AND count(->?) = 0;
             DELETE $orphans;

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from memoryd.store.base import StoreBase, rid
+from memoryd.store.base import StoreBase, pack_vector, rid
+from memoryd.store.blobs import BODIES_OF_DOOMED, BODY, DROP_ORPHAN_BODIES, whole_texts
 from memoryd.store.schema import VECTOR_TABLES
 from memoryd.store.search import BUMP_GENERATION, SEARCH_FIELDS, returned
 
@@ -125,9 +126,14 @@ class MaintenanceQueries(StoreBase):
         if not keys:
             return None
         bump = BUMP_GENERATION if table in SEARCH_FIELDS else "LET $generation = NONE;"
+        delete = (
+            f"{BODIES_OF_DOOMED} DELETE $doomed; {DROP_ORPHAN_BODIES}"
+            if table == "memory"
+            else "DELETE $doomed;"
+        )
         result = await self.query(
-            f"BEGIN; DELETE $ids; {bump} RETURN {{ generation: $generation }}; COMMIT;",
-            {"ids": [rid(table, k) for k in keys]},
+            f"BEGIN; {delete} {bump} RETURN {{ generation: $generation }}; COMMIT;",
+            {"doomed": [rid(table, k) for k in keys]},
         )
         return returned(result)["generation"]
 
@@ -193,12 +199,13 @@ class MaintenanceQueries(StoreBase):
     ) -> list[dict[str, Any]]:
         """Rows to embed (again) with `model`: embedded with another model, or their vector
         dropped when the dimension changed."""
+        body = f", {BODY}" if table == "memory" else ""  # the whole text, not its head
         rows = await self.query(
-            f"SELECT record::id(id) AS key, {text_field} AS text FROM {table} "
+            f"SELECT record::id(id) AS key, {text_field} AS text{body} FROM {table} "
             f"WHERE {_STALE_VECTOR} LIMIT $batch",
             {"model": model, "batch": batch},
         )
-        return rows[0] or []
+        return whole_texts(rows[0] or [], "text")
 
     async def count_stale_vectors(self, model: str) -> dict[str, int]:
         results = await self.query(
@@ -219,7 +226,9 @@ class MaintenanceQueries(StoreBase):
             f"embedding_model = $model; }}; {BUMP_GENERATION} "
             "RETURN { generation: $generation }; COMMIT;",
             {
-                "rows": [{"id": rid(table, k), "embedding": v} for k, v in vectors.items()],
+                "rows": [
+                    {"id": rid(table, k), "embedding": pack_vector(v)} for k, v in vectors.items()
+                ],
                 "model": model,
             },
         )

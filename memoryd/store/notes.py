@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from memoryd.store.base import StoreBase, to_record, to_records
+from memoryd.store.base import StoreBase, to_record, to_records, with_packed_vector
+from memoryd.store.blobs import INSERT_BLOBS, split_body
 from memoryd.store.entities import UPSERT_ENTITIES
 from memoryd.store.search import BUMP_GENERATION, returned
 
@@ -21,10 +22,12 @@ class NoteQueries(StoreBase):
         """Upsert the notes session and the memory (the next seq of that session; the same
         note remembered again keeps its seq and is written afresh), its entities and MENTIONS
         edges. Returns the memory's seq and the search generation after it."""
+        row, blob = split_body(to_record(with_packed_vector(memory)))
         result = await self.query(
             f"""
             BEGIN;
             UPSERT $notes.id MERGE $notes.data;
+            {INSERT_BLOBS}
             LET $seq = (SELECT VALUE seq FROM $memory.id)[0] ?? (((SELECT VALUE seq FROM memory
                 WHERE session = $notes.id ORDER BY seq DESC LIMIT 1)[0] ?? -1) + 1);
             UPSERT $memory.id CONTENT $memory;
@@ -37,7 +40,8 @@ class NoteQueries(StoreBase):
             """,
             {
                 "notes": to_record(session),
-                "memory": to_record(memory),
+                "memory": row,
+                "blobs": [blob] if blob else [],
                 "entities": to_records(entities),
                 "mentions": to_records(mentions),
             },

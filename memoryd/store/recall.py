@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from memoryd.store.base import StoreBase, plain, rid
+from memoryd.store.blobs import BODY, whole_texts
 
 # The agent of the sessions that hold agent-written notes (workers/notes.py).
 NOTES_AGENT = "memoryd"
@@ -28,10 +29,10 @@ class RecallQueries(StoreBase):
     async def memories_by_key(self, keys: Sequence[str]) -> list[dict[str, Any]]:
         rows = await self.query(
             "SELECT id, session, session.project AS project, seq, kind, tool, content, "
-            "event_time, pinned, valid_until FROM $ids",
+            f"{BODY}, event_time, pinned, valid_until FROM $ids",
             {"ids": [rid("memory", k) for k in keys]},
         )
-        return rows[0] or []
+        return whole_texts(rows[0] or [])
 
     async def goals_by_key(self, keys: Sequence[str]) -> list[dict[str, Any]]:
         rows = await self.query(
@@ -44,11 +45,11 @@ class RecallQueries(StoreBase):
     async def memory_window(self, session_key: str, first: int, last: int) -> list[dict[str, Any]]:
         """A session's memories with `first <= seq <= last`, in file order."""
         rows = await self.query(
-            "SELECT id, seq, kind, tool, content, event_time FROM memory "
+            f"SELECT id, seq, kind, tool, content, {BODY}, event_time FROM memory "
             "WHERE session = $s AND seq >= $first AND seq <= $last ORDER BY seq",
             {"s": rid("session", session_key), "first": first, "last": last},
         )
-        return rows[0] or []
+        return whole_texts(rows[0] or [])
 
     async def session_projects(self, session_keys: Sequence[str]) -> dict[str, str | None]:
         rows = await self.query(
@@ -85,11 +86,11 @@ class RecallQueries(StoreBase):
     ) -> list[dict[str, Any]]:
         """Notes agents wrote in one notes session since `since`, newest first."""
         rows = await self.query(
-            "SELECT id, kind, content, event_time, pinned FROM memory "
+            f"SELECT id, kind, content, {BODY}, event_time, pinned FROM memory "
             "WHERE session = $s AND event_time >= $since ORDER BY event_time DESC LIMIT $limit",
             {"s": rid("session", session_key), "since": since, "limit": limit},
         )
-        return rows[0] or []
+        return whole_texts(rows[0] or [])
 
     async def session_outcomes(self, session_keys: Sequence[str]) -> list[dict[str, Any]]:
         """Every action with an outcome in these sessions and their subagents: what it

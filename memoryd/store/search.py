@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from memoryd.store.base import StoreBase, rid
+from memoryd.store.base import StoreBase, rid, unpack_vector
+from memoryd.store.blobs import BODY, whole_texts
 
 # In a write transaction that changes searchable rows: one more generation, kept in $generation.
 BUMP_GENERATION = (
@@ -17,7 +18,7 @@ BUMP_GENERATION = (
 SEARCH_FIELDS = {
     "code_chunk": "record::id(project) AS project, path, language, chunk_type, name, "
     "parent_name, start_line, end_line, content",
-    "memory": "record::id(session) AS session, seq, kind, tool, content",
+    "memory": f"record::id(session) AS session, seq, kind, tool, content, {BODY}",
     "goal": "record::id(session) AS session, intent AS content",
 }
 
@@ -38,6 +39,13 @@ def _fields(table: str) -> str:
     return f"{_COMMON}, {SEARCH_FIELDS[table]}{timed}"
 
 
+def _unpacked(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Vectors as numbers, memories' whole texts."""
+    for row in rows:
+        row["embedding"] = unpack_vector(row.get("embedding"))
+    return whole_texts(rows)
+
+
 class SearchQueries(StoreBase):
     async def search_generation(self) -> int:
         rows = await self.query("SELECT VALUE generation FROM search_state:records")
@@ -49,7 +57,7 @@ class SearchQueries(StoreBase):
             f"SELECT {_fields(table)} FROM {table} WHERE id > $after ORDER BY id LIMIT $batch",
             {"after": rid(table, after), "batch": batch},
         )
-        return rows[0] or []
+        return _unpacked(rows[0] or [])
 
     async def search_rows_by_key(self, table: str, keys: Sequence[str]) -> list[dict[str, Any]]:
         if not keys:
@@ -57,4 +65,4 @@ class SearchQueries(StoreBase):
         rows = await self.query(
             f"SELECT {_fields(table)} FROM $ids", {"ids": [rid(table, k) for k in keys]}
         )
-        return rows[0] or []
+        return _unpacked(rows[0] or [])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from memoryd.store.base import StoreBase, key_of, plain, rid
+from memoryd.store.blobs import BODY, whole_texts
 
 # Tables `memoryd status` counts.
 COUNTED_TABLES = (
@@ -63,9 +64,10 @@ class StatusQueries(StoreBase):
         the rows (with its `params`)."""
         conditions = [c for c in (after is not None and "id > $after", scope) if c]
         where = f"WHERE {' AND '.join(f'({c})' for c in conditions)} " if conditions else ""
+        body = f", {BODY}" if table == "memory" else ""  # a memory's whole text, not its head
         rows = (
             await self.query(
-                f"SELECT * FROM {table} {where}ORDER BY id LIMIT $batch",
+                f"SELECT *{body} FROM {table} {where}ORDER BY id LIMIT $batch",
                 {
                     **(params or {}),
                     "after": rid(table, after) if after is not None else None,
@@ -73,6 +75,7 @@ class StatusQueries(StoreBase):
                 },
             )
         )[0] or []
+        rows = whole_texts(rows) if body else rows
         return [{**plain(row, qualified=True), "id": key_of(row["id"])} for row in rows]
 
     async def dump(self) -> dict[str, list[dict[str, Any]]]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from memoryd.store.base import StoreBase, now, path_key, rid, to_records
+from memoryd.store.base import StoreBase, now, path_key, rid, to_records, with_packed_vector
+from memoryd.store.blobs import INSERT_BLOBS, split_bodies
 from memoryd.store.entities import UPSERT_ENTITIES
 from memoryd.store.search import BUMP_GENERATION, returned
 from memoryd.vocabulary import TRANSCRIPT_EDGE_TABLES
@@ -23,7 +24,11 @@ class TranscriptQueries(StoreBase):
         """One transaction: the records parsed from a stretch of a transcript and the cursor
         that says how far it was read, so a crash can never leave one without the other.
         Returns the search generation after it, when it wrote memories or goals."""
-        params: dict[str, Any] = {name: to_records(rows) for name, rows in batch.items()}
+        params: dict[str, Any] = {
+            name: to_records([with_packed_vector(row) for row in rows])
+            for name, rows in batch.items()
+        }
+        params["memories"], params["blobs"] = split_bodies(params.get("memories", []))
         cursor_id = rid("transcript_cursor", path_key(cursor["path"]))
         params["cursor"] = {**cursor, "id": cursor_id, "updated_at": now()}
         edges = "\n".join(
@@ -38,8 +43,9 @@ class TranscriptQueries(StoreBase):
             BEGIN;
             FOR $s IN $sessions {{ UPSERT $s.id MERGE $s.data; }};
             {UPSERT_ENTITIES}
+            {INSERT_BLOBS}
             INSERT INTO memory $memories ON DUPLICATE KEY UPDATE
-                content = $input.content, kind = $input.kind, seq = $input.seq,
+                content = $input.content, body = $input.body, kind = $input.kind, seq = $input.seq,
                 event_time = $input.event_time, source = $input.source,
                 embedding = $input.embedding, embedding_model = $input.embedding_model;
             INSERT INTO goal $goals ON DUPLICATE KEY UPDATE

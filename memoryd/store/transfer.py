@@ -10,11 +10,13 @@ from typing import Any
 from surrealdb import RecordID
 
 from memoryd.store.base import rid
+from memoryd.store.blobs import BLOB_TABLE, INSERT_BLOBS, split_bodies
 from memoryd.store.status import StatusQueries
 from memoryd.vocabulary import EDGES
 
 # Migration state belongs to the database it was applied to, never to an export.
-NOT_EXPORTED = frozenset({"schema_version"})
+# Blobs hold memories' texts, which are exported whole with their memories.
+NOT_EXPORTED = frozenset({"schema_version", BLOB_TABLE})
 # Per-file and per-run bookkeeping that no project owns: left out of a project's export.
 UNOWNED = frozenset({"transcript_cursor", "maintenance_run"})
 
@@ -104,9 +106,12 @@ class TransferQueries(StatusQueries):
             }
             for row in rows
         ]
+        blobs: list[dict[str, Any]] = []
+        if table == "memory":
+            restored, blobs = split_bodies(restored)
         if relation:
             sql = f"INSERT RELATION INTO {table} $rows ON DUPLICATE KEY UPDATE out = $input.out"
         else:
-            sql = "BEGIN; FOR $r IN $rows { UPSERT $r.id CONTENT $r; }; COMMIT;"
-        await self.query(sql, {"rows": restored})
+            sql = f"BEGIN; {INSERT_BLOBS} FOR $r IN $rows {{ UPSERT $r.id CONTENT $r; }}; COMMIT;"
+        await self.query(sql, {"rows": restored, "blobs": blobs})
         return len(restored)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from memoryd.store.base import StoreBase, rid
+from memoryd.store.blobs import BODY, whole_texts
 from memoryd.vocabulary import HISTORY_EDGE_TABLES, REPLAY_EDGE_TABLES
 
 # What a verb edge says, as the history and session views show it.
@@ -64,10 +65,10 @@ class ViewQueries(StoreBase):
     async def session_memories(self, session_id: str) -> list[dict[str, Any]]:
         """A session's memories in file order, each with its outgoing action edges."""
         rows = await self.query(
-            f"SELECT id, seq, kind, tool, content, event_time, (SELECT {_EDGE_FIELDS} FROM "
-            f"$parent.id->({_REPLAY})) "
+            f"SELECT id, seq, kind, tool, content, {BODY}, event_time, (SELECT {_EDGE_FIELDS} "
+            f"FROM $parent.id->({_REPLAY})) "
             "AS edges "
             "FROM memory WHERE session = $s ORDER BY seq",
             {"s": rid("session", session_id)},
         )
-        return rows[0] or []
+        return whole_texts(rows[0] or [])
