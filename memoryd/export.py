@@ -15,8 +15,6 @@ from typing import IO, Any, Protocol
 
 import zstandard
 
-from memoryd.store.blobs import BLOB_TABLE
-
 _PAGE = 500
 # Where the backups taken before a migration are kept, in the data dir.
 BACKUPS = "backups"
@@ -43,6 +41,10 @@ async def write_jsonl(
     may still hold from an earlier memoryd is copied into an export)."""
     written = 0
     if tables is None:
+        # Only the process holding the database lists the tables itself: the client (which
+        # names them) must not load the store and its SDK.
+        from memoryd.store.blobs import BLOB_TABLE
+
         tables = [t for t in await store.table_names() if t != BLOB_TABLE]
     for table in tables:
         after: str | None = None

@@ -174,11 +174,15 @@ async def test_a_run_finding_the_task_running_is_skipped_when_scheduled_and_wait
 
 
 def _vectors(dump: dict[str, list[dict]]) -> dict[tuple[str, str], tuple[str | None, Any]]:
-    """(table, key) -> (model, vector) of every row of the vector tables."""
+    """(table, key) -> (model, vector) of every row of the vector tables (stored packed)."""
     from memoryd.store import VECTOR_TABLES
+    from memoryd.store.base import unpack_vector
 
     return {
-        (table, str(row["id"].id)): (row.get("embedding_model"), row.get("embedding"))
+        (table, str(row["id"].id)): (
+            row.get("embedding_model"),
+            unpack_vector(row.get("embedding")),
+        )
         for table in VECTOR_TABLES
         for row in dump.get(table, [])
     }
@@ -268,6 +272,7 @@ async def test_a_reembed_killed_half_way_leaves_a_consistent_database_and_the_ne
     data_dir: Path, arq_tree: Path, tmp_path: Path, embedder: Embedder
 ) -> None:
     import numpy as np
+    import zstandard
 
     from memoryd import projects
     from memoryd.config import DEFAULT_MODEL
@@ -292,8 +297,15 @@ async def test_a_reembed_killed_half_way_leaves_a_consistent_database_and_the_ne
     finally:
         await first.close()
     before = _vectors(dump)
+    # A long memory text is stored as a head and a compressed blob: the whole text is embedded.
+    blobs = {
+        str(b["id"]): zstandard.ZstdDecompressor().decompress(b["data"]).decode()
+        for b in dump.get("blob", [])
+    }
     texts = {
-        (table, str(row["id"].id)): (row[field] or "")[:EMBED_CHARS]
+        (table, str(row["id"].id)): (
+            blobs[str(row["body"])] if row.get("body") else row[field] or ""
+        )[:EMBED_CHARS]
         for table, field in VECTOR_TABLES.items()
         for row in dump[table]
     }
@@ -320,7 +332,7 @@ async def test_a_reembed_killed_half_way_leaves_a_consistent_database_and_the_ne
     cls = Embedder(CLS_MODEL, data_dir / "models")
     order = sorted(moved)
     for key, vector in zip(order, cls.embed([texts[key] for key in order]), strict=True):
-        assert np.allclose(halfway[key][1], vector, atol=1e-5), key
+        assert np.allclose(halfway[key][1], vector, atol=1e-3), key  # stored as half floats
 
     settings = settings_for(data_dir, model=CLS_MODEL, maintenance_schedule=QUIET)
     result, dump = await _next_start_finishes(settings, killed, None)  # loads the CLS model
@@ -329,7 +341,7 @@ async def test_a_reembed_killed_half_way_leaves_a_consistent_database_and_the_ne
     assert {key for key, (model, _) in final.items() if model == CLS_MODEL} == embedded
     order = sorted(embedded)
     for key, vector in zip(order, cls.embed([texts[key] for key in order]), strict=True):
-        assert np.allclose(final[key][1], vector, atol=1e-5), key
+        assert np.allclose(final[key][1], vector, atol=1e-3), key
 
 
 @pytest.mark.e2e

@@ -8,6 +8,7 @@ from typing import Any
 
 from memoryd.ids import entity_id
 from memoryd.store.base import StoreBase, key_of, now, plain, rid
+from memoryd.store.blobs import BODY, whole_texts
 from memoryd.store.entities import UPSERT_ENTITIES
 from memoryd.store.search import BUMP_GENERATION
 from memoryd.vocabulary import ERROR, TRIGGERED
@@ -22,12 +23,12 @@ class RederiveQueries(StoreBase):
         """A session's failed calls: call id -> the output of its (last) `error` memory."""
         rows = (
             await self.query(
-                "SELECT call_id, content, seq FROM memory WHERE session = $s AND kind = 'error' "
-                "AND call_id != NONE ORDER BY seq",
+                f"SELECT call_id, content, {BODY}, seq FROM memory WHERE session = $s "
+                "AND kind = 'error' AND call_id != NONE ORDER BY seq",
                 {"s": rid("session", session_key)},
             )
         )[0] or []
-        return {row["call_id"]: row["content"] for row in rows}
+        return {row["call_id"]: row["content"] for row in whole_texts(rows)}
 
     async def call_results(
         self, session_key: str, call_ids: list[str]
@@ -35,12 +36,12 @@ class RederiveQueries(StoreBase):
         """These calls' answers: call id -> (key, text) of its last `tool_result` memory."""
         rows = (
             await self.query(
-                "SELECT id, call_id, content, seq FROM memory WHERE session = $s "
+                f"SELECT id, call_id, content, {BODY}, seq FROM memory WHERE session = $s "
                 "AND kind = 'tool_result' AND call_id INSIDE $calls ORDER BY seq",
                 {"s": rid("session", session_key), "calls": call_ids},
             )
         )[0] or []
-        return {row["call_id"]: (key_of(row["id"]), row["content"]) for row in rows}
+        return {row["call_id"]: (key_of(row["id"]), row["content"]) for row in whole_texts(rows)}
 
     async def memories_with_edges(
         self, session_key: str, tables: tuple[str, ...], after: str | None, batch: int
@@ -49,7 +50,8 @@ class RederiveQueries(StoreBase):
         :meth:`call_edges`); and the key to read the next page after (None at the end)."""
         rows = (
             await self.query(
-                f"SELECT id, content, call_id, {_outgoing(tables)} FROM memory WHERE session = $s "
+                f"SELECT id, content, {BODY}, call_id, {_outgoing(tables)} FROM memory "
+                "WHERE session = $s "
                 f"{'AND id > $after ' if after else ''}ORDER BY id LIMIT $batch",
                 {
                     "s": rid("session", session_key),
@@ -66,7 +68,7 @@ class RederiveQueries(StoreBase):
         key, target: entity row, fields}]} with its edges in `tables`."""
         rows = (
             await self.query(
-                f"SELECT id, kind, content, call_id, {_outgoing(tables)} FROM $ids",
+                f"SELECT id, kind, content, {BODY}, call_id, {_outgoing(tables)} FROM $ids",
                 {"ids": [rid("memory", k) for k in keys]},
             )
         )[0] or []
@@ -75,6 +77,7 @@ class RederiveQueries(StoreBase):
     async def _with_targets(
         self, rows: list[dict[str, Any]], tables: tuple[str, ...]
     ) -> list[dict[str, Any]]:
+        rows = whole_texts(rows)  # a long text's whole (its blob), not the stored head
         targets = {e["out"] for row in rows for t in tables for e in row.get(t) or []}
         entities: dict[str, dict[str, Any]] = {}
         if targets:
