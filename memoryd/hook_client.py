@@ -41,20 +41,21 @@ def run(agent: str, command: str, data_dir: Path | None) -> None:
     from memoryd.errors import MemorydError
 
     stdin = sys.stdin.read()
-    if paths.plain_setting("redis_url"):
+    # One read of the config file for all the hook needs.
+    given = paths.plain_settings("redis_url", "hook_timeout_seconds", "hook_max_chars", "data_dir")
+    if given.get("redis_url"):
         # An external Redis: the daemon may be elsewhere, reached through the queue.
         from memoryd.agent_cli import hook_over_queue
 
         out = hook_over_queue(agent, command, stdin, data_dir)
     else:
         try:
-            budget = float(paths.plain_setting("hook_timeout_seconds") or TIMEOUT_SECONDS)
+            budget = float(given.get("hook_timeout_seconds") or TIMEOUT_SECONDS)
         except ValueError:
             budget = TIMEOUT_SECONDS
-        socket = paths.channel_socket(paths.plain_data_dir(data_dir))
+        socket = paths.channel_socket(paths.plain_data_dir(data_dir or given.get("data_dir")))
         # The cap as this process's environment or config sets it (None: the daemon's).
-        cap = paths.plain_setting("hook_max_chars")
-        request = (agent, command, stdin, os.getcwd(), cap)
+        request = (agent, command, stdin, os.getcwd(), given.get("hook_max_chars"))
         try:
             out = channel.ask_blocking(socket, "hook", request, budget)
         except (MemorydError, OSError, ValueError, EOFError):

@@ -70,17 +70,21 @@ def given_settings(names: Iterable[str], *, strict: bool = True) -> dict[str, An
     return given
 
 
+def plain_settings(*names: str) -> dict[str, Any]:
+    """Those of `names` that something sets, as `load_settings()` finds them, from one read of
+    the config file; unvalidated (a value `Settings` refuses is the daemon's to report). Only
+    for the light processes: everything else reads `load_settings()`."""
+    return {k: v for k, v in given_settings(names, strict=False).items() if k in names}
+
+
 def plain_setting(name: str) -> Any:
-    """One setting as `load_settings()` finds it, or None when nothing sets it; unvalidated (a
-    value `Settings` refuses is the daemon's to report). Only for the light processes:
-    everything else reads `load_settings()`."""
-    return given_settings([name], strict=False).get(name)
+    """One setting as `plain_settings` finds it, or None when nothing sets it."""
+    return plain_settings(name).get(name)
 
 
-def plain_data_dir(flag: Path | None = None) -> Path:
-    """The data dir: the `--data-dir` flag, else the environment or config file, else XDG's."""
-    given = flag or plain_setting("data_dir")
-    return (Path(given) if given else default_data_dir()).expanduser().resolve()
+def plain_data_dir(named: str | Path | None) -> Path:
+    """The data dir a flag or setting names, else XDG's."""
+    return (Path(named) if named else default_data_dir()).expanduser().resolve()
 
 
 def channel_socket(data_dir: Path) -> Path:
