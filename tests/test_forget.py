@@ -114,15 +114,19 @@ def files_holding(data: Path, *needles: str | bytes) -> set[str]:
 
 
 def _holds_close(raw: np.ndarray, half: np.ndarray) -> bool:
-    """Whether `raw` holds, at some 4-byte boundary, float32 values that round to `half`."""
-    whole = raw[: len(raw) // 4 * 4].view(np.float32)
+    """Whether `raw` holds, at any byte offset, float32 values that round to `half`."""
     target = half.astype(np.float32)
-    starts = np.flatnonzero(np.isclose(whole, target[0], atol=1e-3))
-    return any(
-        np.allclose(whole[i : i + len(target)], target, atol=1e-3)
-        for i in starts
-        if i + len(target) <= len(whole)
-    )
+    for offset in range(4):
+        shifted = raw[offset:]
+        whole = shifted[: len(shifted) // 4 * 4].view(np.float32)
+        starts = np.flatnonzero(np.isclose(whole, target[0], atol=1e-3))
+        if any(
+            np.allclose(whole[i : i + len(target)], target, atol=1e-3)
+            for i in starts
+            if i + len(target) <= len(whole)
+        ):
+            return True
+    return False
 
 
 async def _plant(stack: Runtime, tmp_path: Path) -> tuple[Client, str, Path]:
@@ -159,7 +163,7 @@ async def test_a_forgotten_memory_leaves_no_byte_in_the_data_dir(
     # journal (the model's float32 values, the same vector before packing) hold it.
     vector = [row["embedding"], np.frombuffer(row["embedding"], np.float16)]
     assert {name.split("/")[0] for name in files_holding(data, vector[0])} == {"db"}
-    journal = np.frombuffer((data / "search" / "vectors.journal").read_bytes(), np.uint8)
+    journal = np.frombuffer((data / "search" / "vectors-memory.journal").read_bytes(), np.uint8)
     assert _holds_close(journal, vector[1])
 
     done = await client.forget([memory])
@@ -169,7 +173,7 @@ async def test_a_forgotten_memory_leaves_no_byte_in_the_data_dir(
     assert found and memory not in {h.id for h in found}
     assert {name.split("/")[0] for name in files_holding(data, MARK)} == {"db"}
     assert {name.split("/")[0] for name in files_holding(data, vector[0])} == {"db"}
-    journal = np.frombuffer((data / "search" / "vectors.journal").read_bytes(), np.uint8)
+    journal = np.frombuffer((data / "search" / "vectors-memory.journal").read_bytes(), np.uint8)
     assert not _holds_close(journal, vector[1])
     # The backup lost the memory, the goal drawn from it and their edges, nothing else.
     ref = f"memory:{memory}"

@@ -298,7 +298,7 @@ def test_a_crash_keeps_what_was_committed_and_drops_the_rest(
     ix.delete("code_chunk", [corpus.docs[0].id])
     del ix
     gc.collect()
-    assert not (tmp_path / "search" / "vectors.usearch").exists()  # only the journal
+    assert not list((tmp_path / "search").glob("*.usearch"))  # only the journals
 
     again = SearchIndex(tmp_path / "search")
     assert (again.fresh, again.generation, len(again)) == (False, 5, 100)
@@ -404,7 +404,7 @@ def test_forget_leaves_no_byte_of_the_rows_and_keeps_every_other(
         files = [p for p in (tmp_path / "search").rglob("*") if p.is_file()]
         return {p.name for p in files if text in p.read_bytes() or vector in p.read_bytes()}
 
-    assert "vectors.usearch" in holding() and any(n.endswith(".store") for n in holding())
+    assert "vectors-code.usearch" in holding() and any(n.endswith(".store") for n in holding())
     reopened = SearchIndex(tmp_path / "search")
     query = "mrecords fromarrays"
     cron = Filters(path="cron.py")
@@ -422,3 +422,58 @@ def test_forget_leaves_no_byte_of_the_rows_and_keeps_every_other(
     assert doomed.id not in {h.id for h in reopened.bm25(query, Filters(), 50)}
     assert found() == before
     reopened.close()
+
+
+def _nearest(corpus: Corpus, docs: list[Doc], query: list[float], k: int) -> list[str]:
+    """The ids of the `k` docs nearest `query`, by brute force."""
+    matrix = np.asarray([d.vector for d in docs], np.float32)
+    q = np.asarray(query, np.float32)
+    similarity = matrix @ q / (np.linalg.norm(matrix, axis=1) * np.linalg.norm(q))
+    return [docs[i].id for i in np.argsort(-similarity, kind="stable")[:k]]
+
+
+def test_each_kind_has_its_own_vectors_and_a_search_merges_them(
+    tmp_path: Path, corpus: Corpus
+) -> None:
+    """Memories with a vector are few among many without (tool results are not embedded):
+    a memory search finds the nearest of those few, whatever the code rows' vectors; a search
+    over several kinds merges each kind's nearest; vectors set later reach the kind of their
+    row (a docs chunk's, the docs index), and all of it comes back from the journals."""
+    memories = [
+        replace(d, table="memory", id=f"m{n}", kind="memory", path=None, language=None)
+        for n, d in enumerate(corpus.docs[:60])
+    ]
+    with_vector = memories[::10]
+    ix = SearchIndex(tmp_path / "search")
+    ix.upsert(corpus.docs, DEFAULT_MODEL)
+    ix.upsert([replace(m, vector=None) for m in memories])
+    ix.upsert(with_vector, DEFAULT_MODEL)
+    # The docs chunks lose their vectors, then get them back by id.
+    prose = [d for d in corpus.docs if d.kind == "docs"]
+    ix.upsert([replace(d, vector=None) for d in prose])
+    ix.set_vectors("code_chunk", {d.id: list(d.vector or []) for d in prose}, DEFAULT_MODEL)
+    ix.commit(1)
+    query = corpus.vector("build a masked record array from a list of arrays")
+
+    def searches(index: SearchIndex) -> dict[str, list[str]]:
+        return {
+            name: [h.id for h in index.knn(query, DEFAULT_MODEL, Filters(kinds=kinds), 5)]
+            for name, kinds in (
+                ("memory", ("memory",)),
+                ("docs", ("docs",)),
+                ("code+docs", ("code", "docs")),
+            )
+        }
+
+    expected = {
+        "memory": _nearest(corpus, with_vector, query, 5),
+        "docs": _nearest(corpus, prose, query, 5),
+        "code+docs": _nearest(corpus, corpus.docs, query, 5),
+    }
+    assert searches(ix) == expected
+    assert sorted(p.name for p in (tmp_path / "search").glob("*.journal")) == [
+        f"vectors-{kind}.journal" for kind in ("code", "docs", "goal", "memory")
+    ]
+    del ix
+    gc.collect()
+    assert searches(SearchIndex(tmp_path / "search")) == expected

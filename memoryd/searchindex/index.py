@@ -1,5 +1,9 @@
 """The derived search indexes in one directory: tantivy (BM25) and usearch (ANN), with a stamp.
 
+The vectors are kept in one ANN index per search kind: a kind filter then costs nothing, and
+the rows of a kind with few vectors (most memories have none) are not sought among the many of
+another.
+
 SurrealDB is the system of record; this directory can be rebuilt from it at any time. The
 stamp (`stamp.json`) holds the generation of the records the indexes reflect, the embedding
 model and dimension of the vectors, and how much of the vector journal is committed. It is
@@ -26,13 +30,13 @@ from typing import Any
 import blake3
 import numpy as np
 
-from memoryd.vocabulary import SEARCH_KINDS_BY_NAME
+from memoryd.vocabulary import SEARCH_KINDS, SEARCH_KINDS_BY_NAME
 
 from .lexical import Filters, Lexical, Ranked, Row, Where, row_key
 from .text import code_text, memory_text, named_files, query_terms
-from .vectors import CHECKPOINT, DTYPE, JOURNAL, Vectors
+from .vectors import CHECKPOINT_SUFFIX, DTYPE, JOURNAL_SUFFIX, Vectors
 
-FORMAT = 1
+FORMAT = 2
 STAMP = "stamp.json"
 LEXICAL_DIR = "lexical"
 RRF_K = 60
@@ -46,6 +50,10 @@ OVERSAMPLE = 1.5
 # Candidates per ranking in a hybrid search, per result asked for (at least MIN_CANDIDATES).
 CANDIDATES_PER_RESULT = 4
 MIN_CANDIDATES = 40
+# The search kinds of each table (a code chunk is code or docs).
+KINDS_OF_TABLE: dict[str, tuple[str, ...]] = {}
+for _kind in SEARCH_KINDS:
+    KINDS_OF_TABLE[_kind.table] = (*KINDS_OF_TABLE.get(_kind.table, ()), _kind.name)
 
 
 def micros(at: datetime) -> int:
@@ -133,6 +141,16 @@ def _hit(row: Row, score: float) -> Hit:
     )
 
 
+class _ByKind(dict[str, tuple[list[int], list[Sequence[float]]]]):
+    """Labels, and their vectors where there are any, grouped by search kind."""
+
+    def add(self, kind: str, label: int, vector: Sequence[float] | None = None) -> None:
+        labels, vectors = self.setdefault(kind, ([], []))
+        labels.append(label)
+        if vector is not None:
+            vectors.append(vector)
+
+
 def _private(path: Path) -> None:
     """Everything in the directory 0600 (tantivy creates its files with the process umask)."""
     for entry in os.scandir(path):
@@ -158,23 +176,30 @@ class SearchIndex:
         stamp = stamp or {}
         self._generation: int | None = stamp.get("generation")
         self._model: str | None = stamp.get("model")
-        self._journal: int = stamp.get("journal", 0)
+        self._dim: int | None = stamp.get("dim")
+        # Per kind: how many bytes of its vector journal are committed.
+        self._journal: dict[str, int] = stamp.get("journal", {})
         # Set when a write reached the indexes in part: no generation is stamped until a clear.
         self._stale = False
-        # Set by `forget`: the next commit checkpoints the vectors (the journal holds them).
-        self._erased = False
+        # Kinds whose vectors `forget` erased: the next commit checkpoints them (their journal
+        # holds the vectors).
+        self._erased: set[str] = set()
         if self.fresh:
             # Whatever is there (a crash before the first stamp, an older format) goes.
             shutil.rmtree(directory / LEXICAL_DIR, ignore_errors=True)
-            for name in (CHECKPOINT, JOURNAL):
-                (directory / name).unlink(missing_ok=True)
+            for suffix in (CHECKPOINT_SUFFIX, JOURNAL_SUFFIX):
+                for old in directory.glob("*" + suffix):
+                    old.unlink()
         self._lexical = Lexical(directory / LEXICAL_DIR)
-        self._vectors = Vectors(directory, dtype)
+        self._vectors = {
+            kind.name: Vectors(directory, f"vectors-{kind.name}", dtype) for kind in SEARCH_KINDS
+        }
         self._pending: dict[str, Row] = {}
         if self.fresh:
             self._commit_locked()
         else:
-            self._vectors.open(self._journal)
+            for kind, vectors in self._vectors.items():
+                vectors.open(self._journal.get(kind, 0))
 
     # -- the stamp --------------------------------------------------------------------------
 
@@ -196,7 +221,7 @@ class SearchIndex:
 
     @property
     def dim(self) -> int | None:
-        return self._vectors.dim
+        return self._dim
 
     def __len__(self) -> int:
         return self._lexical.count()
@@ -207,21 +232,20 @@ class SearchIndex:
         """Add or replace rows. A doc's vector is of `model`; a doc without one has none (its
         row is found by BM25 only until `set_vectors`)."""
         with self._write:
-            rows, labels, vectors, dropped = [], [], [], []
+            rows, vectors, dropped = [], _ByKind(), _ByKind()
             for doc in docs:
                 row = doc.row()
                 rows.append(row)
                 if doc.vector is None:
-                    dropped.append(row.label)
+                    dropped.add(row.kind, row.label)
                 else:
-                    labels.append(row.label)
-                    vectors.append(doc.vector)
+                    vectors.add(row.kind, row.label, doc.vector)
             self._lexical.put(rows)
             self._pending.update((row.key, row) for row in rows)
-            if dropped:
-                self._vectors.remove(dropped)
+            for kind, (labels, _) in dropped.items():
+                self._vectors[kind].remove(labels)
             if vectors:
-                self._set_vectors(labels, vectors, model)
+                self._set_vectors(vectors, model)
 
     def retire(self, table: str, ids: Sequence[str], at: int) -> int:
         """Close the validity of rows valid now (they stay for `as_of`); returns how many."""
@@ -241,7 +265,9 @@ class SearchIndex:
             self._lexical.delete(keys)
             for key in keys:
                 self._pending.pop(key, None)
-            self._vectors.remove([label_of(table, i) for i in ids])
+            labels = [label_of(table, i) for i in ids]
+            for kind in KINDS_OF_TABLE[table]:
+                self._vectors[kind].remove(labels)
 
     def forget(self, rows: Sequence[tuple[str, str]]) -> None:
         """Remove rows (table, id) from both indexes so that, once committed, no byte of
@@ -252,33 +278,54 @@ class SearchIndex:
             self._lexical.purge(keys, self._pending)
             for key in keys:
                 self._pending.pop(key, None)
-            self._vectors.erase([label_of(table, i) for table, i in rows])
-            self._erased = self._erased or bool(rows)
+            for kind, vectors in self._vectors.items():
+                table = SEARCH_KINDS_BY_NAME[kind].table
+                if vectors.erase([label_of(t, i) for t, i in rows if t == table]):
+                    self._erased.add(kind)
 
     def set_vectors(self, table: str, vectors: dict[str, Sequence[float]], model: str) -> None:
         """Vectors of `model` for rows; a model other than the index's drops every vector of
         the old one first (two models are never compared)."""
         with self._write:
-            self._set_vectors([label_of(table, i) for i in vectors], list(vectors.values()), model)
+            kinds = self._kinds_of(table, list(vectors))
+            by_kind = _ByKind()
+            for id_, vector in vectors.items():
+                if id_ in kinds:
+                    by_kind.add(kinds[id_], label_of(table, id_), vector)
+            self._set_vectors(by_kind, model)
 
-    def _set_vectors(
-        self, labels: list[int], vectors: list[Sequence[float]], model: str | None
-    ) -> None:
+    def _kinds_of(self, table: str, ids: list[str]) -> dict[str, str]:
+        """The search kind of each of `ids` that is a row of the index."""
+        kinds = KINDS_OF_TABLE[table]
+        if len(kinds) == 1:
+            return dict.fromkeys(ids, kinds[0])
+        keys = {row_key(table, i): i for i in ids}
+        rows = self._lexical.rows([k for k in keys if k not in self._pending])
+        rows.update((k, self._pending[k]) for k in keys if k in self._pending)
+        return {keys[k]: row.kind for k, row in rows.items()}
+
+    def _set_vectors(self, vectors: _ByKind, model: str | None) -> None:
         if model is None:
             raise ValueError("vectors need the name of their model")
-        matrix = np.asarray(vectors, np.float32)
-        if model != self._model or matrix.shape[1] != self._vectors.dim:
-            self._vectors.reset(matrix.shape[1])
-            self._model = model
-        self._vectors.set(labels, matrix)
+        for kind, (labels, rows) in vectors.items():
+            matrix = np.asarray(rows, np.float32)
+            dim = matrix.shape[1]
+            if model != self._model or dim != self._dim:
+                for every in self._vectors.values():
+                    every.reset(dim)
+                self._model, self._dim = model, dim
+            elif self._vectors[kind].dim != dim:
+                self._vectors[kind].reset(dim)  # its first vectors
+            self._vectors[kind].set(labels, matrix)
 
     def clear(self) -> None:
         """Empty both indexes (a rebuild follows); the stamp changes at the next commit."""
         with self._write:
             self._lexical.clear()
             self._pending.clear()
-            self._vectors.reset(None)
-            self._model = None
+            for vectors in self._vectors.values():
+                vectors.reset(None)
+            self._model = self._dim = None
             self._generation = None
             self._stale = False
 
@@ -295,26 +342,27 @@ class SearchIndex:
         with self._write:
             self._stale = True
             self._generation = None
-            self._write_stamp(self._journal)
+            self._write_stamp()
 
     def _commit_locked(self) -> None:
-        journal = self._vectors.flush()
+        journal = {kind: vectors.flush() for kind, vectors in self._vectors.items()}
         self._lexical.commit()
         self._pending.clear()
-        if self._erased or self._vectors.due(journal):
-            self._vectors.checkpoint()
-            journal = 0
-            self._erased = False
+        for kind, vectors in self._vectors.items():
+            if kind in self._erased or vectors.due(journal[kind]):
+                vectors.checkpoint()
+                journal[kind] = 0
+        self._erased.clear()
         self._journal = journal
-        self._write_stamp(journal)
+        self._write_stamp()
 
-    def _write_stamp(self, journal: int) -> None:
+    def _write_stamp(self) -> None:
         stamp = {
             "format": FORMAT,
             "generation": self._generation,
             "model": self._model,
-            "dim": self._vectors.dim,
-            "journal": journal,
+            "dim": self._dim,
+            "journal": self._journal,
         }
         tmp = self.directory / (STAMP + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -328,11 +376,13 @@ class SearchIndex:
     def close(self) -> None:
         """Checkpoint the vectors (a quick start next time) and let tantivy's merges finish."""
         with self._write:
-            self._vectors.flush()
+            for vectors in self._vectors.values():
+                vectors.flush()
             self._lexical.commit()
-            self._vectors.checkpoint()
-            self._journal = 0
-            self._write_stamp(0)
+            for vectors in self._vectors.values():
+                vectors.checkpoint()
+            self._journal = dict.fromkeys(self._vectors, 0)
+            self._write_stamp()
             self._lexical.close()
 
     # -- search -----------------------------------------------------------------------------
@@ -347,8 +397,7 @@ class SearchIndex:
         model."""
         if model != self._model:
             return []
-        where = self._lexical.filter_query(filters)
-        found = self._near(np.asarray(vector, np.float32), where, k)
+        found = self._near(np.asarray(vector, np.float32), filters, k)
         return self._hits([(label, 1.0 - distance) for label, distance, _ in found])
 
     def hybrid(
@@ -367,7 +416,7 @@ class SearchIndex:
         files = named_files(query)
         rankings = [self._lexical.bm25(query_terms(query), files, where, candidates)]
         if vector is not None and model == self._model:
-            rankings.append(self._near(np.asarray(vector, np.float32), where, candidates))
+            rankings.append(self._near(np.asarray(vector, np.float32), filters, candidates))
         fused: dict[int, float] = {}
         priors: dict[int, float] = {}
         for ranking in rankings:
@@ -384,19 +433,29 @@ class SearchIndex:
         )
         return self._hits([(label, score) for score, label in scored[:limit]])
 
-    def _near(self, vector: np.ndarray, where: Where, k: int) -> list[Ranked]:
-        """(label, cosine distance, prior) of the `k` nearest rows that pass `where`: the
-        ANN's nearest, oversampled by the share of rows expected to pass, or an exact scan of
-        the passing rows when they are fewer than the ANN would have to fetch."""
-        total = len(self._vectors)
-        if total == 0 or self._vectors.dim != len(vector):
+    def _near(self, vector: np.ndarray, filters: Filters, k: int) -> list[Ranked]:
+        """(label, cosine distance, prior) of the `k` nearest rows that pass `filters`: the
+        nearest of each kind's index, merged."""
+        if self._dim != len(vector):
             return []
-        expected = where.share * self._lexical.count()
+        found: list[Ranked] = []
+        for kind in filters.kinds:
+            where = self._lexical.filter_query(replace(filters, kinds=(kind,)))
+            found += self._near_in(self._vectors[kind], vector, where, k)
+        return sorted(found, key=lambda ranked: ranked[1])[:k]
+
+    def _near_in(self, vectors: Vectors, vector: np.ndarray, where: Where, k: int) -> list[Ranked]:
+        """The ANN's nearest in `vectors`, oversampled by the share of rows expected to pass,
+        or an exact scan of the passing rows when they are fewer than the ANN would fetch."""
+        total = len(vectors)
+        if total == 0:
+            return []
+        expected = where.share * total
         want = min(total, int(k * OVERSAMPLE / max(where.share, 1e-9)))
         while True:
             if expected <= max(EXACT_MAX, want):
-                return self._exact(vector, where, k)
-            labels, distances = self._vectors.search(vector, want)
+                return self._exact(vectors, vector, where, k)
+            labels, distances = vectors.search(vector, want)
             kept = self._lexical.keep(where, labels.tolist())
             found = [
                 (label, float(d), kept[label])
@@ -411,10 +470,10 @@ class SearchIndex:
             expected = share * total
             want = min(total, max(want * 2, int(k * OVERSAMPLE / max(share, 1 / total))))
 
-    def _exact(self, vector: np.ndarray, where: Where, k: int) -> list[Ranked]:
+    def _exact(self, vectors: Vectors, vector: np.ndarray, where: Where, k: int) -> list[Ranked]:
         priors = self._lexical.passing(where, self._lexical.count(where))
         labels = np.fromiter(priors, np.uint64, len(priors))
-        found, distances = self._vectors.exact(vector, labels, k)
+        found, distances = vectors.exact(vector, labels, k)
         return [
             (label, float(d), priors[label])
             for label, d in zip(found.tolist(), distances, strict=True)

@@ -136,8 +136,9 @@ def _row(stored: dict[str, list[Any]]) -> Row:
 
 @dataclass(frozen=True, slots=True)
 class Where:
-    """Filters as the index runs them, with an estimate of the share of rows that pass (the
-    product of each term's share: exact for one term, a guess for several)."""
+    """Filters as the index runs them, with an estimate of the share of the rows of their
+    kinds that pass (the product of each other term's share: exact for one term, a guess for
+    several)."""
 
     query: tantivy.Query
     share: float
@@ -284,7 +285,7 @@ class Lexical:
 
         kinds = [tantivy.Query.term_query(s, "kind", kind) for kind in filters.kinds]
         parts = [kinds[0] if len(kinds) == 1 else self._any(*kinds)]
-        share = min(1.0, sum(df("kind", kind) for kind in filters.kinds))
+        share = 1.0
         for name in ("project", "language"):
             value = getattr(filters, name)
             if value is not None:
@@ -305,7 +306,8 @@ class Lexical:
         if filters.path is not None:
             # No term frequency tells how many paths a glob matches: count them (the k-NN
             # would otherwise learn it in rounds, each running the glob again).
-            share = (searcher.search(query, 1, count=True).count or 0) / total
+            of_kinds = sum(searcher.doc_freq("kind", kind) for kind in filters.kinds)
+            share = (searcher.search(query, 1, count=True).count or 0) / max(of_kinds, 1)
         return Where(query, share)
 
     def bm25(

@@ -1,4 +1,4 @@
-"""The ANN index: usearch HNSW over integer labels, persisted as a checkpoint plus a journal.
+"""An ANN index: usearch HNSW over integer labels, persisted as a checkpoint plus a journal.
 
 usearch saves a whole index at once (about 90 MB at 100k 384-d f16 vectors), too much for
 every job's commit. So a commit appends its changes to a journal (label + vector, or a
@@ -23,8 +23,9 @@ from usearch.index import Index
 _SET, _REMOVE, _RESET = 1, 2, 3
 # op, label, n: a set is followed by its n float32; a reset's n is the new dimension.
 _HEAD = struct.Struct("<BQI")
-CHECKPOINT = "vectors.usearch"
-JOURNAL = "vectors.journal"
+# The files of an index named N: N.usearch (the checkpoint) and N.journal.
+CHECKPOINT_SUFFIX = ".usearch"
+JOURNAL_SUFFIX = ".journal"
 # Rewrite the checkpoint when the journal exceeds this and a quarter of the checkpoint.
 MIN_CHECKPOINT_BYTES = 32 << 20
 # The first label of the placeholders `erase` writes over freed slots: above every row's.
@@ -52,8 +53,9 @@ class Vectors:
     """One writer, many readers: every use of the usearch index holds `_lock` (its removals
     are not safe against concurrent searches)."""
 
-    def __init__(self, directory: Path, dtype: str = DTYPE) -> None:
-        self._dir = directory
+    def __init__(self, directory: Path, name: str, dtype: str = DTYPE) -> None:
+        self._checkpoint = directory / (name + CHECKPOINT_SUFFIX)
+        self._journal = directory / (name + JOURNAL_SUFFIX)
         # For new indexes: a checkpoint keeps the type it was saved with.
         self._dtype = dtype
         self._lock = threading.Lock()
@@ -70,12 +72,11 @@ class Vectors:
 
     def open(self, committed: int) -> None:
         """Load the checkpoint and replay the first `committed` bytes of the journal."""
-        checkpoint = self._dir / CHECKPOINT
-        if checkpoint.exists():
-            self._index = Index.restore(str(checkpoint))
+        if self._checkpoint.exists():
+            self._index = Index.restore(str(self._checkpoint))
             if self._index is not None:
                 self._index.expansion_search = EXPANSION_SEARCH
-        journal = self._dir / JOURNAL
+        journal = self._journal
         data = journal.read_bytes()[:committed] if journal.exists() else b""
         self._replay(data)
         with open(journal, "ab") as f:
@@ -108,13 +109,15 @@ class Vectors:
         self._remove(labels)
         self._index.add(labels, vectors, threads=1)
 
-    def _remove(self, labels: Sequence[int] | np.ndarray) -> None:
+    def _remove(self, labels: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Remove those of `labels` the index holds; returns them."""
         if self._index is None or self._index.size == 0:
-            return
+            return np.empty(0, np.uint64)
         keys = np.asarray(labels, np.uint64)
         present = keys[np.asarray(self._index.contains(keys), bool).reshape(-1)]
         if len(present):
             self._index.remove(present)
+        return present
 
     # -- writes (the writer thread) ------------------------------------------------------
 
@@ -134,34 +137,35 @@ class Vectors:
             self._pending += _HEAD.pack(_SET, label, len(vector)) + vector.tobytes()
 
     def remove(self, labels: Sequence[int]) -> None:
+        # Only labels held are journalled: a replay reaches the same state at this point.
         with self._lock:
-            self._remove(labels)
-        for label in labels:
+            present = self._remove(labels)
+        self._journal_removals(present)
+
+    def _journal_removals(self, labels: np.ndarray) -> None:
+        for label in labels.tolist():
             self._pending += _HEAD.pack(_REMOVE, label, 0)
 
-    def erase(self, labels: Sequence[int]) -> None:
+    def erase(self, labels: Sequence[int]) -> bool:
         """Remove, leaving no byte of the vectors in the index: usearch keeps a removed
         vector in its slot (and in every save) until an add takes the slot again. So
         placeholders, under labels no row has (row labels are 63-bit), take the freed slots
         and are removed in turn. The journal still holds the vectors as they were set: the
-        caller checkpoints next."""
+        caller checkpoints next. Returns whether any was held."""
         with self._lock:
-            if self._index is not None and self._index.size:
-                keys = np.asarray(labels, np.uint64)
-                present = keys[np.asarray(self._index.contains(keys), bool).reshape(-1)]
-                if len(present):
-                    self._index.remove(present)
-                    fill = np.arange(len(present), dtype=np.uint64) + np.uint64(_PLACEHOLDER)
-                    blank = np.ones((len(present), self._index.ndim), np.float32)
-                    self._index.add(fill, blank, threads=1)
-                    self._index.remove(fill)
-        for label in labels:
-            self._pending += _HEAD.pack(_REMOVE, label, 0)
+            present = self._remove(labels)
+            if len(present):
+                assert self._index is not None
+                fill = np.arange(len(present), dtype=np.uint64) + np.uint64(_PLACEHOLDER)
+                blank = np.ones((len(present), self._index.ndim), np.float32)
+                self._index.add(fill, blank, threads=1)
+                self._index.remove(fill)
+        self._journal_removals(present)
+        return len(present) > 0
 
     def flush(self) -> int:
         """Append pending changes to the journal, durably; returns the committed length."""
-        journal = self._dir / JOURNAL
-        with open(journal, "ab") as f:
+        with open(self._journal, "ab") as f:
             if self._pending:
                 f.write(self._pending)
                 f.flush()
@@ -171,13 +175,13 @@ class Vectors:
         return length
 
     def due(self, journal_bytes: int) -> bool:
-        checkpoint = self._dir / CHECKPOINT
+        checkpoint = self._checkpoint
         size = checkpoint.stat().st_size if checkpoint.exists() else 0
         return journal_bytes > max(MIN_CHECKPOINT_BYTES, size // 4)
 
     def checkpoint(self) -> None:
         """Save the whole index and empty the journal (callers stamp a journal length of 0)."""
-        checkpoint = self._dir / CHECKPOINT
+        checkpoint = self._checkpoint
         with self._lock:
             if self._index is None:
                 checkpoint.unlink(missing_ok=True)
@@ -186,7 +190,7 @@ class Vectors:
                 self._index.save(str(tmp))
                 os.chmod(tmp, 0o600)
                 os.replace(tmp, checkpoint)
-        with open(self._dir / JOURNAL, "r+b") as f:
+        with open(self._journal, "r+b") as f:
             f.truncate(0)
             os.fsync(f.fileno())
 
