@@ -13,7 +13,7 @@ only passes the JSON over and prints the answer).
 - Never the same item twice in one session: what was injected is recorded in
   `<data dir>/hooks/<agent>-<session hash>.json` (0600; at most MAX_RECORDED keys, about 100 KB).
   The record starts afresh when the session is compacted or cleared (that context is gone), and
-  a record unused for `hook_state_days` (default 7) is deleted by the next hook that runs.
+  a record unused for `hook_state_days` (default 7) is deleted by the daily prune.
 - Only this repository's own memory, and no tool output: raw results of tools (a web page, a
   command's output) could carry a prompt injection into later sessions, so prompts, assistant
   messages, agents' notes and code are injected, tool results and other repositories never.
@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import json
 import os
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -94,15 +93,18 @@ class State:
         os.replace(tmp, self.path)
 
 
-def expire_states(settings: Settings, now: float | None = None) -> int:
-    """Delete records of sessions no hook touched for `hook_state_days`."""
+def expire_states(settings: Settings, now: float, dry_run: bool = False) -> int:
+    """Delete records of sessions no hook touched for `hook_state_days` (the prune job's
+    part: not per hook, where it would read the folder on every prompt); returns how many
+    went (or would go)."""
     folder = settings.data_dir / "hooks"
-    cutoff = (now or time.time()) - settings.hook_state_days * 86400
+    cutoff = now - settings.hook_state_days * 86400
     removed = 0
     for path in folder.glob("*.json") if folder.is_dir() else ():
         try:
             if path.stat().st_mtime < cutoff:
-                path.unlink()
+                if not dry_run:
+                    path.unlink()
                 removed += 1
         except OSError:
             continue
@@ -253,10 +255,9 @@ async def run(
         )
     except (MemorydError, TimeoutError, OSError):
         text, keys = "", []
-    with contextlib.suppress(OSError):
-        if keys or reset:
+    if keys or reset:
+        with contextlib.suppress(OSError):
             state.save(keys)
-        expire_states(settings)
     if not text:
         return ""
     return json.dumps({"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}})

@@ -693,8 +693,24 @@ async def test_records_of_sessions_idle_past_their_days_are_deleted(daemon: Daem
         path.write_text('{"injected": []}')
     eight_days = time.time() - 8 * 86400
     os.utime(old, (eight_days, eight_days))
+    # Not a hook's work (it would read the folder on every prompt): the prune's.
     payload = {"session_id": "s", "cwd": str(daemon.repo)}
     hook(daemon.data, "claude-code", "session-start", payload, **PATIENT)
+    assert old.exists()
+
+    def prune(*flags: str) -> dict:
+        done = subprocess.run(
+            [MEMORYD, "prune", "--json", *flags],
+            capture_output=True,
+            text=True,
+            env=clean_env(daemon.data),
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    assert prune("--dry-run")["hook_records"] == 1 and old.exists()
+    assert prune()["hook_records"] == 1
     assert not old.exists() and recent.exists()
 
 

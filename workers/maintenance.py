@@ -18,6 +18,7 @@ from typing import Any
 from redis.asyncio.lock import Lock
 from redis.exceptions import LockError
 
+from memoryd import hooks
 from memoryd.indexsync import IndexSync
 from memoryd.queue import MAINTENANCE_LOCK_PREFIX
 from memoryd.store import VECTOR_TABLES, Store
@@ -128,7 +129,14 @@ async def prune(
         )
         counts = {table: len(keys) for table, keys in deleted.items()}
         shown = {table: keys[:_SHOWN_IDS] for table, keys in deleted.items()}
-    result = {"dry_run": dry_run, "at": now.isoformat(), "deleted": counts, "ids": shown}
+    records = hooks.expire_states(settings, now.timestamp(), dry_run)
+    result = {
+        "dry_run": dry_run,
+        "at": now.isoformat(),
+        "deleted": counts,
+        "ids": shown,
+        "hook_records": records,
+    }
     await store.record_maintenance("prune", started, result, dry_run, ctx.get("job_id"))
     log.info("prune%s: %s", " (dry run)" if dry_run else "", counts)
     return result
