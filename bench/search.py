@@ -32,8 +32,8 @@ import numpy as np
 
 from memoryd.config import DEFAULT_MODEL
 from memoryd.embedding import Embedder
-from memoryd.searchindex import Doc, Filters, SearchIndex, chunk_kind
-from workers.chunking import chunk_text, language_for_path
+from memoryd.searchindex import Doc, Filters, SearchIndex
+from tests.chunk_docs import chunk_docs
 
 PROJECTS = ("alpha", "beta", "gamma", "delta")
 SUFFIXES = (".py", ".pyi", ".md", ".rst", ".txt")
@@ -99,22 +99,9 @@ def rows(files: list[Path], root: Path, count: int) -> Iterator[Doc]:
             except (UnicodeDecodeError, OSError):
                 continue
             rel = path.relative_to(root).as_posix()
-            language = language_for_path(rel)
             project = PROJECTS[n % len(PROJECTS)]
-            for i, chunk in enumerate(chunk_text(text, language)):
-                yield Doc(
-                    table="code_chunk",
-                    id=f"{project}:{rel}:{i}:v{version}",
-                    kind=chunk_kind(rel, language),
-                    content=chunk.content,
-                    project=project,
-                    path=rel,
-                    language=language,
-                    name=chunk.name,
-                    parent_name=chunk.parent_name,
-                    valid_from=T0 + version,
-                    fields={"start_line": chunk.start_line, "end_line": chunk.end_line},
-                )
+            for doc in chunk_docs(project, rel, text, f":v{version}", T0 + version):
+                yield doc
                 made += 1
                 if made >= count:
                     return

@@ -18,10 +18,10 @@ import pytest
 
 from memoryd.config import DEFAULT_MODEL
 from memoryd.embedding import TRUNCATED_DIM, TRUNCATED_MODEL, Embedder, truncate
-from memoryd.searchindex import Doc, Filters, Hit, SearchIndex, chunk_kind
+from memoryd.searchindex import Doc, Filters, Hit, SearchIndex
 from memoryd.searchindex import index as index_module
+from tests.chunk_docs import chunk_docs
 from tests.conftest import site_package
-from workers.chunking import chunk_text, language_for_path
 
 MA_FILES = (
     "API_CHANGES.txt",
@@ -45,26 +45,7 @@ class Corpus:
 
 
 def _docs(root: Path, project: str, files: tuple[str, ...]) -> list[Doc]:
-    docs = []
-    for rel in files:
-        language = language_for_path(rel)
-        for n, chunk in enumerate(chunk_text((root / rel).read_text(), language)):
-            docs.append(
-                Doc(
-                    table="code_chunk",
-                    id=f"{project}/{rel}#{n}",
-                    kind=chunk_kind(rel, language),
-                    content=chunk.content,
-                    project=project,
-                    path=rel,
-                    language=language,
-                    name=chunk.name,
-                    parent_name=chunk.parent_name,
-                    valid_from=T0,
-                    fields={"start_line": chunk.start_line, "end_line": chunk.end_line},
-                )
-            )
-    return docs
+    return [d for rel in files for d in chunk_docs(project, rel, (root / rel).read_text(), "", T0)]
 
 
 @pytest.fixture(scope="module")
