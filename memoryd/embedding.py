@@ -5,8 +5,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import os
+import sys
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +31,8 @@ _MAX_LENGTH = 256
 DEFAULT_DIM = 384
 # Query vectors kept for a repeated query.
 RECENT_QUERIES = 64
+# The niceness of batch embedding's threads: a query (an agent waiting) gets the cores first.
+BATCH_NICE = 10
 
 
 def _package_dir(name: str) -> Path:
@@ -112,6 +117,14 @@ def _load(model: str, cache_dir: Path, threads: int | None = None) -> TextEmbedd
     )
 
 
+def _lower_priority() -> None:
+    """Lower the calling thread's priority, and that of the threads it starts (they inherit
+    it). Linux only: there a niceness is a thread's; elsewhere it would be the whole process's,
+    queries included."""
+    if sys.platform == "linux":
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BATCH_NICE)
+
+
 class Embedder:
     """One loaded model; `embed` takes texts in order and returns unit-length vectors."""
 
@@ -121,15 +134,16 @@ class Embedder:
         cache_dir.mkdir(parents=True, exist_ok=True)
         self._dims = TRUNCATED_DIM if model == TRUNCATED_MODEL else None
         # One inference already spreads over every core: two jobs embedding at once would only
-        # fight over them, so model batches take turns.
-        self._turn = threading.Lock()
+        # fight over them, so model batches take turns, on one thread of lower priority that
+        # also creates the model's session (whose thread pool inherits that priority).
+        self._batches = ThreadPoolExecutor(1, "embed", initializer=_lower_priority)
         # Queries do not wait for a batch: a second session of the same model, on one thread,
         # embeds them while batches run (a query is a few tokens: milliseconds on one core).
         self._query_turn = threading.Lock()
         self._recent: dict[str, np.ndarray] = {}
         self._stopping = threading.Event()
         try:
-            self._model = _load(model, cache_dir)
+            self._model = self._batches.submit(_load, model, cache_dir).result()
             self._queries = _load(model, cache_dir, threads=1)
         except MemorydError:
             raise
@@ -169,8 +183,10 @@ class Embedder:
                 # Its job was cancelled; the job runs again after the restart, from the start.
                 raise MemorydError("embedding interrupted: memoryd is stopping")
             batch = list(texts[start : start + self.batch_size])
-            with self._turn:
-                vectors += self._model.embed(batch, batch_size=self.batch_size)
+            vectors += self._batches.submit(self._embed_batch, batch).result()
         if self._dims is not None:
             vectors = [truncate(vector, self._dims) for vector in vectors]
         return [vector.tolist() for vector in vectors]
+
+    def _embed_batch(self, batch: list[str]) -> list[np.ndarray]:
+        return list(self._model.embed(batch, batch_size=self.batch_size))

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from memoryd.config import DEFAULT_MODEL
-from memoryd.embedding import Embedder
+from memoryd.embedding import BATCH_NICE, Embedder
 from tests.conftest import site_package
 
 
@@ -51,3 +54,32 @@ def test_concurrent_jobs_take_turns_at_the_model_and_get_the_same_vectors(
     assert calls == 15 + 15 + 1  # batches of 2: each a turn of its own
     for mine, theirs in zip(together, alone, strict=True):
         assert np.allclose(mine, theirs, atol=1e-6)
+
+
+def _threads() -> dict[int, int]:
+    """This process's threads: native id -> niceness (field 19 of /proc's stat)."""
+    nice = {}
+    for task in Path("/proc/self/task").iterdir():
+        fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        nice[int(task.name)] = int(fields[16])
+    return nice
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a thread's own niceness is Linux's")
+def test_batch_embedding_runs_below_the_queries_priority(tmp_path: Path) -> None:
+    """An agent's query must not queue behind an index's embedding for the cores: the batch
+    session's threads (and the thread that runs its batches) are niced, the caller's not."""
+    before = _threads()
+    embedder = Embedder(DEFAULT_MODEL, tmp_path / "models")
+    embedder.embed(["def connect(settings): return Redis(settings.host)"] * 40)
+    ran: list[int] = []
+    embedder._model.embed = lambda texts, **_: ran.append(threading.get_native_id()) or []  # type: ignore[method-assign]
+    embedder.embed(["one more batch"])
+    embedder.embed_query("how are redis settings parsed")
+    after = _threads()
+    started = {tid: nice for tid, nice in after.items() if tid not in before}
+    # The batch thread and the batch session's pool of workers (one per core beyond the first).
+    assert len(started) >= min(os.cpu_count() or 1, 2)
+    assert set(started.values()) == {BATCH_NICE}
+    assert ran and after[ran[0]] == BATCH_NICE
+    assert after[threading.get_native_id()] == 0
