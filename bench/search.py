@@ -1,11 +1,17 @@
-"""Latency of the derived search indexes (memoryd.searchindex) at 10k and 100k rows, in-process.
+"""Latency of the derived search indexes (memoryd.searchindex) at 10k, 100k and 1M rows,
+in-process.
 
-    .venv/bin/python bench/search.py [--rows 10000 100000] [--seeds 512] [--dtype f16]
+    .venv/bin/python -m bench.search [--rows 10000 100000 1000000] [--memory-share 0.5]
+        [--seeds 512] [--dtype f16]
 
-Rows: the installed packages' source, readmes and changelogs (code nobody here wrote), cut by
-the indexer's own chunker, spread over four projects. When the packages run out, the files are
-replayed as older versions: the replayed rows are retired (valid_until set), as a project's
-history is, so valid-now searches filter them out and `as_of` searches see them.
+Rows: code chunks and memories. Code: the installed packages' source, readmes and changelogs
+(code nobody here wrote), cut by the indexer's own chunker, spread over four projects. When the
+packages run out, the files are replayed as older versions: the replayed rows are retired
+(valid_until set), as a project's history is, so valid-now searches filter them out and `as_of`
+searches see them. Memories (`--memory-share` of the rows): the vendored real transcripts'
+memories, made by the ingest stages and mapped to index rows as the daemon maps them, replayed
+under new ids; only those ingestion embeds (prompts, messages, goals: not tool results) have a
+vector, as in a real index.
 
 Vectors: `--seeds` chunk texts are embedded by the real model; every row's vector is derived
 from two of them by mixing and a small perturbation (embedding 100k texts would take an hour on
@@ -30,10 +36,13 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.fixture_rows import whole_file_rows
 from memoryd.config import DEFAULT_MODEL
 from memoryd.embedding import Embedder
+from memoryd.indexsync import doc_of
 from memoryd.searchindex import Doc, Filters, SearchIndex
 from tests.chunk_docs import chunk_docs
+from tests.fixtures import TRANSCRIPTS
 
 PROJECTS = ("alpha", "beta", "gamma", "delta")
 SUFFIXES = (".py", ".pyi", ".md", ".rst", ".txt")
@@ -107,6 +116,27 @@ def rows(files: list[Path], root: Path, count: int) -> Iterator[Doc]:
                     return
 
 
+def memory_rows(count: int) -> Iterator[tuple[Doc, bool]]:
+    """`count` memory rows, each with whether ingestion embeds it: the transcripts' memories,
+    replayed under new ids."""
+    memories = []
+    for path in sorted(TRANSCRIPTS.rglob("*.json*")):
+        found = whole_file_rows(str(path))
+        if found is None:
+            continue
+        rows = found[2]
+        embedded = {id(row) for row, _ in rows.embed}
+        memories += [(row, id(row) in embedded) for row in rows.tables.get("memories", [])]
+    made = 0
+    for version in range(1_000_000):
+        for row, embedded in memories:
+            key = f"{row['id'].key}:v{version}"
+            yield doc_of("memory", {**row, "key": key, "embedding": None}, DEFAULT_MODEL), embedded
+            made += 1
+            if made >= count:
+                return
+
+
 def derived_vectors(seeds: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
     """Unit vectors near the model's: a mix of two seed vectors plus a little noise."""
     a = seeds[rng.integers(0, len(seeds), count)]
@@ -138,13 +168,14 @@ def run(
     dtype: str,
     workdir: Path,
     retired: list[str],
+    unembedded: set[str],
 ) -> None:
     directory = workdir / f"index-{n}"
     ix = SearchIndex(directory, dtype)
     start = time.perf_counter()
     for lo in range(0, n, BATCH):
         batch = [
-            Doc(**{**_fields(d), "vector": vectors[lo + i]})
+            Doc(**{**_fields(d), "vector": None if d.id in unembedded else vectors[lo + i]})
             for i, d in enumerate(docs[lo : lo + BATCH])
         ]
         ix.upsert(batch, DEFAULT_MODEL)
@@ -171,6 +202,8 @@ def run(
         "one project": Filters(project="beta"),
         "path glob": Filters(path="**/tests/**"),
         "as_of (before retiring)": Filters(as_of=RETIRED_AT - 1),
+        "memories": Filters(kinds=("memory",)),
+        "every kind": Filters(kinds=("code", "docs", "memory", "goal")),
     }
     for label, filters in cases.items():
         # A warm-up pass, then every query three times.
@@ -204,6 +237,7 @@ def _fields(doc: Doc) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--memory-share", type=float, default=0.5)
     parser.add_argument("--seeds", type=int, default=512)
     parser.add_argument("--dtype", choices=("f16", "f32"), default="f16")
     args = parser.parse_args()
@@ -214,10 +248,19 @@ def main() -> None:
         root = Path(sysconfig.get_paths()["purelib"])
         most = max(args.rows)
         start = time.perf_counter()
-        docs = list(rows(files, root, most))
+        memories = int(most * args.memory_share)
+        code = list(rows(files, root, most - memories))
+        mem = list(memory_rows(memories))
+        unembedded = {doc.id for doc, embedded in mem if not embedded}
+        # Interleaved, so that every size holds both in the same shares.
+        step = len(code) / max(len(mem), 1)
+        placed = [(float(i), d) for i, d in enumerate(code)]
+        placed += [(i * step, d) for i, (d, _) in enumerate(mem)]
+        docs = [d for _, d in sorted(placed, key=lambda pair: pair[0])]
         print(
-            f"{len(docs):,} rows chunked from {len(files):,} installed package files "
-            f"in {time.perf_counter() - start:.0f} s; load {load()}"
+            f"{len(code):,} code rows chunked from {len(files):,} installed package files and "
+            f"{len(mem):,} memories ({len(mem) - len(unembedded):,} with a vector) from the "
+            f"vendored transcripts in {time.perf_counter() - start:.0f} s; load {load()}"
         )
         embedder = Embedder(DEFAULT_MODEL, workdir / "models")
         picks = rng.choice(len(docs), min(args.seeds, len(docs)), replace=False)
@@ -230,13 +273,15 @@ def main() -> None:
         vectors = derived_vectors(seeds, len(docs), rng)
         queries = list(zip(QUERIES, embedder.embed(list(QUERIES)), strict=True))
         for n in sorted(args.rows):
-            # A row replayed by a later version is history: retire it.
+            # A chunk replayed by a later version is history: retire it (a replayed memory is
+            # another session's).
+            chunks = [d for d in docs[:n] if d.table == "code_chunk"]
             newest: dict[str, str] = {}
-            for d in docs[:n]:
+            for d in chunks:
                 newest[d.id.rsplit(":v", 1)[0]] = d.id
             latest = set(newest.values())
-            retired = [d.id for d in docs[:n] if d.id not in latest]
-            run(n, docs, vectors, queries, args.dtype, workdir, retired)
+            retired = [d.id for d in chunks if d.id not in latest]
+            run(n, docs, vectors, queries, args.dtype, workdir, retired, unembedded)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
