@@ -108,6 +108,21 @@ class Counted:
 STATUS_SKIPPED_FILES = 50
 
 
+STATUS_PARTS = (
+    "live_workers",
+    "paused_since",
+    "jobs",
+    "queries",
+    "oldest_job_age",
+    "last_hour",
+    "counts",
+    "projects",
+    "skipped_files",
+    "schema_version",
+    "maintenance",
+)
+
+
 async def status(ctx: JobContext) -> dict[str, Any]:
     store = ctx["store"]
     settings, model = ctx["settings"], ctx["embedder"].model
@@ -130,22 +145,42 @@ async def status(ctx: JobContext) -> dict[str, Any]:
 
     counted = ctx.get("status_counts") or Counted()
     redis = ctx["redis"]
-    since = await queue.paused_since(redis)
+    # Each part is a round trip of its own (Redis or the database): asked at once, not in turn.
+    parts = dict(
+        zip(
+            STATUS_PARTS,
+            await asyncio.gather(
+                queue.live_workers(redis),
+                queue.paused_since(redis),
+                queue.queue_depth(redis, JOBS_QUEUE),
+                queue.queue_depth(redis, QUERY_QUEUE),
+                queue.oldest_job_age(redis),
+                queue.recent_outcomes(redis),
+                counted.get(count),
+                project_progress(store),
+                store.skipped_files(STATUS_SKIPPED_FILES),
+                store.schema_version(),
+                store.last_maintenance(),
+            ),
+            strict=True,
+        )
+    )
+    since = parts["paused_since"]
     return {
         # The queue's account, read here: a client asking over the channel needs no Redis.
-        "daemon_running": await queue.live_workers(redis) > 0,
+        "daemon_running": parts["live_workers"] > 0,
         "paused_since": since.isoformat() if since else None,
         "queue": {
-            "jobs": await queue.queue_depth(redis, JOBS_QUEUE),
-            "queries": await queue.queue_depth(redis, QUERY_QUEUE),
-            "oldest_job_age_seconds": await queue.oldest_job_age(redis),
-            "last_hour": await queue.recent_outcomes(redis),
+            "jobs": parts["jobs"],
+            "queries": parts["queries"],
+            "oldest_job_age_seconds": parts["oldest_job_age"],
+            "last_hour": parts["last_hour"],
         },
-        **await counted.get(count),
-        "projects": await project_progress(store),
-        "skipped_files": await store.skipped_files(STATUS_SKIPPED_FILES),
-        "schema_version": await store.schema_version(),
-        "maintenance": {task: plain(run) for task, run in (await store.last_maintenance()).items()},
+        **parts["counts"],
+        "projects": parts["projects"],
+        "skipped_files": parts["skipped_files"],
+        "schema_version": parts["schema_version"],
+        "maintenance": {task: plain(run) for task, run in parts["maintenance"].items()},
         "model": model,
         "database": store.url,
     }
