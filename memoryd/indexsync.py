@@ -6,6 +6,13 @@ transaction and the indexes are committed with it; writes are serialised by one 
 index's generation is the database's exactly when every write reached both. At start, a
 missing index or a different generation (a crash between the two writes, a restored database)
 means a rebuild from the database.
+
+Server mode (`follow`): several workers write one database, each with its own indexes. Each
+write then also records the rows it changed under its generation (schema 022), and a copy
+catches up before it answers a search or makes its own write: it reads those rows again, and
+drops those gone. Its stamp moves over the generations it holds without a gap. A generation
+recorded nowhere for `MISSING_SECONDS` (a writer died between its two writes), or no longer
+kept, means a rebuild.
 """
 
 from __future__ import annotations
@@ -30,6 +37,10 @@ SNIPPET_CHARS = 160
 # Rows read from the database per page of a rebuild.
 REBUILD_BATCH = 2000
 SEARCHED_TABLES = ("code_chunk", "memory", "goal")
+# Server mode: the generations of changes kept for copies that fell behind, and how long a
+# generation may go unrecorded before a copy stops waiting for it and rebuilds.
+CHANGES_KEPT = 10_000
+MISSING_SECONDS = 60.0
 # Rows a forget deletes per database transaction (each commits on its own).
 FORGET_BATCH = 1000
 
@@ -83,19 +94,29 @@ def doc_of(table: str, row: dict[str, Any], model: str) -> Doc:
 class IndexSync:
     """The one writer of the search indexes in the serving process."""
 
-    def __init__(self, store: Store, index: SearchIndex, model: str) -> None:
+    def __init__(self, store: Store, index: SearchIndex, model: str, follow: bool = False) -> None:
         self.store = store
         self.index = index
         self.model = model
+        self.follow = follow
         self._lock = asyncio.Lock()
+        # Server mode: generations past the stamp already applied, and when each generation
+        # still unrecorded was first missed.
+        self._applied: set[int] = set()
+        self._missed: dict[int, float] = {}
 
     @classmethod
-    async def open(cls, store: Store, data_dir: Path, model: str) -> IndexSync:
-        """Open the indexes in the data dir; rebuild them when missing or stale."""
+    async def open(
+        cls, store: Store, data_dir: Path, model: str, follow: bool = False
+    ) -> IndexSync:
+        """Open the indexes in the data dir; rebuild them when missing or stale (in server
+        mode: catch up when the changes since are kept)."""
         index = await asyncio.to_thread(SearchIndex, data_dir / SEARCH_DIR)
-        sync = cls(store, index, model)
+        sync = cls(store, index, model, follow)
         generation = await store.search_generation()
-        if index.fresh or index.generation != generation:
+        if follow and not index.fresh:
+            await sync.catch_up()
+        elif index.fresh or index.generation != generation:
             log.info(
                 "search indexes %s (generation %s, records %d): rebuilding",
                 "missing" if index.fresh else "stale",
@@ -117,6 +138,8 @@ class IndexSync:
     async def _rebuild(self) -> dict[str, int]:
         started = time.perf_counter()
         generation = await self.store.search_generation()
+        self._applied.clear()
+        self._missed.clear()
         await asyncio.to_thread(self.index.clear)
         counts = {}
         for table in SEARCHED_TABLES:
@@ -133,21 +156,83 @@ class IndexSync:
         log.info("search indexes rebuilt in %.1fs: %s", time.perf_counter() - started, counts)
         return counts
 
-    async def _follow(self, generation: int | None, update: Callable[[], Awaitable[None]]) -> None:
-        """Bring the indexes to the database's `generation` with `update`. A failure half-way
-        leaves them holding part of a write: they are rebuilt now, or, when the job is
-        cancelled, stamped stale so the next start rebuilds them."""
+    async def _follow(
+        self,
+        generation: int | None,
+        update: Callable[[], Awaitable[None]],
+        changes: Sequence[tuple[str, Sequence[str]]],
+        forget: bool = False,
+    ) -> None:
+        """Bring the indexes to the database's `generation` with `update`, which applies the
+        write's `changes` (table, keys). A failure half-way leaves them holding part of a
+        write: they are rebuilt now, or, when the job is cancelled, stamped stale so the next
+        start rebuilds them."""
         if generation is None:
             return
         try:
             await update()
-            await asyncio.to_thread(self.index.commit, generation)
+            if self.follow:
+                recorded = [
+                    {"tb": table, "keys": list(keys), "forget": forget}
+                    for table, keys in changes
+                    if keys
+                ]
+                await self.store.record_search_changes(generation, recorded, CHANGES_KEPT)
+                self._applied.add(generation)
+                await self._catch_up(generation)
+            else:
+                await asyncio.to_thread(self.index.commit, generation)
         except Exception:
             log.exception("search index update failed; rebuilding from the database")
             await self._rebuild()
         except BaseException:
             self.index.invalidate()
             raise
+
+    async def catch_up(self) -> None:
+        """Server mode: apply what other workers wrote since the stamp (before a search)."""
+        if self.follow:
+            async with self._lock:
+                await self._catch_up(await self.store.search_generation())
+
+    async def _catch_up(self, upto: int) -> None:
+        mine = self.index.generation
+        if mine is None or upto < mine or upto - mine > CHANGES_KEPT:
+            await self._rebuild()  # never stamped, a database restored, or too far behind
+            return
+        waiting = [g for g in range(mine + 1, upto + 1) if g not in self._applied]
+        recorded = await self.store.search_changes(mine, upto) if waiting else {}
+        now = time.monotonic()
+        for g in waiting:
+            if g in recorded:
+                await self._apply(recorded[g])
+                self._applied.add(g)
+                self._missed.pop(g, None)
+            elif now - self._missed.setdefault(g, now) > MISSING_SECONDS:
+                log.warning("search generation %d was never recorded; rebuilding", g)
+                await self._rebuild()
+                return
+        held = mine
+        while held + 1 in self._applied:
+            held += 1
+            self._applied.discard(held)
+        await asyncio.to_thread(self.index.commit, held)
+
+    async def _apply(self, changes: list[dict[str, Any]]) -> None:
+        """Another worker's write: its rows as the database holds them now (a later write of
+        the same rows is read the same, so the order does not matter), those gone dropped."""
+        for change in changes:
+            table, keys = change["tb"], change["keys"]
+            if change["forget"]:
+                await asyncio.to_thread(self.index.forget, [(table, k) for k in keys])
+                continue
+            for lo in range(0, len(keys), REBUILD_BATCH):
+                part = keys[lo : lo + REBUILD_BATCH]
+                rows = await self.store.search_rows_by_key(table, part)
+                await self._upsert(table, rows)
+                gone = sorted(set(part) - {row["key"] for row in rows})
+                if gone:
+                    await asyncio.to_thread(self.index.delete, table, gone)
 
     async def _upsert(self, table: str, rows: list[dict[str, Any]]) -> None:
         docs = [doc_of(table, row, self.model) for row in rows]
@@ -181,7 +266,8 @@ class IndexSync:
                     at = micros(done.at)
                     await asyncio.to_thread(self.index.retire, "code_chunk", done.retired, at)
 
-            await self._follow(done.generation, update)
+            keys = [c["id"] for c in chunks] + list(done.retired)
+            await self._follow(done.generation, update, [("code_chunk", keys)])
             return done
 
     async def write_transcript_batch(
@@ -190,12 +276,17 @@ class IndexSync:
         async with self._lock:
             generation = await self.store.write_transcript_batch(batch, cursor)
 
-            async def update() -> None:
-                for table, name in (("memory", "memories"), ("goal", "goals")):
-                    # Parsed rows name themselves with a Ref (memoryd.store.Ref).
-                    await self._reread(table, [row["id"].key for row in batch.get(name, [])])
+            # Parsed rows name themselves with a Ref (memoryd.store.Ref).
+            changes = [
+                (table, [row["id"].key for row in batch.get(name, [])])
+                for table, name in (("memory", "memories"), ("goal", "goals"))
+            ]
 
-            await self._follow(generation, update)
+            async def update() -> None:
+                for table, keys in changes:
+                    await self._reread(table, keys)
+
+            await self._follow(generation, update, changes)
 
     async def delete_rows(self, table: str, keys: list[str]) -> None:
         async with self._lock:
@@ -204,7 +295,7 @@ class IndexSync:
             async def update() -> None:
                 await asyncio.to_thread(self.index.delete, table, keys)
 
-            await self._follow(generation, update)
+            await self._follow(generation, update, [(table, keys)])
 
     async def write_note(
         self,
@@ -220,7 +311,7 @@ class IndexSync:
             async def update() -> None:
                 await self._reread("memory", [memory["id"].key])
 
-            await self._follow(generation, update)
+            await self._follow(generation, update, [("memory", [memory["id"].key])])
             return seq
 
     async def forget(self, refs: Sequence[Ref]) -> list[Ref]:
@@ -242,11 +333,13 @@ class IndexSync:
                     self.index.invalidate()
                 raise
 
+            rows = [(ref.table, ref.key) for ref in gone if ref.table in SEARCHED_TABLES]
+
             async def update() -> None:
-                rows = [(ref.table, ref.key) for ref in gone if ref.table in SEARCHED_TABLES]
                 await asyncio.to_thread(self.index.forget, rows)
 
-            await self._follow(generation, update)
+            changes = [(t, [key for table, key in rows if table == t]) for t in SEARCHED_TABLES]
+            await self._follow(generation, update, changes, forget=True)
             return gone
 
     async def set_vectors(self, table: str, vectors: dict[str, list[float]], model: str) -> None:
@@ -256,4 +349,4 @@ class IndexSync:
             async def update() -> None:
                 await asyncio.to_thread(self.index.set_vectors, table, vectors, model)
 
-            await self._follow(generation, update)
+            await self._follow(generation, update, [(table, list(vectors))])

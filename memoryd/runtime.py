@@ -120,7 +120,10 @@ class Runtime:
         applied = await migrate(self.store, s, s.data_dir / "backups")
         if applied:
             log.info("schema applied: %s", ", ".join(applied))
-        self.search = await IndexSync.open(self.store, s.data_dir, self.embedder.model)
+        # Server mode: other workers write the same database (their changes are followed).
+        self.search = await IndexSync.open(
+            self.store, s.data_dir, self.embedder.model, follow=not s.embedded_db
+        )
         # Imported here: memoryd depends on workers only where it starts one.
         from workers.context import JobContext
         from workers.queries import Counted

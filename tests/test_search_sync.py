@@ -14,9 +14,12 @@ from typing import Any
 import blake3
 import pytest
 
-from memoryd import client, jobs, projects, queue
+from memoryd import client, indexsync, jobs, projects, queue
 from memoryd.ids import file_entity_id, file_key
+from memoryd.indexsync import IndexSync
 from memoryd.runtime import Runtime
+from memoryd.searchindex import Filters, micros
+from memoryd.store.code import FileIndexWrite
 from tests.conftest import git_init, settings_for
 from workers.indexing import plan_file
 
@@ -230,3 +233,82 @@ async def test_a_crash_between_the_record_write_and_the_index_write_heals_at_sta
         assert (hits[0].path, hits[0].name) == ("flux.py", "quasar_flux_capacitor")
     finally:
         await again.close()
+
+
+async def test_in_server_mode_each_workers_indexes_follow_the_others_writes(
+    stack: Runtime, arq_tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two workers' own indexes over one database (as in server mode, here over the embedded
+    one): what one writes, the other finds once it catches up (new chunks, a rewrite that
+    retires the old ones, a delete); a write recorded nowhere (its worker died between its two
+    writes) makes a copy rebuild once it stops waiting; a copy reopened catches up from the
+    recorded changes."""
+    assert stack.store is not None and stack.embedder is not None
+    store, model = stack.store, stack.embedder.model
+    root = _tree(arq_tree, tmp_path / "arq")
+    project_id = await _sync(stack, root)
+    one = await IndexSync.open(store, tmp_path / "one", model, follow=True)
+    two = await IndexSync.open(store, tmp_path / "two", model, follow=True)
+
+    async def write(sync: IndexSync, path: str, text: str) -> FileIndexWrite:
+        plan = plan_file(project_id, path, text, blake3.blake3(text.encode()).hexdigest(), 1500)
+        file = {
+            "entity_id": file_entity_id(project_id, path),
+            "key": file_key(project_id, path),
+            "path": path,
+        }
+        return await sync.write_file_index(project_id, plan.chunks, [], [file], [path])
+
+    def found(sync: IndexSync, query: str, **filters: Any) -> list[tuple[str | None, str | None]]:
+        return [(h.path, h.name) for h in sync.index.bm25(query, Filters(**filters), 10)]
+
+    flux = 'def quasar_flux_capacitor():\n    """Charge the quasar flux."""\n    return 88\n'
+    written = await write(one, "flux.py", flux)
+    assert found(two, "quasar flux capacitor") == []
+    await two.catch_up()
+    assert found(two, "quasar flux capacitor")[0] == ("flux.py", "quasar_flux_capacitor")
+    assert two.index.generation == one.index.generation == written.generation
+
+    # The other way: a rewrite retires the old chunk (kept for as_of), then a delete.
+    then = written.at
+    await write(two, "flux.py", flux.replace("quasar", "pulsar"))
+    await one.catch_up()
+    for sync in (one, two):
+        assert ("flux.py", "quasar_flux_capacitor") not in found(sync, "quasar flux")
+        assert found(sync, "pulsar flux capacitor")[0] == ("flux.py", "pulsar_flux_capacitor")
+        past = found(sync, "quasar flux", as_of=micros(then))
+        assert past[0] == ("flux.py", "quasar_flux_capacitor")
+    pulsar = [h.id for h in two.index.bm25("pulsar flux", Filters(path="flux.py"), 10)]
+    await one.delete_rows("code_chunk", pulsar)
+    await two.catch_up()
+    assert ("flux.py", "pulsar_flux_capacitor") not in found(two, "pulsar flux capacitor")
+    assert len(two.index) == len(one.index)
+
+    # A write recorded nowhere: `two` waits for it, then rebuilds.
+    plan = plan_file(project_id, "nova.py", "def nova_burst():\n    return 1\n", "h", 1500)
+    await store.write_file_index(project_id, plan.chunks, [], [], ["nova.py"])
+    await two.catch_up()
+    assert ("nova.py", "nova_burst") not in found(two, "nova burst")
+    assert two.index.generation == written.generation + 2
+    monkeypatch.setattr(indexsync, "MISSING_SECONDS", 0.0)
+    await two.catch_up()
+    assert found(two, "nova burst")[0] == ("nova.py", "nova_burst")
+    assert two.index.generation == await store.search_generation()
+
+    # Closed, written past, reopened: it catches up from what was recorded, no rebuild.
+    await two.close()
+    await write(one, "comet.py", "def comet_tail_length():\n    return 3\n")
+    rebuilds = 0
+
+    async def counted() -> dict[str, int]:
+        nonlocal rebuilds
+        rebuilds += 1
+        return {}
+
+    monkeypatch.setattr(IndexSync, "_rebuild", lambda self: counted())
+    again = await IndexSync.open(store, tmp_path / "two", model, follow=True)
+    assert rebuilds == 0
+    assert found(again, "comet tail length")[0] == ("comet.py", "comet_tail_length")
+    assert again.index.generation == await store.search_generation()
+    for sync in (one, again):
+        await sync.close()

@@ -36,6 +36,7 @@ async def search(
 ) -> list[dict[str, Any]]:
     settings = ctx["settings"]
     narrowed = bool(settings.exclude or settings.include)
+    await ctx["search"].catch_up()
     results = await search_module.search(
         ctx["store"],
         ctx["embedder"],

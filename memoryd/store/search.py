@@ -66,3 +66,24 @@ class SearchQueries(StoreBase):
             f"SELECT {_fields(table)} FROM $ids", {"ids": [rid(table, k) for k in keys]}
         )
         return _unpacked(rows[0] or [])
+
+    async def record_search_changes(
+        self, generation: int, changes: list[dict[str, Any]], keep: int
+    ) -> None:
+        """The rows a write changed (`{tb, keys, forget}` per table), under its generation;
+        changes `keep` generations older go."""
+        await self.query(
+            "UPSERT type::record('search_change', $generation) SET changes = $changes; "
+            "DELETE search_change WHERE id < type::record('search_change', $oldest);",
+            {"generation": generation, "changes": changes, "oldest": generation - keep},
+        )
+
+    async def search_changes(self, after: int, upto: int) -> dict[int, list[dict[str, Any]]]:
+        """The changes recorded for generations after `after` up to `upto`, by generation."""
+        rows = await self.query(
+            "SELECT record::id(id) AS generation, changes FROM search_change "
+            "WHERE id > type::record('search_change', $after) "
+            "AND id <= type::record('search_change', $upto)",
+            {"after": after, "upto": upto},
+        )
+        return {row["generation"]: row["changes"] for row in rows[0] or []}
