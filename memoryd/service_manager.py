@@ -426,8 +426,9 @@ def _install_launchd(spec: ServiceSpec, start: bool) -> Report:
     return report
 
 
-def uninstall(kind: Kind) -> Report:
-    """Stop and disable the service and remove its file. The data dir is kept."""
+def uninstall(kind: Kind, keep_data: bool = True) -> Report:
+    """Stop and disable the service and remove its file (the data dir is the caller's:
+    `keep_data` only says what the report tells)."""
     path = service_file(kind)
     report = Report(path)
     if kind == "systemd":
@@ -446,7 +447,7 @@ def uninstall(kind: Kind) -> Report:
             report.ok = False
             report.lines.append("launchctl is not available here; nothing was stopped")
         path.unlink(missing_ok=True)
-    report.lines.insert(0, f"removed {path}; the data dir is kept")
+    report.lines.insert(0, f"removed {path}" + ("; the data dir is kept" if keep_data else ""))
     return report
 
 
