@@ -306,6 +306,10 @@ def test_purge_removes_every_file_memoryd_keeps_and_nothing_else(
         path.write_bytes(text)
     transcript = tmp_path / SMALL.name
     shutil.copy(SMALL, transcript)
+    for var in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "GEMINI_CLI_HOME"):  # the clients' files
+        monkeypatch.delenv(var, raising=False)  # in this home, never the developer's
+    integrated = subprocess.run([str(MEMORYD), "integrate", "claude-code"], capture_output=True)
+    assert integrated.returncode == 0 and (home / ".claude" / "settings.json").is_file()
     installed = subprocess.run(
         [str(MEMORYD), "service", "install", "--no-start"], capture_output=True, text=True
     )
@@ -361,6 +365,8 @@ def test_purge_removes_every_file_memoryd_keeps_and_nothing_else(
     # The exit code still says that systemctl was missing to reload the user manager.
     assert purged.returncode == 1 and "systemctl is not installed" in purged.stderr
     assert not data.exists() and not config.parent.exists() and not unit.exists()
+    hint = "claude-code still runs memoryd's hooks or MCP server: memoryd integrate claude-code"
+    assert hint in purged.stderr and "codex still" not in purged.stderr
     assert _files(home) | _files(data_dir) == outside
     assert transcript.read_bytes() == SMALL.read_bytes()
 
