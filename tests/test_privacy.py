@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -285,3 +286,55 @@ async def test_a_refused_value_is_masked_in_the_engine_message(stack: Runtime) -
     )
     assert said["type"].startswith("Couldn't coerce value for field `root` of `project:type`")
     assert SECRET not in said["type"] and "path" in said["type"]
+
+
+def test_a_running_daemon_keeps_excluded_files_out_and_captures_nothing_while_paused(
+    two_dirs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The watchers, not only the commands: a file written into an excluded folder of a watched
+    repository while the daemon runs reaches no file of the data dir, and while capture is
+    paused neither a new transcript nor a new source file is taken in, until `resume
+    --catch-up` reads the transcript."""
+    data, folder, repo = two_dirs[0], tmp_path / "transcripts", tmp_path / "repo"
+    folder.mkdir()
+    (repo / "vault").mkdir(parents=True)
+    (repo / "a.py").write_text("def visible_function():\n    return 2\n")
+    (repo / "vault" / "b.py").write_text("def vaulted_function_zx9():\n    return 3\n")
+    git_init(repo)
+    config = tmp_path / "memoryd.toml"
+    config.write_text(f"exclude = {json.dumps([str(repo / 'vault')])}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
+    env |= {"MEMORYD_CONFIG": str(config), "MEMORYD_TRANSCRIPTS": json.dumps([str(folder)])}
+    args = ("--data-dir", str(data))
+    daemon = subprocess.Popen(
+        [MEMORYD, "run", *args, "--repo", str(repo)], stderr=subprocess.DEVNULL, env=env
+    )
+    try:
+        wait_daemon(data, lambda info: info["counts"]["file_state"] == 1)
+        (repo / "vault" / "live.py").write_text("def vault_live_qq1():\n    return 4\n")
+        time.sleep(1)  # its burst is flushed before the next file's
+        (repo / "late.py").write_text("def late_visible_fn():\n    return 5\n")
+        wait_daemon(data, lambda info: info["counts"]["file_state"] == 2)
+
+        watched = json.dumps([str(folder)])  # resume looks for changed transcripts there
+        memoryd(config, "pause", *args)
+        shutil.copy(SMALL, folder / SMALL.name)
+        (repo / "paused.py").write_text("def paused_fn_kk4():\n    return 6\n")
+        time.sleep(5)  # many times the debounce (0.3 s) and an ingest of this file (< 1 s)
+        paused = json.loads(memoryd(config, "status", *args, "--json").stdout)["counts"]
+        assert (paused["file_state"], paused["memory"], paused["session"]) == (2, 0, 0)
+        caught = memoryd(config, "resume", "--catch-up", *args, "--json", transcripts=watched)
+        resumed = json.loads(caught.stdout)
+        assert resumed["caught_up"] == 1
+        after = wait_daemon(data, lambda info: info["counts"]["memory"] == 22)
+        assert after["counts"]["file_state"] == 2  # a file written while paused waits its change
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=120)
+    holding = [
+        str(p.relative_to(data))
+        for p in data.rglob("*")
+        if p.is_file() and any(w in p.read_bytes() for w in (b"vault_live_qq1", b"zx9"))
+    ]
+    assert holding == []
+    assert any(b"late_visible_fn" in p.read_bytes() for p in data.rglob("*") if p.is_file())
