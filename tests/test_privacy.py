@@ -214,10 +214,10 @@ ASKED = "Heron-Cardamom-7315"  # in a prompt the agent hook sees
 
 
 def test_the_daemon_log_holds_no_prompt(two_dirs: tuple[Path, Path], tmp_path: Path) -> None:
-    """A daemon follows a transcript with a unique text in a prompt, finds it by search, hands
-    the agent hook a prompt with another, and forgets the session: its log (what journald or
-    launchd keeps, which a forget cannot reach) says what happened by paths, ids and counts,
-    never with those texts."""
+    """A daemon follows a transcript with a unique text in a prompt, finds it by search,
+    exports it, hands the agent hook a prompt with another, and forgets the session: its log
+    (what journald or launchd keeps, which a forget cannot reach) says what happened by paths,
+    ids and counts, never with those texts."""
     data, folder = two_dirs[0], tmp_path / "transcripts"
     folder.mkdir()
     prompt = "Summarize the findings."
@@ -243,6 +243,8 @@ def test_the_daemon_log_holds_no_prompt(two_dirs: tuple[Path, Path], tmp_path: P
         )
         found = cli("search", LOGGED, "--kind", "memory", "--data-dir", str(data), "--json")
         assert any(LOGGED in (hit["text"] or "") for hit in json.loads(found.stdout)["results"])
+        # Through the daemon, which holds the embedded database.
+        assert LOGGED in cli("export", "--data-dir", str(data)).stdout
         ask = f"How is the cardamom heron blend made? {ASKED}"
         event = {"session_id": "s1", "prompt": ask, "cwd": str(repo)}
         hook = subprocess.run(
