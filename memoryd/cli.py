@@ -992,12 +992,17 @@ def service_uninstall(
     from memoryd import service_manager
 
     try:
-        report = service_manager.uninstall(service_manager.platform_kind(), keep_data=not purge)
+        kind = service_manager.platform_kind()
+        # The data dir and config the service ran with are the ones to purge (a --data-dir
+        # given to `service install` is pinned in its file, not in the config).
+        pinned = service_manager.pinned_environment(kind) if purge else {}
+        report = service_manager.uninstall(kind, keep_data=not purge)
     except MemorydError as exc:
         _fail(exc)
         raise
     for line in report.lines:
         _err().print(line, highlight=False, soft_wrap=True)
+    os.environ.update(pinned)  # as the service saw them; --data-dir still wins
     # Whatever the service manager said: a daemon still running is refused.
     purged = _purge(_settings(data_dir=data_dir), yes) if purge else True
     if not report.ok or not purged:

@@ -518,6 +518,35 @@ def unit_executable(text: str) -> Path | None:
     return Path(words[0].replace("%%", "%")) if words else None
 
 
+def unit_environment(text: str) -> dict[str, str]:
+    """The variables an installed unit's Environment= lines set (unquoted, `%%` undone)."""
+    found: dict[str, str] = {}
+    for value in re.findall(r"^Environment=(.+)$", text, re.MULTILINE):
+        try:
+            words = shlex.split(value)
+        except ValueError:
+            continue
+        for word in words:
+            key, sep, setting = word.replace("%%", "%").partition("=")
+            if sep:
+                found[key] = setting
+    return found
+
+
+def pinned_environment(kind: Kind) -> dict[str, str]:
+    """The data dir and config file the installed service runs with (MEMORYD_DATA_DIR,
+    MEMORYD_CONFIG), as its file pins them; empty when none is installed."""
+    path = service_file(kind)
+    try:
+        if kind == "systemd":
+            env = unit_environment(path.read_text())
+        else:
+            env = plistlib.loads(path.read_bytes()).get("EnvironmentVariables") or {}
+    except (OSError, plistlib.InvalidFileException, ValueError, AttributeError):
+        return {}
+    return {k: str(v) for k, v in env.items() if k in ("MEMORYD_DATA_DIR", "MEMORYD_CONFIG")}
+
+
 def plist_executable(data: bytes) -> Path | None:
     try:
         args = plistlib.loads(data).get("ProgramArguments") or []

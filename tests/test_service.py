@@ -371,6 +371,35 @@ def test_purge_removes_every_file_memoryd_keeps_and_nothing_else(
     assert transcript.read_bytes() == SMALL.read_bytes()
 
 
+def test_purge_takes_the_data_dir_and_config_the_service_runs_with(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A data dir given to `service install` is pinned in the unit, not in the config: the
+    purge removes it and the unit's config file, not those this shell would use."""
+    _no_managers(tmp_path, monkeypatch)
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / "share"))
+    pinned, installed = tmp_path / "my data 50%", tmp_path / "installed config.toml"
+    shell_data, shell_config = home / "share" / "memoryd", tmp_path / "shell.toml"
+    for data in (pinned, shell_data):
+        (data / "db").mkdir(parents=True)
+        (data / "db" / "000001.vlog").write_bytes(b"memories")
+    for config in (installed, shell_config):
+        config.write_text('log_format = "json"\n')
+    monkeypatch.setenv("MEMORYD_CONFIG", str(installed))
+    install = [str(MEMORYD), "service", "install", "--no-start", "--data-dir", str(pinned)]
+    subprocess.run(install, capture_output=True, timeout=120)
+    assert service_manager.pinned_environment("systemd") == {
+        "MEMORYD_DATA_DIR": str(pinned),
+        "MEMORYD_CONFIG": str(installed),
+    }
+    monkeypatch.setenv("MEMORYD_CONFIG", str(shell_config))
+    purged = _uninstall_purge("--yes")
+    assert f"removed {pinned}\n" in purged.stderr and f"removed {installed}\n" in purged.stderr
+    assert not pinned.exists() and not installed.exists()
+    assert (shell_data / "db" / "000001.vlog").read_bytes() == b"memories"
+    assert shell_config.read_text() == 'log_format = "json"\n'
+
+
 def test_purge_says_what_it_cannot_reach(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
