@@ -454,6 +454,7 @@ def test_launchd_agent_install_without_launchctl(
         "run",
     ]
     assert (spec.data_dir / "logs").is_dir()  # launchd does not create the log's folder
+    assert service_manager.pinned_environment("launchd") == spec.environment
 
     state = service_manager.status("launchd")
     assert (
