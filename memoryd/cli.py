@@ -979,41 +979,66 @@ def service_install(
 @service_app.command("uninstall")
 def service_uninstall(
     purge: Annotated[
-        bool, typer.Option("--purge", help="Also delete the data dir: every memory, for good.")
+        bool,
+        typer.Option(
+            "--purge", help="Also delete the data dir and the config file: every memory, for good."
+        ),
     ] = False,
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask before --purge.")] = False,
     data_dir: DataDir = None,
 ) -> None:
-    """Stop and disable the service and remove its file (the data dir is kept unless --purge)."""
+    """Stop and disable the service and remove its file (data and config are kept unless
+    --purge)."""
     from memoryd import service_manager
 
     try:
-        report = service_manager.uninstall(service_manager.platform_kind())
+        kind = service_manager.platform_kind()
+        # The data dir and config the service ran with are the ones to purge (a --data-dir
+        # given to `service install` is pinned in its file, not in the config).
+        pinned = service_manager.pinned_environment(kind) if purge else {}
+        report = service_manager.uninstall(kind, keep_data=not purge)
     except MemorydError as exc:
         _fail(exc)
         raise
     for line in report.lines:
         _err().print(line, highlight=False, soft_wrap=True)
-    if purge:  # whatever the service manager said: a daemon still running is refused
-        _purge(_settings(data_dir=data_dir).data_dir, yes)
-    if not report.ok:
+    os.environ.update(pinned)  # as the service saw them; --data-dir still wins
+    # Whatever the service manager said: a daemon still running is refused.
+    purged = _purge(_settings(data_dir=data_dir), yes) if purge else True
+    if not report.ok or not purged:
         raise typer.Exit(1)
 
 
-def _purge(data: Path, yes: bool) -> None:
-    import shutil
+def _purge(settings: Settings, yes: bool) -> bool:
+    """Remove the data dir and the config file; False when memoryd's data also lives
+    elsewhere (an external database or Redis), which a purge cannot reach."""
+    from memoryd import purge
+    from memoryd.paths import config_file
 
-    from memoryd.embedded import daemon_pid
-
-    if not data.exists():
-        _err().print(f"{data} does not exist; nothing to purge")
-        return
-    if daemon_pid(data) is not None:
-        _fail(MemorydError(f"a memoryd daemon still uses {data}: stop it, then purge again"))
-    if not yes and not typer.confirm(f"Delete {data} and everything memoryd remembers?"):
+    try:
+        found = purge.plan(settings, config_file().absolute())
+    except MemorydError as exc:
+        _fail(exc)
+        raise
+    targets = found.describe()
+    if not targets:
+        _err().print(f"{settings.data_dir} does not exist and there is no config file")
+    elif not yes and not typer.confirm(
+        "Delete everything memoryd remembers and its config?\n  " + "\n  ".join(targets)
+    ):
         _fail(MemorydError("nothing deleted"))
-    shutil.rmtree(data)
-    _err().print(f"removed {data}")
+    try:
+        removed = purge.execute(found, settings)
+    except MemorydError as exc:
+        _fail(exc)
+        raise
+    hints = [
+        f"{client} still runs memoryd's hooks or MCP server: memoryd integrate {client} --uninstall"
+        for client in purge.still_registered()
+    ]
+    for line in [*removed, *found.elsewhere, *hints]:
+        _err().print(line, highlight=False, soft_wrap=True)
+    return not found.elsewhere
 
 
 @service_app.command("status")

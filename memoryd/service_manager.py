@@ -426,8 +426,9 @@ def _install_launchd(spec: ServiceSpec, start: bool) -> Report:
     return report
 
 
-def uninstall(kind: Kind) -> Report:
-    """Stop and disable the service and remove its file. The data dir is kept."""
+def uninstall(kind: Kind, keep_data: bool = True) -> Report:
+    """Stop and disable the service and remove its file (the data dir is the caller's:
+    `keep_data` only says what the report tells)."""
     path = service_file(kind)
     report = Report(path)
     if kind == "systemd":
@@ -446,7 +447,7 @@ def uninstall(kind: Kind) -> Report:
             report.ok = False
             report.lines.append("launchctl is not available here; nothing was stopped")
         path.unlink(missing_ok=True)
-    report.lines.insert(0, f"removed {path}; the data dir is kept")
+    report.lines.insert(0, f"removed {path}" + ("; the data dir is kept" if keep_data else ""))
     return report
 
 
@@ -515,6 +516,35 @@ def unit_executable(text: str) -> Path | None:
     except ValueError:
         return None
     return Path(words[0].replace("%%", "%")) if words else None
+
+
+def unit_environment(text: str) -> dict[str, str]:
+    """The variables an installed unit's Environment= lines set (unquoted, `%%` undone)."""
+    found: dict[str, str] = {}
+    for value in re.findall(r"^Environment=(.+)$", text, re.MULTILINE):
+        try:
+            words = shlex.split(value)
+        except ValueError:
+            continue
+        for word in words:
+            key, sep, setting = word.replace("%%", "%").partition("=")
+            if sep:
+                found[key] = setting
+    return found
+
+
+def pinned_environment(kind: Kind) -> dict[str, str]:
+    """The data dir and config file the installed service runs with (MEMORYD_DATA_DIR,
+    MEMORYD_CONFIG), as its file pins them; empty when none is installed."""
+    path = service_file(kind)
+    try:
+        if kind == "systemd":
+            env = unit_environment(path.read_text())
+        else:
+            env = plistlib.loads(path.read_bytes()).get("EnvironmentVariables") or {}
+    except (OSError, plistlib.InvalidFileException, ValueError, AttributeError):
+        return {}
+    return {k: str(v) for k, v in env.items() if k in ("MEMORYD_DATA_DIR", "MEMORYD_CONFIG")}
 
 
 def plist_executable(data: bytes) -> Path | None:

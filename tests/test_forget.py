@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zstandard
+from arq.constants import result_key_prefix
+from arq.jobs import serialize_result
 
 from memoryd.client import Client
 from memoryd.export import read_jsonl, write_backup
@@ -239,9 +241,16 @@ async def test_a_forgotten_session_leaves_no_byte_outside_the_database(
     stack: Runtime, tmp_path: Path
 ) -> None:
     """The same through `forget --session`: the queue, the search indexes and the backup lose
-    the whole session."""
+    the whole session. The results another application keeps on the same Redis stay."""
     client, _memory, backup = await _plant(stack, tmp_path)
+    assert stack.redis is not None
+    kept = {r.job_id for r in await stack.redis.all_job_results()}
+    assert kept  # the ingest's and the search's
+    other = ("send_mail", ("to",), {}, 1, 0, True, "sent", 0, 1, "r", "mailer:queue", "mail-1")
+    await stack.redis.set(result_key_prefix + "mail-1", serialize_result(*other))
     done = await client.forget_scope("session", SMALL.stem)
+    left = {r.job_id for r in await stack.redis.all_job_results()}
+    assert "mail-1" in left and not left & kept
     assert done["sessions"] == [SMALL.stem] and done["removed"]["memory"] == 22
     assert {name.split("/")[0] for name in files_holding(stack.settings.data_dir, MARK)} == {"db"}
     session = f"session:{SMALL.stem}"

@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import MEMORYD, cli, git_init
+from memoryd.runtime import Runtime
+from memoryd.store import QueryFailed
+from tests.conftest import MEMORYD, cli, git_init, wait_daemon
 from tests.fixtures import RENDERER, S37, SMALL
 
 # Each test here runs a whole scenario through a daemon or the full stack: not the quick loop.
@@ -203,3 +207,136 @@ def test_search_leaves_out_what_was_stored_before_it_was_excluded(
     assert {r["path"] for r in found(after, *code)} == {"open.py"}
     memory = ("memory", "WebSearch Task tool Haiku")
     assert found(before, *memory) and found(after, *memory) == []
+
+
+LOGGED = "Pangolin-Saffron-2046"  # in a prompt of the transcript
+ASKED = "Heron-Cardamom-7315"  # in a prompt the agent hook sees
+
+
+def test_the_daemon_log_holds_no_prompt(two_dirs: tuple[Path, Path], tmp_path: Path) -> None:
+    """A daemon follows a transcript with a unique text in a prompt, finds it by search,
+    exports it, hands the agent hook a prompt with another, and forgets the session: its log
+    (what journald or launchd keeps, which a forget cannot reach) says what happened by paths,
+    ids and counts, never with those texts."""
+    data, folder = two_dirs[0], tmp_path / "transcripts"
+    folder.mkdir()
+    prompt = "Summarize the findings."
+    (folder / SMALL.name).write_text(
+        SMALL.read_text().replace(prompt, f"{prompt} The codename is {LOGGED}.")
+    )
+    repo = tmp_path / "repo"  # the hook answers in a watched repository only
+    repo.mkdir()
+    (repo / "spices.py").write_text("def cardamom_heron_blend(grams):\n    return grams * 2\n")
+    git_init(repo)
+    config, log_file = tmp_path / "none.toml", tmp_path / "daemon.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
+    env |= {"MEMORYD_CONFIG": str(config), "MEMORYD_TRANSCRIPTS": json.dumps([str(folder)])}
+    with log_file.open("w") as log:
+        daemon = subprocess.Popen(
+            [MEMORYD, "run", "--data-dir", str(data), "--repo", str(repo), "--log-format", "json"],
+            stderr=log,
+            env=env,
+        )
+    try:
+        wait_daemon(
+            data, lambda info: info["counts"]["memory"] == 22 and info["counts"]["code_chunk"]
+        )
+        found = cli("search", LOGGED, "--kind", "memory", "--data-dir", str(data), "--json")
+        assert any(LOGGED in (hit["text"] or "") for hit in json.loads(found.stdout)["results"])
+        # Through the daemon, which holds the embedded database.
+        assert LOGGED in cli("export", "--data-dir", str(data)).stdout
+        ask = f"How is the cardamom heron blend made? {ASKED}"
+        event = {"session_id": "s1", "prompt": ask, "cwd": str(repo)}
+        hook = subprocess.run(
+            [MEMORYD, "hook", "claude-code", "user-prompt-submit", "--data-dir", str(data)],
+            input=json.dumps(event),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        assert "spices.py:1-2 cardamom_heron_blend" in hook.stdout  # the prompt was searched
+        forgot = cli("forget", "--session", SMALL.stem, "--data-dir", str(data), "--json")
+        assert json.loads(forgot.stdout)["removed"]["memory"] == 22
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=120)
+    lines = [json.loads(line) for line in log_file.read_text().splitlines()]
+    said = [line["message"] for line in lines]
+    assert any(f"{SMALL.name} (claude-code): 24 lines, 22 memories" in m for m in said), said
+    assert said[-1] == "memoryd stopped"
+    assert LOGGED not in log_file.read_text() and ASKED not in log_file.read_text()
+
+
+async def test_a_refused_value_is_masked_in_the_engine_message(stack: Runtime) -> None:
+    """The engine quotes the values it refuses; memoryd's error (logged, kept in a job's
+    result, shown) keeps the names of the index, field and record, never the value."""
+    assert stack.store is not None
+    store = stack.store
+    await store.upsert_project("first", {"root": f"/src/{SECRET}", "name": "a"})
+    refusals = {
+        "index": {"root": f"/src/{SECRET}", "name": "b"},  # the unique index on root
+        "type": {"root": {"path": f"it's {SECRET}"}, "name": "c"},  # not a string
+    }
+    said = {}
+    for what, fields in refusals.items():
+        with pytest.raises(QueryFailed) as refused:
+            await store.upsert_project(what, fields)
+        said[what] = str(refused.value)
+    assert said["index"] == (
+        "Database index `project_root` already contains '…', with record `project:first`"
+    )
+    assert said["type"].startswith("Couldn't coerce value for field `root` of `project:type`")
+    assert SECRET not in said["type"] and "path" in said["type"]
+
+
+def test_a_running_daemon_keeps_excluded_files_out_and_captures_nothing_while_paused(
+    two_dirs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The watchers, not only the commands: a file written into an excluded folder of a watched
+    repository while the daemon runs reaches no file of the data dir, and while capture is
+    paused neither a new transcript nor a new source file is taken in, until `resume
+    --catch-up` reads the transcript."""
+    data, folder, repo = two_dirs[0], tmp_path / "transcripts", tmp_path / "repo"
+    folder.mkdir()
+    (repo / "vault").mkdir(parents=True)
+    (repo / "a.py").write_text("def visible_function():\n    return 2\n")
+    (repo / "vault" / "b.py").write_text("def vaulted_function_zx9():\n    return 3\n")
+    git_init(repo)
+    config = tmp_path / "memoryd.toml"
+    config.write_text(f"exclude = {json.dumps([str(repo / 'vault')])}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
+    env |= {"MEMORYD_CONFIG": str(config), "MEMORYD_TRANSCRIPTS": json.dumps([str(folder)])}
+    args = ("--data-dir", str(data))
+    daemon = subprocess.Popen(
+        [MEMORYD, "run", *args, "--repo", str(repo)], stderr=subprocess.DEVNULL, env=env
+    )
+    try:
+        wait_daemon(data, lambda info: info["counts"]["file_state"] == 1)
+        (repo / "vault" / "live.py").write_text("def vault_live_qq1():\n    return 4\n")
+        time.sleep(1)  # its burst is flushed before the next file's
+        (repo / "late.py").write_text("def late_visible_fn():\n    return 5\n")
+        wait_daemon(data, lambda info: info["counts"]["file_state"] == 2)
+
+        watched = json.dumps([str(folder)])  # resume looks for changed transcripts there
+        memoryd(config, "pause", *args)
+        shutil.copy(SMALL, folder / SMALL.name)
+        (repo / "paused.py").write_text("def paused_fn_kk4():\n    return 6\n")
+        time.sleep(5)  # many times the debounce (0.3 s) and an ingest of this file (< 1 s)
+        paused = json.loads(memoryd(config, "status", *args, "--json").stdout)["counts"]
+        assert (paused["file_state"], paused["memory"], paused["session"]) == (2, 0, 0)
+        caught = memoryd(config, "resume", "--catch-up", *args, "--json", transcripts=watched)
+        resumed = json.loads(caught.stdout)
+        assert resumed["caught_up"] == 1
+        after = wait_daemon(data, lambda info: info["counts"]["memory"] == 22)
+        assert after["counts"]["file_state"] == 2  # a file written while paused waits its change
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=120)
+    holding = [
+        str(p.relative_to(data))
+        for p in data.rglob("*")
+        if p.is_file() and any(w in p.read_bytes() for w in (b"vault_live_qq1", b"zx9"))
+    ]
+    assert holding == []
+    assert any(b"late_visible_fn" in p.read_bytes() for p in data.rglob("*") if p.is_file())

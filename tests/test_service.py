@@ -7,10 +7,12 @@ spaces, quotes, `%`, `$` and `&` show that quoting and escaping hold.
 
 from __future__ import annotations
 
+import json
 import os
 import plistlib
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +22,8 @@ import pytest
 from memoryd import service_manager
 from memoryd.errors import MemorydError
 from memoryd.service_manager import ServiceSpec
+from tests.conftest import wait_daemon
+from tests.fixtures import SMALL
 
 ROOT = Path(__file__).resolve().parents[1]
 MEMORYD = Path(sys.executable).parent / "memoryd"
@@ -257,22 +261,164 @@ def test_install_status_uninstall_without_systemctl(
     assert spec.data_dir.is_dir()  # data is never removed
 
 
-def test_uninstall_purge_removes_the_data_dir_only_when_confirmed(
+def _files(root: Path, *leave_out: Path) -> dict[str, bytes]:
+    """Every file under `root` but those under `leave_out`, with its bytes."""
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in root.rglob("*")
+        if p.is_file() and not any(p.is_relative_to(out) for out in leave_out)
+    }
+
+
+def _uninstall_purge(*extra: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(MEMORYD), "service", "uninstall", "--purge", *extra],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.e2e
+def test_purge_removes_every_file_memoryd_keeps_and_nothing_else(
+    home: Path, data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A service installed, a real daemon that ingested and searched a transcript, logging
+    to the data dir as launchd's plist has it. A purge is refused while the daemon runs, while
+    the data dir holds a file memoryd did not make, and when not confirmed; then it removes the
+    data dir (database, search index, queue, sockets, logs), the config file and the unit, and
+    not one other file of the home or beside the data dir."""
+    _no_managers(tmp_path, monkeypatch)
+    monkeypatch.delenv("MEMORYD_CONFIG")  # the config file at its default place in the home
+    data = data_dir / "memoryd"
+    config = home / ".config" / "memoryd" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(f"data_dir = {json.dumps(str(data))}\n")
+    unit = home / ".config" / "systemd" / "user" / "memoryd.service"
+    neighbours = {
+        home / ".config" / "systemd" / "user" / "other.service": b"[Service]\n",
+        home / ".config" / "other" / "settings.toml": b"x = 1\n",
+        data_dir / "beside.txt": b"not memoryd's\n",
+    }
+    for path, text in neighbours.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(text)
+    transcript = tmp_path / SMALL.name
+    shutil.copy(SMALL, transcript)
+    for var in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "GEMINI_CLI_HOME"):  # the clients' files
+        monkeypatch.delenv(var, raising=False)  # in this home, never the developer's
+    integrated = subprocess.run([str(MEMORYD), "integrate", "claude-code"], capture_output=True)
+    assert integrated.returncode == 0 and (home / ".claude" / "settings.json").is_file()
+    installed = subprocess.run(
+        [str(MEMORYD), "service", "install", "--no-start"], capture_output=True, text=True
+    )
+    assert installed.returncode == 1 and unit.is_file()  # written; no systemctl to enable it
+    log_file = ServiceSpec(MEMORYD, data, config).log_file
+    log_file.parent.mkdir(mode=0o700)
+    with log_file.open("w") as log:
+        daemon = subprocess.Popen([str(MEMORYD), "run", "--log-format", "json"], stderr=log)
+    try:
+        wait_daemon(data, lambda info: info["daemon_running"])
+        cli_env = ("--data-dir", str(data))
+        ingested = subprocess.run(
+            [str(MEMORYD), "ingest", str(transcript), *cli_env, "--json"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert json.loads(ingested.stdout)["reports"][0]["memories"] == 22
+        found = subprocess.run(
+            [str(MEMORYD), "search", "Summarize the findings", "--kind", "memory", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert json.loads(found.stdout)["results"]
+        kept = {"db", "memoryd.sock", "memoryd.lock", "redis", "search", "logs", "models"}
+        assert kept <= {p.name for p in data.iterdir()}
+        assert (data / "redis" / "appendonly.aof").is_file() and any((data / "search").rglob("*"))
+
+        running = _uninstall_purge("--yes")
+        assert running.returncode == 1 and "a memoryd daemon still uses" in running.stderr
+        assert f"removed {unit}" in running.stderr  # the service goes first: it stops the daemon
+        assert kept <= {p.name for p in data.iterdir()} and config.is_file()
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=120)
+    assert daemon.returncode == 0
+    assert b'"memoryd stopped"' in log_file.read_bytes()
+    outside = _files(home, config, unit) | _files(data_dir, data)
+    before = _files(data)
+
+    (data / "notes.txt").write_text("mine")
+    foreign = _uninstall_purge("--yes")
+    assert foreign.returncode == 1 and "did not create (notes.txt)" in foreign.stderr
+    (data / "notes.txt").unlink()
+    declined = _uninstall_purge(stdin="n\n")
+    assert declined.returncode == 1 and "nothing deleted" in declined.stderr
+    assert str(data) in declined.stdout and str(config) in declined.stdout  # what it asked about
+    assert _files(data) == before and config.is_file()
+
+    purged = _uninstall_purge("--yes")
+    assert f"removed {data}\n" in purged.stderr and f"removed {config}\n" in purged.stderr
+    # The exit code still says that systemctl was missing to reload the user manager.
+    assert purged.returncode == 1 and "systemctl is not installed" in purged.stderr
+    assert not data.exists() and not config.parent.exists() and not unit.exists()
+    hint = "claude-code still runs memoryd's hooks or MCP server: memoryd integrate claude-code"
+    assert hint in purged.stderr and "codex still" not in purged.stderr
+    assert _files(home) | _files(data_dir) == outside
+    assert transcript.read_bytes() == SMALL.read_bytes()
+
+
+def test_purge_takes_the_data_dir_and_config_the_service_runs_with(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A data dir given to `service install` is pinned in the unit, not in the config: the
+    purge removes it and the unit's config file, not those this shell would use."""
     _no_managers(tmp_path, monkeypatch)
-    monkeypatch.setenv("MEMORYD_CONFIG", str(tmp_path / "none.toml"))
-    data = tmp_path / "data"
-    (data / "db").mkdir(parents=True)
-    (data / "db" / "000001.vlog").write_bytes(b"memories")
-    command = [str(MEMORYD), "service", "uninstall", "--purge", "--data-dir", str(data)]
-    kept = subprocess.run(command, input="n\n", capture_output=True, text=True, timeout=120)
-    assert kept.returncode == 1 and "nothing deleted" in kept.stderr
-    assert (data / "db" / "000001.vlog").read_bytes() == b"memories"
-    gone = subprocess.run([*command, "--yes"], capture_output=True, text=True, timeout=120)
-    assert f"removed {data}" in gone.stderr and not data.exists()
-    # The service manager is missing here, which the exit code still reports.
-    assert gone.returncode == 1 and ("systemctl" in gone.stderr or "launchctl" in gone.stderr)
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / "share"))
+    pinned, installed = tmp_path / "my data 50%", tmp_path / "installed config.toml"
+    shell_data, shell_config = home / "share" / "memoryd", tmp_path / "shell.toml"
+    for data in (pinned, shell_data):
+        (data / "db").mkdir(parents=True)
+        (data / "db" / "000001.vlog").write_bytes(b"memories")
+    for config in (installed, shell_config):
+        config.write_text('log_format = "json"\n')
+    monkeypatch.setenv("MEMORYD_CONFIG", str(installed))
+    install = [str(MEMORYD), "service", "install", "--no-start", "--data-dir", str(pinned)]
+    subprocess.run(install, capture_output=True, timeout=120)
+    assert service_manager.pinned_environment("systemd") == {
+        "MEMORYD_DATA_DIR": str(pinned),
+        "MEMORYD_CONFIG": str(installed),
+    }
+    monkeypatch.setenv("MEMORYD_CONFIG", str(shell_config))
+    purged = _uninstall_purge("--yes")
+    assert f"removed {pinned}\n" in purged.stderr and f"removed {installed}\n" in purged.stderr
+    assert not pinned.exists() and not installed.exists()
+    assert (shell_data / "db" / "000001.vlog").read_bytes() == b"memories"
+    assert shell_config.read_text() == 'log_format = "json"\n'
+
+
+def test_purge_says_what_it_cannot_reach(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An external database and Redis are named, not removed, and the exit code says so."""
+    _no_managers(tmp_path, monkeypatch)
+    config = tmp_path / "memoryd.toml"
+    config.write_text(
+        'surreal_url = "ws://127.0.0.1:9/rpc"\nredis_url = "redis://127.0.0.1:9"\n'
+        f"data_dir = {json.dumps(str(tmp_path / 'data'))}\n"
+    )
+    monkeypatch.setenv("MEMORYD_CONFIG", str(config))
+    purged = _uninstall_purge("--yes")
+    assert purged.returncode == 1 and f"removed {config}" in purged.stderr
+    assert not config.exists() and tmp_path.is_dir()
+    said = " ".join(purged.stderr.split())  # rich wraps long lines
+    assert (
+        "the database at ws://127.0.0.1:9/rpc (namespace memoryd, database memory) is not" in said
+    )
+    assert "the queue on redis://127.0.0.1:9 keeps memoryd's jobs" in said
 
 
 def test_unreachable_user_manager_is_explained(home: Path, tmp_path: Path) -> None:
@@ -308,6 +454,7 @@ def test_launchd_agent_install_without_launchctl(
         "run",
     ]
     assert (spec.data_dir / "logs").is_dir()  # launchd does not create the log's folder
+    assert service_manager.pinned_environment("launchd") == spec.environment
 
     state = service_manager.status("launchd")
     assert (

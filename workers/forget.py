@@ -23,6 +23,7 @@ from redis.exceptions import ResponseError
 from memoryd import agent
 from memoryd.errors import InvalidRequest, NotFound
 from memoryd.export import BACKUPS, drop_from_backups
+from memoryd.jobs import JOBS_QUEUE, QUERY_QUEUE
 from memoryd.store import Ref
 from workers.context import JobContext
 
@@ -85,8 +86,11 @@ async def erase_traces(ctx: JobContext, gone: Sequence[Ref], started: datetime) 
     finished = [
         r.job_id
         for r in await redis.all_job_results()
-        # A scheduled run's result (counts, no text) is what stops a second run of its slot.
-        if r.finish_time < started and not r.function.startswith("cron:")
+        # Only memoryd's queues: an external Redis may serve other arq applications too. A
+        # scheduled run's result (counts, no text) is what stops a second run of its slot.
+        if r.queue_name in (JOBS_QUEUE, QUERY_QUEUE)
+        and r.finish_time < started
+        and not r.function.startswith("cron:")
     ]
     if finished:
         await redis.delete(*(result_key_prefix + job for job in finished))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Coroutine, Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, Self
@@ -21,7 +22,20 @@ LATER_SECONDS = 5.0
 
 
 class QueryFailed(Exception):
-    """A statement failed; the message is the database's own."""
+    """A statement failed; the message is the database's own, its quoted values masked."""
+
+
+# The engine quotes the values it refuses ("index `u` already contains 'x'", "found `{ a: 'x' }`
+# for field `f`"): a memory's text, a prompt, code. Its message is logged, kept in job results
+# and shown, so they are masked where it enters memoryd; the names in backticks stay. A quote
+# right after a letter is an apostrophe ("Couldn't"), never a string's start.
+_QUOTED = re.compile(r"(?<!\w)(?:'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")")
+MASK = "'…'"
+
+
+def engine_message(text: str) -> str:
+    """The engine's message with every quoted string masked."""
+    return _QUOTED.sub(MASK, text)
 
 
 _TRANSACTION_ATTEMPTS = 6
@@ -172,15 +186,18 @@ class StoreBase:
         for attempt in range(_TRANSACTION_ATTEMPTS if transaction else 1):
             response = await self._db.query_raw(sql, params or {})
             if "error" in response:
-                raise QueryFailed(str(response["error"].get("message", response["error"])))
+                error = response["error"]
+                raise QueryFailed(engine_message(str(error.get("message", error))))
             statements = response.get("result") or []
             failures = [r["result"] for r in statements if r.get("status") != "OK"]
             if not failures:
                 return [r.get("result") for r in statements]
-            cause = next((f for f in failures if _ROLLED_BACK not in str(f)), failures[0])
+            cause = engine_message(
+                str(next((f for f in failures if _ROLLED_BACK not in str(f)), failures[0]))
+            )
             if attempt + 1 < _TRANSACTION_ATTEMPTS and transaction:
-                log.info("transaction failed (%s); retrying", str(cause)[:200])
+                log.info("transaction failed (%s); retrying", cause[:200])
                 await asyncio.sleep(0.05 * 2**attempt)
                 continue
-            raise QueryFailed(str(cause))
+            raise QueryFailed(cause)
         raise AssertionError("unreachable")
