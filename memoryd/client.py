@@ -309,7 +309,7 @@ class Client:
         since = await queue.resume(redis)
         if since is None:
             return {"paused_since": None, "caught_up": 0, "skipped": 0}
-        changed = _changed_since(self.settings.transcript_roots, since.timestamp())
+        changed: list[str] = await self._call(jobs.CHANGED_TRANSCRIPTS, since.timestamp())
         if catch_up:
             # Fresh jobs: a job of the same file and size that ran during the pause (and
             # left the file alone) would otherwise stand for this one.
@@ -349,17 +349,6 @@ class Client:
             },
             **info,
         }
-
-
-def _changed_since(roots: list[Path], since: float) -> list[str]:
-    from memoryd.watch.transcripts import transcript_files  # the watcher's own listing
-
-    changed = []
-    for path in transcript_files(roots):
-        with contextlib.suppress(OSError):  # gone meanwhile: nothing to read or skip
-            if os.stat(path).st_mtime >= since:
-                changed.append(path)
-    return changed
 
 
 class _Pages:

@@ -65,6 +65,8 @@ RECENT_ACTIVITY = _query("recent_activity")
 REMEMBER = _query("remember")
 FORGET = _query("forget")
 INDEX_PROGRESS = _query("index_progress")
+# Transcripts the daemon follows that changed since a time (`memoryd resume`).
+CHANGED_TRANSCRIPTS = _query("changed_transcripts")
 # An agent's hook: its JSON in, the context to inject out (memoryd/hooks.py).
 HOOK = _query("hook")
 
@@ -95,5 +97,6 @@ ALL = (
     REMEMBER,
     FORGET,
     INDEX_PROGRESS,
+    CHANGED_TRANSCRIPTS,
     HOOK,
 )

@@ -318,14 +318,14 @@ def test_a_running_daemon_keeps_excluded_files_out_and_captures_nothing_while_pa
         (repo / "late.py").write_text("def late_visible_fn():\n    return 5\n")
         wait_daemon(data, lambda info: info["counts"]["file_state"] == 2)
 
-        watched = json.dumps([str(folder)])  # resume looks for changed transcripts there
         memoryd(config, "pause", *args)
         shutil.copy(SMALL, folder / SMALL.name)
         (repo / "paused.py").write_text("def paused_fn_kk4():\n    return 6\n")
         time.sleep(5)  # many times the debounce (0.3 s) and an ingest of this file (< 1 s)
         paused = json.loads(memoryd(config, "status", *args, "--json").stdout)["counts"]
         assert (paused["file_state"], paused["memory"], paused["session"]) == (2, 0, 0)
-        caught = memoryd(config, "resume", "--catch-up", *args, "--json", transcripts=watched)
+        # The shell names no transcript folder: the daemon looks in its own.
+        caught = memoryd(config, "resume", "--catch-up", *args, "--json")
         resumed = json.loads(caught.stdout)
         assert resumed["caught_up"] == 1
         after = wait_daemon(data, lambda info: info["counts"]["memory"] == 22)

@@ -4,6 +4,7 @@ are remembered by id, so tailing their transcript never brings them back."""
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import functools
 import os
@@ -12,6 +13,7 @@ from typing import Any
 
 from memoryd.errors import InvalidRequest, NotFound
 from memoryd.search import resolve_project
+from memoryd.watch.transcripts import transcript_files
 from workers.context import JobContext
 from workers.forget import erase_traces, forget_rows, per_table
 from workers.ingest import is_forgotten, scrub_state
@@ -62,6 +64,18 @@ async def forget_scope(
     deleted = await forget_rows(ctx, refs)
     await erase_traces(ctx, deleted, started)
     return {"dry_run": False, "sessions": sessions, "removed": per_table(deleted)}
+
+
+async def changed_transcripts(ctx: JobContext, since: float) -> list[str]:
+    """The transcripts the daemon follows (its own folders, which the asking shell's settings
+    need not name) changed since `since` (a unix time): what `memoryd resume` catches up on or
+    skips."""
+    changed = []
+    for path in transcript_files(ctx["settings"].transcript_roots):
+        with contextlib.suppress(OSError):  # gone meanwhile: nothing to read or skip
+            if os.stat(path).st_mtime >= since:
+                changed.append(path)
+    return changed
 
 
 async def skip_transcripts(ctx: JobContext, paths: list[str]) -> int:

@@ -71,6 +71,7 @@ FUNCTIONS: dict[JobSpec, JobFunction] = {
     jobs.IMPORT_ROWS: transfer.import_rows,
     jobs.FORGET_SCOPE: privacy.forget_scope,
     jobs.SKIP_TRANSCRIPTS: privacy.skip_transcripts,
+    jobs.CHANGED_TRANSCRIPTS: privacy.changed_transcripts,
     jobs.EXPORT_TABLES: transfer.export_tables,
     jobs.EXPORT_PAGE: transfer.export_page,
     jobs.PROJECTS: queries.projects,
