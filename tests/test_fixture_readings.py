@@ -280,9 +280,15 @@ def call_outputs(path: Path) -> dict[str, str]:
 
 # (failed calls, distinct failures) per fixture, as reviewed; every other fixture has none.
 FAILURES = {"37f83ec9": (19, 12), "cb2e607c": (5, 5), "rollout-": (2, 2)}
+# aider's history states no exit status, and Gemini's logs.json holds prompts alone.
+EVERY_FIXTURE = [
+    *TRANSCRIPTS,
+    FIXTURES / "aider" / "chat-history.md",
+    FIXTURES / "gemini" / "logs.json",
+]
 
 
-@pytest.mark.parametrize("path", TRANSCRIPTS, ids=lambda p: p.name[:12])
+@pytest.mark.parametrize("path", EVERY_FIXTURE, ids=lambda p: p.name[:12])
 def test_failed_calls_are_the_reviewed_ones(path: Path) -> None:
     fixture = str(path.relative_to(FIXTURES))
     mine = memoryd_failures(parse(path))
@@ -290,8 +296,7 @@ def test_failed_calls_are_the_reviewed_ones(path: Path) -> None:
     assert sorted(mine) == sorted(reviewed)
     groups = {group for group, _ in reviewed.values()}
     assert (len(reviewed), len(groups)) == FAILURES.get(path.name[:8], (0, 0))
-    if reviewed:
-        outputs = call_outputs(path)
+    outputs = call_outputs(path) if reviewed else {}
     for call, (_, line) in reviewed.items():
         # The reviewed line is a line of the call's output, and memoryd shows that line (less
         # Claude Code's <tool_use_error> wrapping) as the failure.
