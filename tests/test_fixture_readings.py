@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from workers.transcripts import detect_agent, parser_for, split_lines
-from workers.transcripts.model import Action, Denied, ParseResult, Source, Triggered
+from workers.transcripts.model import Action, Denied, Memory, ParseResult, Source, Triggered
 
 FIXTURES = Path(__file__).parent / "fixtures" / "transcripts"
 TRANSCRIPTS = sorted(
@@ -235,3 +235,91 @@ def test_the_reviewed_list_covers_every_fixture_that_names_files() -> None:
     assert listed <= {str(p.relative_to(FIXTURES)) for p in TRANSCRIPTS}
     assert len(listed) == 8  # 4e27c414 (a lone summary) names no file
     assert sum(len(v) for v in expected_files().values()) == 63 + 7  # Claude, Codex + Gemini
+
+
+# --- failures and the error entities they trigger ---------------------------------------------
+
+
+def expected_errors() -> dict[tuple[str, str], tuple[str, str]]:
+    """(fixture, call id) -> (reviewed group, the line of the output that states the failure)."""
+    out: dict[tuple[str, str], tuple[str, str]] = {}
+    for line in (FIXTURES / "expected-errors.tsv").read_text().splitlines():
+        if line and not line.startswith("#"):
+            fixture, call_id, group, text = line.split("\t")
+            out[fixture, call_id] = (group, text)
+    return out
+
+
+def memoryd_failures(result: ParseResult) -> dict[str, Triggered]:
+    """The TRIGGERED edges of a parse, by the id of the call that failed."""
+    call_of = {e.id: e.call_id for e in result.events if isinstance(e, Memory) and e.call_id}
+    triggered = [e for e in result.events if isinstance(e, Triggered)]
+    out = {call_of[e.memory_id]: e for e in triggered}
+    assert len(out) == len(triggered)  # one error per failed call
+    return out
+
+
+def call_outputs(path: Path) -> dict[str, str]:
+    """Each call's output read straight from the JSON: Claude Code's tool_result content,
+    Codex's exec_command_end aggregated output."""
+    out: dict[str, str] = {}
+    for raw in path.read_bytes().splitlines():
+        rec = json.loads(raw)
+        payload = rec.get("payload") or {}
+        if payload.get("type") == "exec_command_end":
+            out[payload["call_id"]] = payload["aggregated_output"]
+        message = rec.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        for block in content if isinstance(content, list) else ():
+            if block.get("type") == "tool_result":
+                body = block["content"]
+                text = body if isinstance(body, str) else "\n".join(b.get("text", "") for b in body)
+                out[block["tool_use_id"]] = text
+    return out
+
+
+# (failed calls, distinct failures) per fixture, as reviewed; every other fixture has none.
+FAILURES = {"37f83ec9": (19, 12), "cb2e607c": (5, 5), "rollout-": (2, 2)}
+# aider's history states no exit status, and Gemini's logs.json holds prompts alone.
+EVERY_FIXTURE = [
+    *TRANSCRIPTS,
+    FIXTURES / "aider" / "chat-history.md",
+    FIXTURES / "gemini" / "logs.json",
+]
+
+
+@pytest.mark.parametrize("path", EVERY_FIXTURE, ids=lambda p: p.name[:12])
+def test_failed_calls_are_the_reviewed_ones(path: Path) -> None:
+    fixture = str(path.relative_to(FIXTURES))
+    mine = memoryd_failures(parse(path))
+    reviewed = {call: v for (fx, call), v in expected_errors().items() if fx == fixture}
+    assert sorted(mine) == sorted(reviewed)
+    groups = {group for group, _ in reviewed.values()}
+    assert (len(reviewed), len(groups)) == FAILURES.get(path.name[:8], (0, 0))
+    outputs = call_outputs(path) if reviewed else {}
+    for call, (_, line) in reviewed.items():
+        # The reviewed line is a line of the call's output, and memoryd shows that line (less
+        # Claude Code's <tool_use_error> wrapping) as the failure.
+        assert line in {ln.strip() for ln in outputs[call].splitlines()}
+        assert mine[call].message and mine[call].message in line
+
+
+def test_error_entities_split_failures_as_the_review_does() -> None:
+    reviewed = expected_errors()
+    name_of: dict[str, str] = {}
+    groups_of: dict[str, set[str]] = {}  # error entity -> reviewed groups of its failures
+    entities_of: dict[str, set[str]] = {}  # reviewed group -> error entities of its failures
+    for path in TRANSCRIPTS:
+        fixture = str(path.relative_to(FIXTURES))
+        for call, t in memoryd_failures(parse(path)).items():
+            group = reviewed[fixture, call][0]
+            name_of[t.error.key] = t.error.name
+            groups_of.setdefault(t.error.key, set()).add(group)
+            entities_of.setdefault(group, set()).add(t.error.key)
+    merged = {name_of[k]: sorted(g) for k, g in groups_of.items() if len(g) > 1}
+    split = {
+        g: sorted(name_of[k] for k in keys) for g, keys in entities_of.items() if len(keys) > 1
+    }
+    assert merged == {}
+    assert split == {}
+    assert len(entities_of) == len({group for group, _ in reviewed.values()}) == 12 + 5 + 2

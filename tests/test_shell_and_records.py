@@ -310,6 +310,38 @@ def test_volatile_parts_are_masked_so_repeats_share_a_key() -> None:
     assert a.key == b.key and a.message == "bad row <n> in <path> after <n>s"
 
 
+def test_a_pytest_node_id_keeps_its_file_name_not_its_directory() -> None:
+    # The same test failing, shown from the repo root and from test/ (fixture 37f83ec9).
+    node = "test_combined_transcript_link.py::TestCombinedTranscriptLink::test_valid_cache"
+    root = error_signature(f"FAILED test/{node}\n=== 3 failed, 3 passed in 0.41s ===")
+    inner = error_signature(f"FAILED {node}\n=== 1 failed, 5 passed in 0.35s ===")
+    assert (root.type, root.message) == (inner.type, inner.message) == ("failed", node)
+    assert root.key == inner.key
+    # One test name in two files: two failures.
+    a = error_signature("FAILED tests/test_a.py::test_basic - assert 1 == 2")
+    b = error_signature("FAILED tests/test_b.py::test_basic - assert 1 == 2")
+    assert a.message == "test_a.py::test_basic - assert <n> == <n>"
+    assert a.key != b.key
+
+
+def test_pytest_running_no_test_is_one_failure_however_worded() -> None:
+    bar = "=" * 20
+    sigs = [
+        error_signature(f"collected 205 items / 205 deselected / 0 selected\n{bar} {s} {bar}", 5)
+        for s in (
+            "205 deselected in 0.58s",
+            "no tests collected (205 deselected) in 0.39s",
+            "no tests ran in 0.01s",
+            "3 deselected, 1 warning in 0.20s",
+        )
+    ]
+    assert {(s.type, s.message) for s in sigs} == {("pytest", "no tests ran")}
+    assert len({s.key for s in sigs}) == 1
+    assert sigs[0].line == f"{bar} 205 deselected in 0.58s {bar}"  # shown as it appeared
+    failed = error_signature(f"{bar} 2 failed, 205 deselected in 0.58s {bar}", 1)
+    assert (failed.type, failed.message) == ("pytest", "<n> failed, <n> deselected in <n>s")
+
+
 # --- 6. Codex outcomes ---------------------------------------------------------------------
 
 

@@ -994,6 +994,9 @@ _NOT_FOUND = re.compile(r"command not found|No such file or directory|not found"
 _PYTEST_SUMMARY = re.compile(
     r"^=+ (.*\b(?:failed|errors?|passed|deselected|skipped|no tests ran)\b.*?) =+$"
 )
+# A summary with none of these ran no test (pytest's exit 5), however it words that: "205
+# deselected", "no tests collected (205 deselected)", "no tests ran" are one failure.
+_PYTEST_RAN = re.compile(r"\b(?:x?failed|errors?|x?passed)\b")
 
 _MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\b[A-Za-z][\w+.-]*://[^\s'\"<>)\]]+"), "<url>"),
@@ -1001,6 +1004,9 @@ _MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
         re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I),
         "<uuid>",
     ),
+    # A pytest node id keeps its file's name (test_basic in test_a.py is not test_basic in
+    # test_b.py) but not the directory: pytest shows it relative to where it ran.
+    (re.compile(r"(?:[A-Za-z]:\\|~?/|\.{1,2}/)?(?:[\w.@+-]+[/\\])+(?=[\w.@+-]+\.py::)"), ""),
     (re.compile(r"(?:[A-Za-z]:\\|~?/|\.{1,2}/)?(?:[\w.@+-]+[/\\])+[\w.@+-]*"), "<path>"),
     (re.compile(r"(?:[A-Za-z]:\\|~)?/[\w.@+-][\w.@+/-]*"), "<path>"),  # not a lone `/`
     (re.compile(r"\b[A-Za-z]+_[A-Za-z0-9]{10,}\b"), "<id>"),
@@ -1063,7 +1069,8 @@ def _classify(lines: list[str], exit_code: int | None) -> tuple[str, str, str]:
     for ln in reversed(lines):
         m = _PYTEST_SUMMARY.match(ln)
         if m:
-            return "pytest", m.group(1), ln
+            ran = _PYTEST_RAN.search(m.group(1))
+            return "pytest", m.group(1) if ran else "no tests ran", ln
     for ln in lines:
         if _HTTP_STATUS.search(ln):
             return "http", ln, ln
