@@ -627,9 +627,11 @@ class CodexHome(_ClientHome):
         *,
         cwd: Path,
         extra_args: Sequence[str] = (),
+        resume: str | None = None,
         timeout: float = 45.0,
     ) -> CodexRun:
-        """`codex exec --json PROMPT` headless against the scripted server."""
+        """`codex exec --json PROMPT` headless against the scripted server; with `resume`, the
+        session of that thread id goes on (`codex exec resume ID PROMPT`)."""
         provider = (
             f'{{name="scripted", base_url="{server.base_url}/v1", wire_api="responses", '
             "request_max_retries=0, stream_max_retries=0}"
@@ -640,7 +642,7 @@ class CodexHome(_ClientHome):
             "-c", f'model="{CODEX_MODEL}"',
             "-c", 'model_provider="scripted"',
             "-c", f"model_providers.scripted={provider}",
-            *extra_args, prompt,
+            *extra_args, *(("resume", resume) if resume else ()), prompt,
             cwd=cwd,
             timeout=timeout,
         )  # fmt: skip

@@ -35,7 +35,10 @@ from memoryd.paths import channel_socket
 from memoryd.scan import project_id_for
 from tests.clients import (
     ClaudeHome,
+    CodexHome,
     ScriptedAnthropic,
+    ScriptedOpenAI,
+    function_call_outputs,
     install_clients,
     request_text,
     text,
@@ -717,6 +720,27 @@ async def test_records_of_sessions_idle_past_their_days_are_deleted(daemon: Daem
 # --- the real Claude Code, headless, against a scripted model --------------------------------
 
 
+def patient_hooks(home: Path) -> None:
+    """The hooks run under the client's environment (this HOME): give them time on a loaded
+    machine."""
+    config = home / ".config" / "memoryd" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text("hook_timeout_seconds = 20\n")
+
+
+async def edit_in_history(daemon: Daemon, path: Path, session: str) -> dict:
+    """The session's summary in `path`'s history, once the daemon has its edit of `path`."""
+    deadline = time.monotonic() + 120
+    async with client.connect(load_settings(data_dir=daemon.data)) as memoryd:
+        while True:
+            history = await memoryd.history(str(path))
+            mine = [s for s in history["sessions"] if s["session"] == session]
+            if mine and any(a["verb"] == "MODIFIES" for a in mine[0]["actions"]):
+                return mine[0]
+            assert time.monotonic() < deadline, f"the edit never reached the history: {history}"
+            await asyncio.sleep(1)
+
+
 @pytest.mark.e2e
 async def test_claude_code_calls_memoryd_gets_its_hook_context_and_its_edit_is_remembered(
     daemon: Daemon, tmp_path: Path
@@ -732,10 +756,7 @@ async def test_claude_code_calls_memoryd_gets_its_hook_context_and_its_edit_is_r
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    # The hooks run under Claude Code's environment; give them time on a loaded machine.
-    config = home.home / ".config" / "memoryd" / "config.toml"
-    config.parent.mkdir(parents=True)
-    config.write_text("hook_timeout_seconds = 20\n")
+    patient_hooks(home.home)
 
     note = "Decision: WORDS.md keeps one word per line, in upper case once reviewed."
     memory = await remember(daemon, note)
@@ -787,19 +808,104 @@ async def test_claude_code_calls_memoryd_gets_its_hook_context_and_its_edit_is_r
             "anything else?", server, cwd=daemon.repo, extra_args=["--resume", session]
         )
     assert resumed.result.returncode == 0, resumed.result.stderr
-    deadline = time.monotonic() + 120
-    async with client.connect(load_settings(data_dir=daemon.data)) as memoryd:
-        while True:
-            history = await memoryd.history(str(words))
-            mine = [s for s in history["sessions"] if s["session"] == session]
-            if mine and any(a["verb"] == "MODIFIES" for a in mine[0]["actions"]):
-                break
-            assert time.monotonic() < deadline, f"the edit never reached the history: {history}"
-            await asyncio.sleep(1)
-    [summary] = mine
+    summary = await edit_in_history(daemon, words, session)
     assert summary["agent"] == "claude-code"
     assert summary["goal"] == "how do we parse a redis connection DSN url?"
     assert [(a["verb"], a["outcome"], a["tool"]) for a in summary["actions"]] == [
         ("READS", "ok", "read"),
         ("MODIFIES", "ok", "edit"),
+    ]
+
+
+# --- the real Codex, headless, against a scripted model -------------------------------------
+
+
+@pytest.mark.e2e
+async def test_codex_calls_memoryd_gets_its_hook_context_and_its_edit_is_remembered(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    codex = CodexHome(install_clients(), tmp_path)
+    env = {"HOME": str(codex.home), "CODEX_HOME": str(codex.codex_home)}
+    done = subprocess.run(
+        [MEMORYD, "integrate", "codex"],
+        capture_output=True,
+        text=True,
+        env=clean_env(daemon.data) | env,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Codex runs a hook only once you trust it" in done.stdout
+    # The trust step integrate asks for, taken the way Codex's /hooks screen takes it.
+    assert codex.trust_hooks(daemon.repo) == [f"{codex.hooks_path}:session_start:0:0"]
+    patient_hooks(codex.home)
+
+    note = "Decision: CODEX.md keeps one word per line, in upper case once reviewed."
+    memory = await remember(daemon, note)
+    words = daemon.repo / "CODEX.md"
+    words.write_text("alpha\nbeta\n")
+    query = {"query": "parse a redis connection DSN url", "kind": "code", "limit": 2}
+    async with mcp_stdio(daemon.data, daemon.repo) as mcp:
+        error, answer = await call(mcp, "search", **query)
+    assert not error
+    script = [
+        tool_use("mcp__memoryd__search", query),
+        tool_use("exec_command", {"cmd": "sed -i s/beta/BETA/ CODEX.md"}),
+        text("Done."),
+    ]
+    prompt = "how do we parse a redis connection DSN url?"
+    # required: Codex waits for memoryd's server before its first request, so that request
+    # lists memoryd's tools (docs/clients.md).
+    with ScriptedOpenAI(script, time_limit=120) as server:
+        run = codex.exec(
+            prompt,
+            server,
+            cwd=daemon.repo,
+            extra_args=["-c", "mcp_servers.memoryd.required=true"],
+            timeout=120,
+        )
+    assert run.result.returncode == 0, run.result.stderr
+    assert server.unused_turns == []
+    assert words.read_text() == "alpha\nBETA\n"
+
+    first, second, _ = server.main_requests
+    sent = request_text(first)
+    assert f"memoryd: recent agent work in this repository ({daemon.project}):" in sent
+    assert f"- decision [{memory}] (agent note, " in sent and note in sent
+    assert "mcp__memoryd__search" in tool_names(first)
+    # memoryd's answer reached the model whole.
+    [search_output] = function_call_outputs(second)
+    assert search_output["call_id"] == "call_scripted0001"
+    header, body = search_output["output"]
+    assert re.fullmatch(r"Wall time: \d+\.\d+ seconds\nOutput:", header["text"])
+    assert body == {"type": "input_text", "text": answer}
+
+    # Resuming fires SessionStart again: its transcript_path (the rollout) is queued, the
+    # daemon reads it on from where it stopped, and the edit is in the file's history.
+    with ScriptedOpenAI([text("Still done.")]) as server:
+        resumed = codex.exec("anything else?", server, cwd=daemon.repo, resume=run.thread_id)
+    assert resumed.result.returncode == 0, resumed.result.stderr
+    [rollout] = run.transcripts
+    assert resumed.transcripts == [rollout]
+    summary = await edit_in_history(daemon, words, run.thread_id)
+    assert (summary["agent"], summary["goal"]) == ("codex", prompt)
+    assert summary["source"] == str(rollout)
+    assert [(a["verb"], a["outcome"], a["tool"], a["detail"]) for a in summary["actions"]] == [
+        ("MODIFIES", "ok", "exec_command", "sed -i s/beta/BETA/ CODEX.md")
+    ]
+    # The replay has both calls, memoryd's under its MCP name. (Whether the resumed turn is in
+    # it yet depends on when the daemon read the file: the hook runs before that turn.)
+    async with client.connect(load_settings(data_dir=daemon.data)) as memoryd:
+        replay = await memoryd.session(run.thread_id)
+    events = [(e["kind"], e["tool"], e["text"]) for e in replay["events"]]
+    search = "mcp:memoryd:search"
+    assert events[:2] == [
+        ("user_prompt", None, prompt),
+        ("tool_call", search, f"mcp__memoryd__search {json.dumps(query)}"),
+    ]
+    kind, tool, result = events[2]
+    assert (kind, tool) == ("tool_result", search)
+    assert re.fullmatch(r"Wall time: \d+\.\d+ seconds\nOutput:\n", result.removesuffix(answer))
+    assert events[3:5] == [
+        ("tool_call", "exec_command", "exec_command: sed -i s/beta/BETA/ CODEX.md"),
+        ("assistant_message", None, "Done."),
     ]

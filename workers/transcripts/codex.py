@@ -9,7 +9,8 @@ Two line formats (shared/docs/transcript-formats.md §2):
 
 What becomes what:
 
-- prompts come from ``event_msg user_message`` (clean text); in the envelope format the
+- prompts come from ``event_msg user_message`` (clean text; from 0.169 ``event_msg
+  item_completed`` of a ``UserMessage`` item instead); in the envelope format the
   ``response_item`` user messages are skipped because they repeat the prompt and carry the
   injected ``AGENTS.md`` / ``<environment_context>`` text. Legacy files only have the latter, so
   there the injected ones are filtered by their prefix.
@@ -25,7 +26,8 @@ What becomes what:
   for this: it covers reads and searches only, with paths shortened to a base name.
 - ``apply_patch`` (custom tool, function, or old ``shell ["apply_patch", …]``) → MODIFIES per
   file in the patch; ``patch_apply_end.changes`` replaces those with its authoritative paths.
-- other tools (``update_plan``, MCP ``server__tool``, ``web_search_call``) → EXECUTES the tool.
+- other tools (``update_plan``, MCP ``server__tool`` or, from 0.169, ``tool`` in namespace
+  ``mcp__server``, ``web_search_call``) → EXECUTES the tool.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ _SHELL_TOOLS = frozenset({"shell", "container.exec", "shell_command", "exec_comm
 _SEARCH_PROGRAMS = frozenset({"grep", "egrep", "fgrep", "rg", "ag", "ack", "git-grep"})
 _ENVELOPE_TYPES = frozenset({"session_meta", "turn_context", "response_item", "event_msg"})
 # Envelope types with nothing for the graph.
-_IGNORED_TYPES = frozenset({"world_state", "inter_agent_communication"})
+_IGNORED_TYPES = frozenset({"world_state", "inter_agent_communication", "token_usage_record"})
 _IGNORED_ITEMS = frozenset({"reasoning", "ghost_snapshot", "compaction", "other", "compacted"})
 _INJECTED_PREFIXES = (
     "# AGENTS.md instructions",
@@ -335,6 +337,9 @@ def goal_text(message: str) -> str:
 
 def _function_call(em: Emitter, p: dict[str, Any], ctx: _Ctx) -> None:
     name = _s(p.get("name")) or "unknown"
+    namespace = _s(p.get("namespace"))
+    if namespace.startswith("mcp__"):  # 0.169 calls an MCP tool within its server's namespace
+        name = f"{namespace}__{name}"
     call_id = _s(p.get("call_id") or p.get("id"))
     args = _json_args(p.get("arguments"))
     if name in _SHELL_TOOLS:
@@ -583,6 +588,9 @@ def _event(em: Emitter, p: dict[str, Any], ctx: _Ctx) -> None:
     t = p.get("type")
     if t == "user_message":
         _prompt(em, _s(p.get("message")), ctx)
+    elif t == "item_completed" and isinstance(p.get("item"), dict):
+        if p["item"].get("type") == "UserMessage":  # 0.169's user_message
+            _prompt(em, _content_text(p["item"].get("content")), ctx)
     elif t == "exec_command_end":
         _exec_end(em, p, ctx)
     elif t == "patch_apply_end":
