@@ -149,8 +149,10 @@ def tool_results(body: Json) -> list[Json]:
 
 
 def function_call_outputs(body: Json) -> list[Json]:
-    """The function_call_output items of a Responses-API request (Codex's tool results)."""
-    return [item for item in body.get("input") or [] if item.get("type") == "function_call_output"]
+    """The function_call_output and custom_tool_call_output items of a Responses-API request
+    (Codex's tool results; the second kind answers a freeform tool such as apply_patch)."""
+    kinds = ("function_call_output", "custom_tool_call_output")
+    return [item for item in body.get("input") or [] if item.get("type") in kinds]
 
 
 def function_responses(body: Json) -> list[Json]:
@@ -354,7 +356,8 @@ class ScriptedOpenAI(ScriptedModel):
     """The Responses API as Codex calls it through a configured provider: POST /v1/responses.
 
     A `tool_use` turn naming `NS__tool` where NS is one of the request's namespaces (Codex puts
-    each MCP server's tools in one, `mcp__<server>`) calls `tool` in that namespace.
+    each MCP server's tools in one, `mcp__<server>`) calls `tool` in that namespace. A turn
+    naming a freeform (`custom`) tool, apply_patch, passes its raw text as `{"input": text}`.
     """
 
     def render(self, body: Json, turn: Turn | None, number: int) -> tuple[str, bytes]:
@@ -371,6 +374,14 @@ class ScriptedOpenAI(ScriptedModel):
             namespace, _, name = turn.tool.rpartition("__")
             if namespace in namespaces:
                 item |= {"namespace": namespace, "name": name}
+            custom = {t.get("name") for t in body.get("tools") or [] if t.get("type") == "custom"}
+            if turn.tool in custom:  # a freeform tool (apply_patch) takes its input as raw text
+                item = {
+                    "type": "custom_tool_call",
+                    "call_id": item["call_id"],
+                    "name": turn.tool,
+                    "input": turn.input["input"],
+                }
         else:
             value = turn.text if turn is not None and turn.text is not None else FALLBACK_TEXT
             item = {
@@ -563,6 +574,9 @@ class ClaudeHome(_ClientHome):
 # The model Codex is told to use against the scripted server; it has no metadata for it and
 # says so once ("Defaulting to fallback metadata"), which changes nothing the tests look at.
 CODEX_MODEL = "gpt-5.1"
+# A model Codex ships metadata for: it gets the apply_patch tool, and MCP tools behind a
+# tool_search tool instead of in the request (docs/clients.md).
+CODEX_CATALOG_MODEL = "gpt-5.5"
 
 
 @dataclass
@@ -628,6 +642,7 @@ class CodexHome(_ClientHome):
         cwd: Path,
         extra_args: Sequence[str] = (),
         resume: str | None = None,
+        model: str = CODEX_MODEL,
         timeout: float = 45.0,
     ) -> CodexRun:
         """`codex exec --json PROMPT` headless against the scripted server; with `resume`, the
@@ -639,7 +654,7 @@ class CodexHome(_ClientHome):
         before = self.transcripts()
         result = self.run(
             "exec", "--json", "--skip-git-repo-check", "--sandbox", "workspace-write",
-            "-c", f'model="{CODEX_MODEL}"',
+            "-c", f'model="{model}"',
             "-c", 'model_provider="scripted"',
             "-c", f"model_providers.scripted={provider}",
             *extra_args, *(("resume", resume) if resume else ()), prompt,

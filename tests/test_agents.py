@@ -34,6 +34,7 @@ from memoryd.ids import stable_id
 from memoryd.paths import channel_socket
 from memoryd.scan import project_id_for
 from tests.clients import (
+    CODEX_CATALOG_MODEL,
     ClaudeHome,
     CodexHome,
     ScriptedAnthropic,
@@ -820,10 +821,8 @@ async def test_claude_code_calls_memoryd_gets_its_hook_context_and_its_edit_is_r
 # --- the real Codex, headless, against a scripted model -------------------------------------
 
 
-@pytest.mark.e2e
-async def test_codex_calls_memoryd_gets_its_hook_context_and_its_edit_is_remembered(
-    daemon: Daemon, tmp_path: Path
-) -> None:
+def integrated_codex(daemon: Daemon, tmp_path: Path) -> CodexHome:
+    """A Codex home after `memoryd integrate codex` and the hook trust it asks for."""
     codex = CodexHome(install_clients(), tmp_path)
     env = {"HOME": str(codex.home), "CODEX_HOME": str(codex.codex_home)}
     done = subprocess.run(
@@ -838,6 +837,32 @@ async def test_codex_calls_memoryd_gets_its_hook_context_and_its_edit_is_remembe
     # The trust step integrate asks for, taken the way Codex's /hooks screen takes it.
     assert codex.trust_hooks(daemon.repo) == [f"{codex.hooks_path}:session_start:0:0"]
     patient_hooks(codex.home)
+    return codex
+
+
+async def replay_through(daemon: Daemon, session: str, last: str) -> list[tuple[str, ...]]:
+    """The session's events (kind, tool, text) once the daemon has read its transcript up to
+    the assistant message `last`. The startup hook may have had the file read before the
+    edits: only the resumed session's hook makes sure the daemon reads on."""
+    deadline = time.monotonic() + 120
+    async with client.connect(load_settings(data_dir=daemon.data)) as memoryd:
+        while True:
+            try:
+                replay = await memoryd.session(session)
+            except NotFound:
+                replay = {"events": []}
+            events = [(e["kind"], e["tool"], e["text"]) for e in replay["events"]]
+            if ("assistant_message", None, last) in events:
+                return events
+            assert time.monotonic() < deadline, f"the daemon never read {last!r}: {events}"
+            await asyncio.sleep(1)
+
+
+@pytest.mark.e2e
+async def test_codex_calls_memoryd_gets_its_hook_context_and_its_edit_is_remembered(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    codex = integrated_codex(daemon, tmp_path)
 
     note = "Decision: CODEX.md keeps one word per line, in upper case once reviewed."
     memory = await remember(daemon, note)
@@ -886,17 +911,9 @@ async def test_codex_calls_memoryd_gets_its_hook_context_and_its_edit_is_remembe
     assert resumed.result.returncode == 0, resumed.result.stderr
     [rollout] = run.transcripts
     assert resumed.transcripts == [rollout]
-    summary = await edit_in_history(daemon, words, run.thread_id)
-    assert (summary["agent"], summary["goal"]) == ("codex", prompt)
-    assert summary["source"] == str(rollout)
-    assert [(a["verb"], a["outcome"], a["tool"], a["detail"]) for a in summary["actions"]] == [
-        ("MODIFIES", "ok", "exec_command", "sed -i s/beta/BETA/ CODEX.md")
-    ]
     # The replay has both calls, memoryd's under its MCP name. (Whether the resumed turn is in
     # it yet depends on when the daemon read the file: the hook runs before that turn.)
-    async with client.connect(load_settings(data_dir=daemon.data)) as memoryd:
-        replay = await memoryd.session(run.thread_id)
-    events = [(e["kind"], e["tool"], e["text"]) for e in replay["events"]]
+    events = await replay_through(daemon, run.thread_id, "Done.")
     search = "mcp:memoryd:search"
     assert events[:2] == [
         ("user_prompt", None, prompt),
@@ -909,3 +926,75 @@ async def test_codex_calls_memoryd_gets_its_hook_context_and_its_edit_is_remembe
         ("tool_call", "exec_command", "exec_command: sed -i s/beta/BETA/ CODEX.md"),
         ("assistant_message", None, "Done."),
     ]
+    summary = await edit_in_history(daemon, words, run.thread_id)
+    assert (summary["agent"], summary["goal"]) == ("codex", prompt)
+    assert summary["source"] == str(rollout)
+    assert [(a["verb"], a["outcome"], a["tool"], a["detail"]) for a in summary["actions"]] == [
+        ("MODIFIES", "ok", "exec_command", "sed -i s/beta/BETA/ CODEX.md")
+    ]
+
+
+@pytest.mark.e2e
+async def test_codex_apply_patch_edits_are_remembered_and_a_refused_patch_is_a_failure(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    codex = integrated_codex(daemon, tmp_path)
+    words = daemon.repo / "PATCHED.md"
+    words.write_text("alpha\nbeta\n")
+    applies = (
+        "*** Begin Patch\n*** Update File: PATCHED.md\n@@\n alpha\n-beta\n+BETA\n*** End Patch\n"
+    )
+    refused = applies.replace("-beta", "-gamma")  # no such line: Codex refuses the patch
+    script = [
+        tool_use("apply_patch", {"input": applies}),
+        tool_use("apply_patch", {"input": refused}),
+        text("Patched."),
+    ]
+    prompt = "upper-case beta in PATCHED.md"
+    # Codex offers apply_patch only to a model it ships metadata for.
+    with ScriptedOpenAI(script, time_limit=120) as server:
+        run = codex.exec(prompt, server, cwd=daemon.repo, model=CODEX_CATALOG_MODEL, timeout=120)
+    assert run.result.returncode == 0, run.result.stderr
+    assert server.unused_turns == []
+    assert words.read_text() == "alpha\nBETA\n"
+    first, _, third = server.main_requests
+    assert "apply_patch" in tool_names(first)
+    done, failed = function_call_outputs(third)
+    assert re.fullmatch(
+        r"Exit code: 0\nWall time: \d+(\.\d+)? seconds\nOutput:\n"
+        r"Success\. Updated the following files:\nM PATCHED\.md\n",
+        done["output"],
+    )
+    assert failed["output"] == (
+        f"apply_patch verification failed: Failed to find expected lines in {words}:\nalpha\ngamma"
+    )
+
+    with ScriptedOpenAI([text("Still patched.")]) as server:
+        resumed = codex.exec(
+            "anything else?",
+            server,
+            cwd=daemon.repo,
+            model=CODEX_CATALOG_MODEL,
+            resume=run.thread_id,
+        )
+    assert resumed.result.returncode == 0, resumed.result.stderr
+    events = await replay_through(daemon, run.thread_id, "Patched.")
+    assert [(kind, text) for kind, _, text in events[:6]] == [
+        ("user_prompt", prompt),
+        ("tool_call", "apply_patch\n" + applies.rstrip("\n")),
+        ("tool_result", "Success. Updated the following files:\nM PATCHED.md"),
+        ("tool_call", "apply_patch\n" + refused.rstrip("\n")),
+        ("error", failed["output"]),
+        ("assistant_message", "Patched."),
+    ]
+    assert [events[n][1] for n in (1, 3, 4)] == ["apply_patch"] * 3
+    summary = await edit_in_history(daemon, words, run.thread_id)
+    assert [(a["verb"], a["outcome"], a["tool"], a["detail"]) for a in summary["actions"]] == [
+        ("MODIFIES", "ok", "apply_patch", "update"),
+        ("MODIFIES", "error", "apply_patch", "update"),
+    ]
+    [error] = summary["errors"]
+    assert (error["tool"], error["error"]) == (
+        "apply_patch",
+        "error: apply_patch verification failed: Failed to find expected lines in <path>:",
+    )

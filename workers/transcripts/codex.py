@@ -25,7 +25,9 @@ What becomes what:
   ``workdir`` (workers.entities.files_in_command). ``exec_command_end.parsed_cmd`` is not used
   for this: it covers reads and searches only, with paths shortened to a base name.
 - ``apply_patch`` (custom tool, function, or old ``shell ["apply_patch", …]``) → MODIFIES per
-  file in the patch; ``patch_apply_end.changes`` replaces those with its authoritative paths.
+  file in the patch; ``patch_apply_end.changes`` (from 0.169 ``item_completed`` of a
+  ``FileChange`` item) replaces those with its authoritative paths. A patch Codex refused to
+  apply (``apply_patch verification failed: …``, no file changed) is a failure.
 - other tools (``update_plan``, MCP ``server__tool`` or, from 0.169, ``tool`` in namespace
   ``mcp__server``, ``web_search_call``) → EXECUTES the tool.
 """
@@ -84,13 +86,14 @@ _DESKTOP_REQUEST = re.compile(r"^##+\s*My request for Codex:\s*$", re.M)
 _UUID_IN_NAME = re.compile(
     r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.jsonl(?:\.zst)?$", re.I
 )
-_EXITED = re.compile(r"^Process exited with code (-?\d+)\s*$", re.M)
+_EXITED = re.compile(r"^(?:Process exited with code|Exit code:) (-?\d+)\s*$", re.M)
 _RUNNING = re.compile(r"^Process running with session ID (\d+)\s*$", re.M)
 # Unified exec wraps output in a header ending with "Output:".
 _EXEC_HEADER = re.compile(
     r"\A(?:(?:Chunk ID|Wall time|Process exited with code|Process running with session ID|"
-    r"Original token count|Total output lines)[^\n]*\n)+(?:Output:\n)?"
+    r"Original token count|Total output lines|Exit code)[^\n]*\n)+(?:Output:\n)?"
 )
+_PATCH_REFUSED = re.compile(r"\Aapply_patch verification failed\b")
 _REJECTED = re.compile(
     r"rejected by (?:the )?user|declined by (?:the )?user|user (?:denied|declined|rejected)|"
     r"approval (?:was )?denied",
@@ -503,7 +506,10 @@ def _output(em: Emitter, call_id: str, output: Any, ctx: _Ctx) -> None:
     call = em.state.pending.get(owner)
     last = call["extra"].get("last") if call else None
     policy = BROWSER_POLICY.search(out.text[:1000]) is not None
-    failed = not policy and outcome(out.exit_code, last, out.text) == ERROR
+    refused = (
+        call is not None and call["tool"] == "apply_patch" and bool(_PATCH_REFUSED.match(out.text))
+    )
+    failed = refused or (not policy and outcome(out.exit_code, last, out.text) == ERROR)
     em.memory(
         ctx.session_id,
         "error" if failed else "tool_result",
@@ -520,6 +526,8 @@ def _output(em: Emitter, call_id: str, output: Any, ctx: _Ctx) -> None:
         em.state.links[f"proc:{out.process}"] = owner  # still running: later polls report
     if policy:
         em.resolve(owner, OK, denial=PERMISSION_DENIED, message=out.text)
+    elif refused:
+        em.resolve(owner, ERROR, error=canonical_error(out.text), message=out.text)
     elif out.exit_code is not None:
         _finish(em, owner, out.exit_code, out.text)
         em.state.links.pop(f"proc:{process or out.process}", None)
@@ -589,8 +597,12 @@ def _event(em: Emitter, p: dict[str, Any], ctx: _Ctx) -> None:
     if t == "user_message":
         _prompt(em, _s(p.get("message")), ctx)
     elif t == "item_completed" and isinstance(p.get("item"), dict):
-        if p["item"].get("type") == "UserMessage":  # 0.169's user_message
-            _prompt(em, _content_text(p["item"].get("content")), ctx)
+        item = p["item"]
+        if item.get("type") == "UserMessage":  # 0.169's user_message
+            _prompt(em, _content_text(item.get("content")), ctx)
+        elif item.get("type") == "FileChange":  # 0.169's patch_apply_end
+            done = {"call_id": item.get("id"), "success": item.get("status") != "failed"}
+            _patch_end(em, item | done, ctx)
     elif t == "exec_command_end":
         _exec_end(em, p, ctx)
     elif t == "patch_apply_end":
