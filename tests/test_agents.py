@@ -45,6 +45,7 @@ from tests.clients import (
     text,
     tool_names,
     tool_results,
+    tool_search_outputs,
     tool_use,
 )
 from tests.conftest import MEMORYD
@@ -935,31 +936,53 @@ async def test_codex_calls_memoryd_gets_its_hook_context_and_its_edit_is_remembe
 
 
 @pytest.mark.e2e
-async def test_codex_apply_patch_edits_are_remembered_and_a_refused_patch_is_a_failure(
+async def test_codex_finds_memoryd_by_tool_search_and_its_patches_are_remembered(
     daemon: Daemon, tmp_path: Path
 ) -> None:
+    """On a model Codex ships metadata for, as real users run it: MCP tools are deferred
+    behind tool_search, and edits go through apply_patch."""
     codex = integrated_codex(daemon, tmp_path)
     words = daemon.repo / "PATCHED.md"
     words.write_text("alpha\nbeta\n")
+    async with mcp_stdio(daemon.data, daemon.repo) as mcp:
+        error, answer = await call(mcp, "file_history", path=str(words))
+    assert not error
     applies = (
         "*** Begin Patch\n*** Update File: PATCHED.md\n@@\n alpha\n-beta\n+BETA\n*** End Patch\n"
     )
     refused = applies.replace("-beta", "-gamma")  # no such line: Codex refuses the patch
     script = [
+        tool_use("tool_search", {"query": "history of a file: sessions that touched it"}),
+        tool_use("mcp__memoryd__file_history", {"path": str(words)}),
         tool_use("apply_patch", {"input": applies}),
         tool_use("apply_patch", {"input": refused}),
         text("Patched."),
     ]
     prompt = "upper-case beta in PATCHED.md"
-    # Codex offers apply_patch only to a model it ships metadata for.
     with ScriptedOpenAI(script, time_limit=120) as server:
-        run = codex.exec(prompt, server, cwd=daemon.repo, model=CODEX_CATALOG_MODEL, timeout=120)
+        run = codex.exec(
+            prompt,
+            server,
+            cwd=daemon.repo,
+            model=CODEX_CATALOG_MODEL,
+            extra_args=["-c", "mcp_servers.memoryd.required=true"],
+            timeout=120,
+        )
     assert run.result.returncode == 0, run.result.stderr
     assert server.unused_turns == []
     assert words.read_text() == "alpha\nBETA\n"
-    first, _, third = server.main_requests
+    first, second, third, *_, last = server.main_requests
     assert "apply_patch" in tool_names(first)
-    done, failed = function_call_outputs(third)
+    assert not any(name.startswith("mcp__memoryd") for name in tool_names(first))
+    # Codex's own search over the deferred tools found memoryd's by their descriptions.
+    [found] = tool_search_outputs(second)
+    assert tool_names(found)[0] == "mcp__memoryd__file_history"
+    [history_output] = function_call_outputs(third)
+    assert history_output["call_id"] == "call_scripted0002"
+    header, body = history_output["output"]
+    assert re.fullmatch(r"Wall time: \d+\.\d+ seconds\nOutput:", header["text"])
+    assert body == {"type": "input_text", "text": answer}
+    _, done, failed = function_call_outputs(last)
     assert re.fullmatch(
         r"Exit code: 0\nWall time: \d+(\.\d+)? seconds\nOutput:\n"
         r"Success\. Updated the following files:\nM PATCHED\.md\n",
@@ -979,15 +1002,18 @@ async def test_codex_apply_patch_edits_are_remembered_and_a_refused_patch_is_a_f
         )
     assert resumed.result.returncode == 0, resumed.result.stderr
     events = await replay_through(daemon, run.thread_id, "Patched.")
-    assert [(kind, text) for kind, _, text in events[:6]] == [
+    assert [(kind, text) for kind, _, text in events[:8]] == [
         ("user_prompt", prompt),
+        ("tool_call", f"mcp__memoryd__file_history {json.dumps({'path': str(words)})}"),
+        ("tool_result", f"{header['text']}\n{answer}"),
         ("tool_call", "apply_patch\n" + applies.rstrip("\n")),
         ("tool_result", "Success. Updated the following files:\nM PATCHED.md"),
         ("tool_call", "apply_patch\n" + refused.rstrip("\n")),
         ("error", failed["output"]),
         ("assistant_message", "Patched."),
     ]
-    assert [events[n][1] for n in (1, 3, 4)] == ["apply_patch"] * 3
+    tools = [events[n][1] for n in (1, 2, 3, 5, 6)]
+    assert tools == ["mcp:memoryd:file_history"] * 2 + ["apply_patch"] * 3
     summary = await edit_in_history(daemon, words, run.thread_id)
     assert [(a["verb"], a["outcome"], a["tool"], a["detail"]) for a in summary["actions"]] == [
         ("MODIFIES", "ok", "apply_patch", "update"),

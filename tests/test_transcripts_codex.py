@@ -497,6 +497,10 @@ def test_codex_0_169_prompts_namespaced_mcp_calls_and_file_changes() -> None:
             {"type": "UserMessage", "id": "u1",
              "content": [{"type": "text", "text": "upper-case beta", "text_elements": []}]}
         ),
+        env("response_item", {"type": "tool_search_call", "call_id": "c0", "status": "completed",
+                              "execution": "client", "arguments": {"query": "history"}}),
+        env("response_item", {"type": "tool_search_output", "call_id": "c0",
+                              "status": "completed", "execution": "client", "tools": []}),
         env("response_item", {"type": "function_call", "name": "search",
                               "namespace": "mcp__memoryd", "arguments": '{"query": "q"}',
                               "call_id": "c1"}),

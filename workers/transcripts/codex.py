@@ -72,7 +72,18 @@ _SEARCH_PROGRAMS = frozenset({"grep", "egrep", "fgrep", "rg", "ag", "ack", "git-
 _ENVELOPE_TYPES = frozenset({"session_meta", "turn_context", "response_item", "event_msg"})
 # Envelope types with nothing for the graph.
 _IGNORED_TYPES = frozenset({"world_state", "inter_agent_communication", "token_usage_record"})
-_IGNORED_ITEMS = frozenset({"reasoning", "ghost_snapshot", "compaction", "other", "compacted"})
+# tool_search_*: the model looking for deferred tools (0.169); what it then calls is recorded.
+_IGNORED_ITEMS = frozenset(
+    {
+        "reasoning",
+        "ghost_snapshot",
+        "compaction",
+        "other",
+        "compacted",
+        "tool_search_call",
+        "tool_search_output",
+    }
+)
 _INJECTED_PREFIXES = (
     "# AGENTS.md instructions",
     "<environment_context>",
