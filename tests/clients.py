@@ -148,9 +148,25 @@ def tool_results(body: Json) -> list[Json]:
     ]
 
 
+def tool_search_outputs(body: Json) -> list[Json]:
+    """The tool_search_output items of a Responses-API request: what Codex's own search over
+    its deferred tools found (`tools`: namespaces of MCP tools), in order."""
+    return [item for item in body.get("input") or [] if item.get("type") == "tool_search_output"]
+
+
+def offered_namespaces(body: Json) -> set[str]:
+    """The tool namespaces a request offers: in its tools, or found by an earlier tool_search."""
+    tools = [*(body.get("tools") or [])]
+    for found in tool_search_outputs(body):
+        tools += found.get("tools") or []
+    return {tool["name"] for tool in tools if tool.get("type") == "namespace"}
+
+
 def function_call_outputs(body: Json) -> list[Json]:
-    """The function_call_output items of a Responses-API request (Codex's tool results)."""
-    return [item for item in body.get("input") or [] if item.get("type") == "function_call_output"]
+    """The function_call_output and custom_tool_call_output items of a Responses-API request
+    (Codex's tool results; the second kind answers a freeform tool such as apply_patch)."""
+    kinds = ("function_call_output", "custom_tool_call_output")
+    return [item for item in body.get("input") or [] if item.get("type") in kinds]
 
 
 def function_responses(body: Json) -> list[Json]:
@@ -353,24 +369,43 @@ class ScriptedAnthropic(ScriptedModel):
 class ScriptedOpenAI(ScriptedModel):
     """The Responses API as Codex calls it through a configured provider: POST /v1/responses.
 
-    A `tool_use` turn naming `NS__tool` where NS is one of the request's namespaces (Codex puts
-    each MCP server's tools in one, `mcp__<server>`) calls `tool` in that namespace.
+    A `tool_use` turn naming `NS__tool` where NS is one of the namespaces the request offers
+    (Codex puts each MCP server's tools in one, `mcp__<server>`), in its tools or in what an
+    earlier tool_search found, calls `tool` in that namespace. A turn naming a freeform
+    (`custom`) tool, apply_patch, passes its raw text as `{"input": text}`; one naming
+    `tool_search` (offered with a model Codex has metadata for) asks Codex to search its
+    deferred tools, MCP tools among them, with `{"query": ...}`.
     """
 
     def render(self, body: Json, turn: Turn | None, number: int) -> tuple[str, bytes]:
+        kinds = {t.get("name") or t.get("type"): t.get("type") for t in body.get("tools") or []}
         if turn is not None and turn.tool is not None:
-            item: Json = {
-                "type": "function_call",
-                "call_id": f"call_scripted{number:04d}",
-                "name": turn.tool,
-                "arguments": json.dumps(turn.input),
-            }
-            namespaces = {
-                t["name"] for t in body.get("tools") or [] if t.get("type") == "namespace"
-            }
-            namespace, _, name = turn.tool.rpartition("__")
-            if namespace in namespaces:
-                item |= {"namespace": namespace, "name": name}
+            call_id = f"call_scripted{number:04d}"
+            if kinds.get(turn.tool) == "custom":  # freeform: the input is raw text
+                item: Json = {
+                    "type": "custom_tool_call",
+                    "call_id": call_id,
+                    "name": turn.tool,
+                    "input": turn.input["input"],
+                }
+            elif kinds.get(turn.tool) == "tool_search":  # Codex itself runs the search
+                item = {
+                    "type": "tool_search_call",
+                    "call_id": call_id,
+                    "execution": "client",
+                    "arguments": turn.input,
+                    "status": "completed",
+                }
+            else:
+                item = {
+                    "type": "function_call",
+                    "call_id": call_id,
+                    "name": turn.tool,
+                    "arguments": json.dumps(turn.input),
+                }
+                namespace, _, name = turn.tool.rpartition("__")
+                if namespace in offered_namespaces(body):
+                    item |= {"namespace": namespace, "name": name}
         else:
             value = turn.text if turn is not None and turn.text is not None else FALLBACK_TEXT
             item = {
@@ -563,6 +598,9 @@ class ClaudeHome(_ClientHome):
 # The model Codex is told to use against the scripted server; it has no metadata for it and
 # says so once ("Defaulting to fallback metadata"), which changes nothing the tests look at.
 CODEX_MODEL = "gpt-5.1"
+# A model Codex ships metadata for: it gets the apply_patch tool, and MCP tools behind a
+# tool_search tool instead of in the request (docs/clients.md).
+CODEX_CATALOG_MODEL = "gpt-5.5"
 
 
 @dataclass
@@ -627,9 +665,12 @@ class CodexHome(_ClientHome):
         *,
         cwd: Path,
         extra_args: Sequence[str] = (),
+        resume: str | None = None,
+        model: str = CODEX_MODEL,
         timeout: float = 45.0,
     ) -> CodexRun:
-        """`codex exec --json PROMPT` headless against the scripted server."""
+        """`codex exec --json PROMPT` headless against the scripted server; with `resume`, the
+        session of that thread id goes on (`codex exec resume ID PROMPT`)."""
         provider = (
             f'{{name="scripted", base_url="{server.base_url}/v1", wire_api="responses", '
             "request_max_retries=0, stream_max_retries=0}"
@@ -637,10 +678,10 @@ class CodexHome(_ClientHome):
         before = self.transcripts()
         result = self.run(
             "exec", "--json", "--skip-git-repo-check", "--sandbox", "workspace-write",
-            "-c", f'model="{CODEX_MODEL}"',
+            "-c", f'model="{model}"',
             "-c", 'model_provider="scripted"',
             "-c", f"model_providers.scripted={provider}",
-            *extra_args, prompt,
+            *extra_args, *(("resume", resume) if resume else ()), prompt,
             cwd=cwd,
             timeout=timeout,
         )  # fmt: skip

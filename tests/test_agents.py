@@ -34,13 +34,18 @@ from memoryd.ids import stable_id
 from memoryd.paths import channel_socket
 from memoryd.scan import project_id_for
 from tests.clients import (
+    CODEX_CATALOG_MODEL,
     ClaudeHome,
+    CodexHome,
     ScriptedAnthropic,
+    ScriptedOpenAI,
+    function_call_outputs,
     install_clients,
     request_text,
     text,
     tool_names,
     tool_results,
+    tool_search_outputs,
     tool_use,
 )
 from tests.conftest import MEMORYD
@@ -717,6 +722,27 @@ async def test_records_of_sessions_idle_past_their_days_are_deleted(daemon: Daem
 # --- the real Claude Code, headless, against a scripted model --------------------------------
 
 
+def patient_hooks(home: Path) -> None:
+    """The hooks run under the client's environment (this HOME): give them time on a loaded
+    machine."""
+    config = home / ".config" / "memoryd" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text("hook_timeout_seconds = 20\n")
+
+
+async def edit_in_history(daemon: Daemon, path: Path, session: str) -> dict:
+    """The session's summary in `path`'s history, once the daemon has its edit of `path`."""
+    deadline = time.monotonic() + 120
+    async with client.connect(load_settings(data_dir=daemon.data)) as memoryd:
+        while True:
+            history = await memoryd.history(str(path))
+            mine = [s for s in history["sessions"] if s["session"] == session]
+            if mine and any(a["verb"] == "MODIFIES" for a in mine[0]["actions"]):
+                return mine[0]
+            assert time.monotonic() < deadline, f"the edit never reached the history: {history}"
+            await asyncio.sleep(1)
+
+
 @pytest.mark.e2e
 async def test_claude_code_calls_memoryd_gets_its_hook_context_and_its_edit_is_remembered(
     daemon: Daemon, tmp_path: Path
@@ -732,10 +758,7 @@ async def test_claude_code_calls_memoryd_gets_its_hook_context_and_its_edit_is_r
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    # The hooks run under Claude Code's environment; give them time on a loaded machine.
-    config = home.home / ".config" / "memoryd" / "config.toml"
-    config.parent.mkdir(parents=True)
-    config.write_text("hook_timeout_seconds = 20\n")
+    patient_hooks(home.home)
 
     note = "Decision: WORDS.md keeps one word per line, in upper case once reviewed."
     memory = await remember(daemon, note)
@@ -787,19 +810,217 @@ async def test_claude_code_calls_memoryd_gets_its_hook_context_and_its_edit_is_r
             "anything else?", server, cwd=daemon.repo, extra_args=["--resume", session]
         )
     assert resumed.result.returncode == 0, resumed.result.stderr
-    deadline = time.monotonic() + 120
-    async with client.connect(load_settings(data_dir=daemon.data)) as memoryd:
-        while True:
-            history = await memoryd.history(str(words))
-            mine = [s for s in history["sessions"] if s["session"] == session]
-            if mine and any(a["verb"] == "MODIFIES" for a in mine[0]["actions"]):
-                break
-            assert time.monotonic() < deadline, f"the edit never reached the history: {history}"
-            await asyncio.sleep(1)
-    [summary] = mine
+    summary = await edit_in_history(daemon, words, session)
     assert summary["agent"] == "claude-code"
     assert summary["goal"] == "how do we parse a redis connection DSN url?"
     assert [(a["verb"], a["outcome"], a["tool"]) for a in summary["actions"]] == [
         ("READS", "ok", "read"),
         ("MODIFIES", "ok", "edit"),
     ]
+
+
+# --- the real Codex, headless, against a scripted model -------------------------------------
+
+
+def integrated_codex(daemon: Daemon, tmp_path: Path) -> CodexHome:
+    """A Codex home after `memoryd integrate codex` and the hook trust it asks for."""
+    codex = CodexHome(install_clients(), tmp_path)
+    env = {"HOME": str(codex.home), "CODEX_HOME": str(codex.codex_home)}
+    done = subprocess.run(
+        [MEMORYD, "integrate", "codex"],
+        capture_output=True,
+        text=True,
+        env=clean_env(daemon.data) | env,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Codex runs a hook only once you trust it" in done.stdout
+    # The trust step integrate asks for, taken the way Codex's /hooks screen takes it.
+    assert codex.trust_hooks(daemon.repo) == [f"{codex.hooks_path}:session_start:0:0"]
+    patient_hooks(codex.home)
+    return codex
+
+
+async def replay_through(daemon: Daemon, session: str, last: str) -> list[tuple[str, ...]]:
+    """The session's events (kind, tool, text) once the daemon has read its transcript up to
+    the assistant message `last`. The startup hook may have had the file read before the
+    edits: only the resumed session's hook makes sure the daemon reads on."""
+    deadline = time.monotonic() + 120
+    async with client.connect(load_settings(data_dir=daemon.data)) as memoryd:
+        while True:
+            try:
+                replay = await memoryd.session(session)
+            except NotFound:
+                replay = {"events": []}
+            events = [(e["kind"], e["tool"], e["text"]) for e in replay["events"]]
+            if ("assistant_message", None, last) in events:
+                return events
+            assert time.monotonic() < deadline, f"the daemon never read {last!r}: {events}"
+            await asyncio.sleep(1)
+
+
+@pytest.mark.e2e
+async def test_codex_calls_memoryd_gets_its_hook_context_and_its_edit_is_remembered(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    codex = integrated_codex(daemon, tmp_path)
+
+    note = "Decision: CODEX.md keeps one word per line, in upper case once reviewed."
+    memory = await remember(daemon, note)
+    words = daemon.repo / "CODEX.md"
+    words.write_text("alpha\nbeta\n")
+    query = {"query": "parse a redis connection DSN url", "kind": "code", "limit": 2}
+    async with mcp_stdio(daemon.data, daemon.repo) as mcp:
+        error, answer = await call(mcp, "search", **query)
+    assert not error
+    script = [
+        tool_use("mcp__memoryd__search", query),
+        tool_use("exec_command", {"cmd": "sed -i s/beta/BETA/ CODEX.md"}),
+        text("Done."),
+    ]
+    prompt = "how do we parse a redis connection DSN url?"
+    # required: Codex waits for memoryd's server before its first request, so that request
+    # lists memoryd's tools (docs/clients.md).
+    with ScriptedOpenAI(script, time_limit=120) as server:
+        run = codex.exec(
+            prompt,
+            server,
+            cwd=daemon.repo,
+            extra_args=["-c", "mcp_servers.memoryd.required=true"],
+            timeout=120,
+        )
+    assert run.result.returncode == 0, run.result.stderr
+    assert server.unused_turns == []
+    assert words.read_text() == "alpha\nBETA\n"
+
+    first, second, _ = server.main_requests
+    sent = request_text(first)
+    assert f"memoryd: recent agent work in this repository ({daemon.project}):" in sent
+    assert f"- decision [{memory}] (agent note, " in sent and note in sent
+    assert "mcp__memoryd__search" in tool_names(first)
+    # memoryd's answer reached the model whole.
+    [search_output] = function_call_outputs(second)
+    assert search_output["call_id"] == "call_scripted0001"
+    header, body = search_output["output"]
+    assert re.fullmatch(r"Wall time: \d+\.\d+ seconds\nOutput:", header["text"])
+    assert body == {"type": "input_text", "text": answer}
+
+    # Resuming fires SessionStart again: its transcript_path (the rollout) is queued, the
+    # daemon reads it on from where it stopped, and the edit is in the file's history.
+    with ScriptedOpenAI([text("Still done.")]) as server:
+        resumed = codex.exec("anything else?", server, cwd=daemon.repo, resume=run.thread_id)
+    assert resumed.result.returncode == 0, resumed.result.stderr
+    [rollout] = run.transcripts
+    assert resumed.transcripts == [rollout]
+    # The replay has both calls, memoryd's under its MCP name. (Whether the resumed turn is in
+    # it yet depends on when the daemon read the file: the hook runs before that turn.)
+    events = await replay_through(daemon, run.thread_id, "Done.")
+    search = "mcp:memoryd:search"
+    assert events[:2] == [
+        ("user_prompt", None, prompt),
+        ("tool_call", search, f"mcp__memoryd__search {json.dumps(query)}"),
+    ]
+    kind, tool, result = events[2]
+    assert (kind, tool) == ("tool_result", search)
+    assert re.fullmatch(r"Wall time: \d+\.\d+ seconds\nOutput:\n", result.removesuffix(answer))
+    assert events[3:5] == [
+        ("tool_call", "exec_command", "exec_command: sed -i s/beta/BETA/ CODEX.md"),
+        ("assistant_message", None, "Done."),
+    ]
+    summary = await edit_in_history(daemon, words, run.thread_id)
+    assert (summary["agent"], summary["goal"]) == ("codex", prompt)
+    assert summary["source"] == str(rollout)
+    assert [(a["verb"], a["outcome"], a["tool"], a["detail"]) for a in summary["actions"]] == [
+        ("MODIFIES", "ok", "exec_command", "sed -i s/beta/BETA/ CODEX.md")
+    ]
+
+
+@pytest.mark.e2e
+async def test_codex_finds_memoryd_by_tool_search_and_its_patches_are_remembered(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    """On a model Codex ships metadata for, as real users run it: MCP tools are deferred
+    behind tool_search, and edits go through apply_patch."""
+    codex = integrated_codex(daemon, tmp_path)
+    words = daemon.repo / "PATCHED.md"
+    words.write_text("alpha\nbeta\n")
+    async with mcp_stdio(daemon.data, daemon.repo) as mcp:
+        error, answer = await call(mcp, "file_history", path=str(words))
+    assert not error
+    applies = (
+        "*** Begin Patch\n*** Update File: PATCHED.md\n@@\n alpha\n-beta\n+BETA\n*** End Patch\n"
+    )
+    refused = applies.replace("-beta", "-gamma")  # no such line: Codex refuses the patch
+    script = [
+        tool_use("tool_search", {"query": "history of a file: sessions that touched it"}),
+        tool_use("mcp__memoryd__file_history", {"path": str(words)}),
+        tool_use("apply_patch", {"input": applies}),
+        tool_use("apply_patch", {"input": refused}),
+        text("Patched."),
+    ]
+    prompt = "upper-case beta in PATCHED.md"
+    with ScriptedOpenAI(script, time_limit=120) as server:
+        run = codex.exec(
+            prompt,
+            server,
+            cwd=daemon.repo,
+            model=CODEX_CATALOG_MODEL,
+            extra_args=["-c", "mcp_servers.memoryd.required=true"],
+            timeout=120,
+        )
+    assert run.result.returncode == 0, run.result.stderr
+    assert server.unused_turns == []
+    assert words.read_text() == "alpha\nBETA\n"
+    first, second, third, *_, last = server.main_requests
+    assert "apply_patch" in tool_names(first)
+    assert not any(name.startswith("mcp__memoryd") for name in tool_names(first))
+    # Codex's own search over the deferred tools found memoryd's by their descriptions.
+    [found] = tool_search_outputs(second)
+    assert tool_names(found)[0] == "mcp__memoryd__file_history"
+    [history_output] = function_call_outputs(third)
+    assert history_output["call_id"] == "call_scripted0002"
+    header, body = history_output["output"]
+    assert re.fullmatch(r"Wall time: \d+\.\d+ seconds\nOutput:", header["text"])
+    assert body == {"type": "input_text", "text": answer}
+    _, done, failed = function_call_outputs(last)
+    assert re.fullmatch(
+        r"Exit code: 0\nWall time: \d+(\.\d+)? seconds\nOutput:\n"
+        r"Success\. Updated the following files:\nM PATCHED\.md\n",
+        done["output"],
+    )
+    assert failed["output"] == (
+        f"apply_patch verification failed: Failed to find expected lines in {words}:\nalpha\ngamma"
+    )
+
+    with ScriptedOpenAI([text("Still patched.")]) as server:
+        resumed = codex.exec(
+            "anything else?",
+            server,
+            cwd=daemon.repo,
+            model=CODEX_CATALOG_MODEL,
+            resume=run.thread_id,
+        )
+    assert resumed.result.returncode == 0, resumed.result.stderr
+    events = await replay_through(daemon, run.thread_id, "Patched.")
+    assert [(kind, text) for kind, _, text in events[:8]] == [
+        ("user_prompt", prompt),
+        ("tool_call", f"mcp__memoryd__file_history {json.dumps({'path': str(words)})}"),
+        ("tool_result", f"{header['text']}\n{answer}"),
+        ("tool_call", "apply_patch\n" + applies.rstrip("\n")),
+        ("tool_result", "Success. Updated the following files:\nM PATCHED.md"),
+        ("tool_call", "apply_patch\n" + refused.rstrip("\n")),
+        ("error", failed["output"]),
+        ("assistant_message", "Patched."),
+    ]
+    tools = [events[n][1] for n in (1, 2, 3, 5, 6)]
+    assert tools == ["mcp:memoryd:file_history"] * 2 + ["apply_patch"] * 3
+    summary = await edit_in_history(daemon, words, run.thread_id)
+    assert [(a["verb"], a["outcome"], a["tool"], a["detail"]) for a in summary["actions"]] == [
+        ("MODIFIES", "ok", "apply_patch", "update"),
+        ("MODIFIES", "error", "apply_patch", "update"),
+    ]
+    [error] = summary["errors"]
+    assert (error["tool"], error["error"]) == (
+        "apply_patch",
+        "error: apply_patch verification failed: Failed to find expected lines in <path>:",
+    )

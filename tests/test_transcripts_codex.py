@@ -477,3 +477,60 @@ def test_session_id_falls_back_to_the_file_name() -> None:
     path = f"/h/.codex/sessions/2026/01/01/{name}"
     r = parse_bytes(data, path, ())
     assert r.sessions[0].session_id == "0199bbbb-0000-7000-8000-00000000000a"
+
+
+def test_codex_0_169_prompts_namespaced_mcp_calls_and_file_changes() -> None:
+    """Record shapes as codex-cli 0.169.0 writes them (tests/test_agents.py drives the real
+    one): the prompt is an item_completed UserMessage, an MCP tool is called within its
+    server's namespace, and a FileChange item stands for patch_apply_end."""
+
+    def completed(item: dict[str, Any]) -> dict:
+        return env("event_msg", {"type": "item_completed", "turn_id": "t1", "item": item})
+
+    def patch(old: str) -> str:
+        return f"*** Begin Patch\n*** Update File: W.md\n@@\n alpha\n-{old}\n+BETA\n*** End Patch\n"
+
+    data = jsonl(
+        META,
+        env("token_usage_record", {"turn_id": "t1", "usage": {"input_tokens": 10}}),
+        completed(
+            {"type": "UserMessage", "id": "u1",
+             "content": [{"type": "text", "text": "upper-case beta", "text_elements": []}]}
+        ),
+        env("response_item", {"type": "tool_search_call", "call_id": "c0", "status": "completed",
+                              "execution": "client", "arguments": {"query": "history"}}),
+        env("response_item", {"type": "tool_search_output", "call_id": "c0",
+                              "status": "completed", "execution": "client", "tools": []}),
+        env("response_item", {"type": "function_call", "name": "search",
+                              "namespace": "mcp__memoryd", "arguments": '{"query": "q"}',
+                              "call_id": "c1"}),
+        output("c1", [{"type": "input_text", "text": "Wall time: 0.0119 seconds\nOutput:"},
+                      {"type": "input_text", "text": "search 'q': 0 hits"}]),
+        env("response_item", {"type": "custom_tool_call", "call_id": "c2", "name": "apply_patch",
+                              "input": patch("beta")}),
+        completed(
+            {"type": "FileChange", "id": "c2", "status": "completed", "stderr": "",
+             "changes": {"/w/app/W.md": {"type": "update", "unified_diff": "@@ -1,2 +1,2 @@\n",
+                                         "move_path": None}},
+             "stdout": "Success. Updated the following files:\nM W.md\n"}
+        ),
+        env("response_item", {"type": "custom_tool_call_output", "call_id": "c2",
+                              "output": "Exit code: 0\nWall time: 0.1 seconds\nOutput:\n"
+                              "Success. Updated the following files:\nM W.md\n"}),
+        env("response_item", {"type": "custom_tool_call", "call_id": "c3", "name": "apply_patch",
+                              "input": patch("gamma")}),
+        env("response_item", {"type": "custom_tool_call_output", "call_id": "c3",
+                              "output": "apply_patch verification failed: Failed to find "
+                              "expected lines in /w/app/W.md:\nalpha\ngamma"}),
+    )  # fmt: skip
+    r = parse_bytes(data, "/x/rollout-e.jsonl", ())
+    assert r.skipped == ()
+    assert [g.intent for g in of(r, Goal)] == ["upper-case beta"]
+    assert edges(r, "EXECUTES", "ok") == {"mcp:memoryd:search": 1}
+    assert edges(r, "MODIFIES", "ok") == {"/w/app/W.md": 1}
+    assert edges(r, "MODIFIES", "error") == {"/w/app/W.md": 1}
+    results = [(m.kind, m.content) for m in of(r, Memory) if m.call_id in ("c1", "c2", "c3")]
+    assert [kind for kind, _ in results] == [
+        "tool_call", "tool_result", "tool_call", "tool_result", "tool_call", "error"
+    ]  # fmt: skip
+    assert results[3][1] == "Success. Updated the following files:\nM W.md"

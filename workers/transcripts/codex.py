@@ -9,7 +9,8 @@ Two line formats (shared/docs/transcript-formats.md §2):
 
 What becomes what:
 
-- prompts come from ``event_msg user_message`` (clean text); in the envelope format the
+- prompts come from ``event_msg user_message`` (clean text; from 0.169 ``event_msg
+  item_completed`` of a ``UserMessage`` item instead); in the envelope format the
   ``response_item`` user messages are skipped because they repeat the prompt and carry the
   injected ``AGENTS.md`` / ``<environment_context>`` text. Legacy files only have the latter, so
   there the injected ones are filtered by their prefix.
@@ -24,8 +25,11 @@ What becomes what:
   ``workdir`` (workers.entities.files_in_command). ``exec_command_end.parsed_cmd`` is not used
   for this: it covers reads and searches only, with paths shortened to a base name.
 - ``apply_patch`` (custom tool, function, or old ``shell ["apply_patch", …]``) → MODIFIES per
-  file in the patch; ``patch_apply_end.changes`` replaces those with its authoritative paths.
-- other tools (``update_plan``, MCP ``server__tool``, ``web_search_call``) → EXECUTES the tool.
+  file in the patch; ``patch_apply_end.changes`` (from 0.169 ``item_completed`` of a
+  ``FileChange`` item) replaces those with its authoritative paths. A patch Codex refused to
+  apply (``apply_patch verification failed: …``, no file changed) is a failure.
+- other tools (``update_plan``, MCP ``server__tool`` or, from 0.169, ``tool`` in namespace
+  ``mcp__server``, ``web_search_call``) → EXECUTES the tool.
 """
 
 from __future__ import annotations
@@ -67,8 +71,19 @@ _SHELL_TOOLS = frozenset({"shell", "container.exec", "shell_command", "exec_comm
 _SEARCH_PROGRAMS = frozenset({"grep", "egrep", "fgrep", "rg", "ag", "ack", "git-grep"})
 _ENVELOPE_TYPES = frozenset({"session_meta", "turn_context", "response_item", "event_msg"})
 # Envelope types with nothing for the graph.
-_IGNORED_TYPES = frozenset({"world_state", "inter_agent_communication"})
-_IGNORED_ITEMS = frozenset({"reasoning", "ghost_snapshot", "compaction", "other", "compacted"})
+_IGNORED_TYPES = frozenset({"world_state", "inter_agent_communication", "token_usage_record"})
+# tool_search_*: the model looking for deferred tools (0.169); what it then calls is recorded.
+_IGNORED_ITEMS = frozenset(
+    {
+        "reasoning",
+        "ghost_snapshot",
+        "compaction",
+        "other",
+        "compacted",
+        "tool_search_call",
+        "tool_search_output",
+    }
+)
 _INJECTED_PREFIXES = (
     "# AGENTS.md instructions",
     "<environment_context>",
@@ -82,13 +97,14 @@ _DESKTOP_REQUEST = re.compile(r"^##+\s*My request for Codex:\s*$", re.M)
 _UUID_IN_NAME = re.compile(
     r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.jsonl(?:\.zst)?$", re.I
 )
-_EXITED = re.compile(r"^Process exited with code (-?\d+)\s*$", re.M)
+_EXITED = re.compile(r"^(?:Process exited with code|Exit code:) (-?\d+)\s*$", re.M)
 _RUNNING = re.compile(r"^Process running with session ID (\d+)\s*$", re.M)
 # Unified exec wraps output in a header ending with "Output:".
 _EXEC_HEADER = re.compile(
     r"\A(?:(?:Chunk ID|Wall time|Process exited with code|Process running with session ID|"
-    r"Original token count|Total output lines)[^\n]*\n)+(?:Output:\n)?"
+    r"Original token count|Total output lines|Exit code)[^\n]*\n)+(?:Output:\n)?"
 )
+_PATCH_REFUSED = re.compile(r"\Aapply_patch verification failed\b")
 _REJECTED = re.compile(
     r"rejected by (?:the )?user|declined by (?:the )?user|user (?:denied|declined|rejected)|"
     r"approval (?:was )?denied",
@@ -335,6 +351,9 @@ def goal_text(message: str) -> str:
 
 def _function_call(em: Emitter, p: dict[str, Any], ctx: _Ctx) -> None:
     name = _s(p.get("name")) or "unknown"
+    namespace = _s(p.get("namespace"))
+    if namespace.startswith("mcp__"):  # 0.169 calls an MCP tool within its server's namespace
+        name = f"{namespace}__{name}"
     call_id = _s(p.get("call_id") or p.get("id"))
     args = _json_args(p.get("arguments"))
     if name in _SHELL_TOOLS:
@@ -498,7 +517,10 @@ def _output(em: Emitter, call_id: str, output: Any, ctx: _Ctx) -> None:
     call = em.state.pending.get(owner)
     last = call["extra"].get("last") if call else None
     policy = BROWSER_POLICY.search(out.text[:1000]) is not None
-    failed = not policy and outcome(out.exit_code, last, out.text) == ERROR
+    refused = (
+        call is not None and call["tool"] == "apply_patch" and bool(_PATCH_REFUSED.match(out.text))
+    )
+    failed = refused or (not policy and outcome(out.exit_code, last, out.text) == ERROR)
     em.memory(
         ctx.session_id,
         "error" if failed else "tool_result",
@@ -515,6 +537,8 @@ def _output(em: Emitter, call_id: str, output: Any, ctx: _Ctx) -> None:
         em.state.links[f"proc:{out.process}"] = owner  # still running: later polls report
     if policy:
         em.resolve(owner, OK, denial=PERMISSION_DENIED, message=out.text)
+    elif refused:
+        em.resolve(owner, ERROR, error=canonical_error(out.text), message=out.text)
     elif out.exit_code is not None:
         _finish(em, owner, out.exit_code, out.text)
         em.state.links.pop(f"proc:{process or out.process}", None)
@@ -583,6 +607,13 @@ def _event(em: Emitter, p: dict[str, Any], ctx: _Ctx) -> None:
     t = p.get("type")
     if t == "user_message":
         _prompt(em, _s(p.get("message")), ctx)
+    elif t == "item_completed" and isinstance(p.get("item"), dict):
+        item = p["item"]
+        if item.get("type") == "UserMessage":  # 0.169's user_message
+            _prompt(em, _content_text(item.get("content")), ctx)
+        elif item.get("type") == "FileChange":  # 0.169's patch_apply_end
+            done = {"call_id": item.get("id"), "success": item.get("status") != "failed"}
+            _patch_end(em, item | done, ctx)
     elif t == "exec_command_end":
         _exec_end(em, p, ctx)
     elif t == "patch_apply_end":
