@@ -33,8 +33,9 @@ import tomlkit
 from memoryd.config import Settings
 from memoryd.errors import MemorydError
 from memoryd.paths import default_data_dir
+from memoryd.vocabulary import MCP_SERVER
 
-NAME = "memoryd"
+NAME = MCP_SERVER
 CLIENTS = ("claude-code", "codex", "gemini")
 SESSION_SOURCES = "startup|resume|clear|compact"
 # Seconds the client gives a hook; memoryd's own budget (hook_timeout_seconds) is far shorter.

@@ -142,3 +142,7 @@ SEARCH_KINDS = (
     SearchKind("goal", "goal", "what users asked agents to do"),
 )
 SEARCH_KINDS_BY_NAME = {kind.name: kind for kind in SEARCH_KINDS}
+
+# The name memoryd's MCP server is registered under in every client (`memoryd integrate`); its
+# tools are `mcp:memoryd:<tool>` in transcripts.
+MCP_SERVER = "memoryd"

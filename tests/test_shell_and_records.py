@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from workers.entities import error_signature, files_in_command, guess_home
-from workers.ingest import rows_for
+from workers.ingest import OWN_ANSWER, rows_for, without_own_answers
 from workers.transcripts import claude_code as cc
 from workers.transcripts import codex as cx
 from workers.transcripts.lines import split_lines
@@ -457,3 +457,44 @@ def test_an_unknown_type_is_reported_once_per_file_with_a_count() -> None:
     ]
     assert r2.skipped == ()
     assert r2.state.context["unknown_types"] == {"brand-new": 6}
+
+
+def test_memoryds_own_answers_keep_their_call_not_their_text() -> None:
+    """An agent's call of memoryd's MCP search is remembered, its answer (memories stored
+    already) is not stored again; another server's answer is."""
+    found = "memory:abc  session 5e55 #3  the retry loop in worker.py"
+    r = without_own_answers(
+        _parse_claude(
+            _jsonl(
+                _claude("user", "u1", "why does the worker retry?"),
+                _claude(
+                    "assistant",
+                    "a1",
+                    [
+                        {
+                            "type": "tool_use",
+                            "id": "toolu_1",
+                            "name": "mcp__memoryd__search",
+                            "input": {"query": "worker retry"},
+                        },
+                        {
+                            "type": "tool_use",
+                            "id": "toolu_2",
+                            "name": "mcp__github__get_issue",
+                            "input": {"number": 7},
+                        },
+                    ],
+                ),
+                _result("r1", "toolu_1", found),
+                _result("r2", "toolu_2", "issue 7: retries never stop"),
+            )
+        )
+    )
+    answers = [m for m in r.events if isinstance(m, Memory) and m.kind == "tool_result"]
+    assert [(m.tool, m.content) for m in answers] == [
+        ("mcp:memoryd:search", OWN_ANSWER),
+        ("mcp:github:get_issue", "issue 7: retries never stop"),
+    ]
+    calls = [m for m in r.events if isinstance(m, Memory) and m.kind == "tool_call"]
+    assert [m.tool for m in calls] == ["mcp:memoryd:search", "mcp:github:get_issue"]
+    assert "worker retry" in calls[0].content

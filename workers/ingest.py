@@ -26,7 +26,7 @@ from memoryd.ids import entity_id
 from memoryd.store import Ref
 from memoryd.watch.transcripts import rewritten_whole
 from workers.context import JobContext
-from workers.entities import Entity
+from workers.entities import Entity, canonical_tool
 from workers.transcripts import (
     Action,
     Denied,
@@ -457,7 +457,9 @@ async def _remembered(ctx: JobContext, result: ParseResult) -> ParseResult:
     cwd = {info.session_id: info.cwd for info in result.sessions}
     cwd |= {k: v.get("cwd") for k, v in result.state.sessions.items()}
     excluded = {sid for sid in ids if not ctx["settings"].remembers(cwd.get(sid))}
-    result = await _without_forgotten_rows(ctx, await _without_excluded_files(ctx, result))
+    result = await _without_forgotten_rows(
+        ctx, await _without_excluded_files(ctx, without_own_answers(result))
+    )
     if not forgotten and not excluded:
         return result
 
@@ -495,6 +497,7 @@ async def _without_forgotten_rows(ctx: JobContext, result: ParseResult) -> Parse
 
 
 EXCLUDED_CONTENT = "[excluded]"
+OWN_ANSWER = "[memoryd's own answer]"
 
 
 async def _without_excluded_files(ctx: JobContext, result: ParseResult) -> ParseResult:
@@ -525,6 +528,25 @@ async def _without_excluded_files(ctx: JobContext, result: ParseResult) -> Parse
             return replace(event, content=EXCLUDED_CONTENT)
         if isinstance(event, Action) and event.memory_id in calls:
             return replace(event, detail="")
+        return event
+
+    return replace(result, events=tuple(emptied(e) for e in result.events))
+
+
+def without_own_answers(result: ParseResult) -> ParseResult:
+    """The answers of memoryd's own MCP tools keep their call, not their text: they are
+    memories stored already, which stored again would come back in every later search for them
+    (and so again in that search's answer)."""
+    prefix = f"mcp:{vocabulary.MCP_SERVER}:"
+
+    def emptied(event: Any) -> Any:
+        if (
+            isinstance(event, Memory)
+            and event.kind == "tool_result"
+            and event.tool is not None
+            and canonical_tool(event.tool).key.startswith(prefix)
+        ):
+            return replace(event, content=OWN_ANSWER)
         return event
 
     return replace(result, events=tuple(emptied(e) for e in result.events))
