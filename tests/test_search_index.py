@@ -218,6 +218,10 @@ def test_retire_keeps_rows_for_as_of_and_delete_removes_them(
     new = replace(cron[0], id="arq/cron.py#new", valid_from=retired_at)
     index.upsert([new], DEFAULT_MODEL)
     index.commit(2)
+    # The retired rows' vectors moved to the index of retired code: its journal holds its
+    # start (a 13-byte head) and a set for each (a head and 384 float32).
+    past = index.directory / "vectors-code-past.journal"
+    assert past.stat().st_size == 13 + len(cron) * (13 + 4 * 384)
     only_cron = Filters(path="cron.py")
     for name, hits in _all_searches(index, corpus, only_cron, CRON).items():
         assert [h.id for h in hits] == ["arq/cron.py#new"], name
@@ -452,9 +456,11 @@ def test_each_kind_has_its_own_vectors_and_a_search_merges_them(
         "code+docs": _nearest(corpus, corpus.docs, query, 5),
     }
     assert searches(ix) == expected
-    assert sorted(p.name for p in (tmp_path / "search").glob("*.journal")) == [
-        f"vectors-{kind}.journal" for kind in ("code", "docs", "goal", "memory")
-    ]
+    assert sorted(p.name for p in (tmp_path / "search").glob("*.journal")) == sorted(
+        f"vectors-{kind}{past}.journal"
+        for kind in ("code", "docs", "goal", "memory")
+        for past in ("", "-past")
+    )
     del ix
     gc.collect()
     assert searches(SearchIndex(tmp_path / "search")) == expected

@@ -1,8 +1,9 @@
 """The derived search indexes in one directory: tantivy (BM25) and usearch (ANN), with a stamp.
 
-The vectors are kept in one ANN index per search kind: a kind filter then costs nothing, and
-the rows of a kind with few vectors (most memories have none) are not sought among the many of
-another.
+The vectors are kept in two ANN indexes per search kind, one of rows valid now and one of rows
+retired (kept for `as_of`): a kind filter then costs nothing, the rows of a kind with few
+vectors (most memories have none) are not sought among the many of another, and a search of
+what is valid now never wades through the history of every edited file.
 
 SurrealDB is the system of record; this directory can be rebuilt from it at any time. The
 stamp (`stamp.json`) holds the generation of the records the indexes reflect, the embedding
@@ -36,7 +37,7 @@ from .lexical import Filters, Lexical, Ranked, Row, Where, row_key
 from .text import code_text, memory_text, named_files, query_terms
 from .vectors import CHECKPOINT_SUFFIX, DTYPE, JOURNAL_SUFFIX, Vectors
 
-FORMAT = 2
+FORMAT = 3
 STAMP = "stamp.json"
 LEXICAL_DIR = "lexical"
 RRF_K = 60
@@ -54,6 +55,19 @@ MIN_CANDIDATES = 40
 KINDS_OF_TABLE: dict[str, tuple[str, ...]] = {}
 for _kind in SEARCH_KINDS:
     KINDS_OF_TABLE[_kind.table] = (*KINDS_OF_TABLE.get(_kind.table, ()), _kind.name)
+
+
+def part(kind: str, now: bool) -> str:
+    """The ANN index of a kind's rows valid now, or of those retired."""
+    return kind if now else f"{kind}-past"
+
+
+PARTS = tuple(part(kind.name, now) for kind in SEARCH_KINDS for now in (True, False))
+# The ANN indexes that hold rows of each table.
+PARTS_OF_TABLE = {
+    table: tuple(part(kind, now) for kind in kinds for now in (True, False))
+    for table, kinds in KINDS_OF_TABLE.items()
+}
 
 
 def micros(at: datetime) -> int:
@@ -141,11 +155,11 @@ def _hit(row: Row, score: float) -> Hit:
     )
 
 
-class _ByKind(dict[str, tuple[list[int], list[Sequence[float]]]]):
-    """Labels, and their vectors where there are any, grouped by search kind."""
+class _ByPart(dict[str, tuple[list[int], list[Sequence[float]]]]):
+    """Labels, and their vectors where there are any, grouped by ANN index (`part`)."""
 
-    def add(self, kind: str, label: int, vector: Sequence[float] | None = None) -> None:
-        labels, vectors = self.setdefault(kind, ([], []))
+    def add(self, name: str, label: int, vector: Sequence[float] | None = None) -> None:
+        labels, vectors = self.setdefault(name, ([], []))
         labels.append(label)
         if vector is not None:
             vectors.append(vector)
@@ -177,12 +191,12 @@ class SearchIndex:
         self._generation: int | None = stamp.get("generation")
         self._model: str | None = stamp.get("model")
         self._dim: int | None = stamp.get("dim")
-        # Per kind: how many bytes of its vector journal are committed.
+        # Per ANN index: how many bytes of its vector journal are committed.
         self._journal: dict[str, int] = stamp.get("journal", {})
         # Set when a write reached the indexes in part: no generation is stamped until a clear.
         self._stale = False
-        # Kinds whose vectors `forget` erased: the next commit checkpoints them (their journal
-        # holds the vectors).
+        # ANN indexes whose vectors `forget` erased: the next commit checkpoints them (their
+        # journal holds the vectors).
         self._erased: set[str] = set()
         if self.fresh:
             # Whatever is there (a crash before the first stamp, an older format) goes.
@@ -191,15 +205,13 @@ class SearchIndex:
                 for old in directory.glob("*" + suffix):
                     old.unlink()
         self._lexical = Lexical(directory / LEXICAL_DIR)
-        self._vectors = {
-            kind.name: Vectors(directory, f"vectors-{kind.name}", dtype) for kind in SEARCH_KINDS
-        }
+        self._vectors = {name: Vectors(directory, f"vectors-{name}", dtype) for name in PARTS}
         self._pending: dict[str, Row] = {}
         if self.fresh:
             self._commit_locked()
         else:
-            for kind, vectors in self._vectors.items():
-                vectors.open(self._journal.get(kind, 0))
+            for name, vectors in self._vectors.items():
+                vectors.open(self._journal.get(name, 0))
 
     # -- the stamp --------------------------------------------------------------------------
 
@@ -232,18 +244,21 @@ class SearchIndex:
         """Add or replace rows. A doc's vector is of `model`; a doc without one has none (its
         row is found by BM25 only until `set_vectors`)."""
         with self._write:
-            rows, vectors, dropped = [], _ByKind(), _ByKind()
+            rows, vectors, dropped = [], _ByPart(), _ByPart()
             for doc in docs:
                 row = doc.row()
                 rows.append(row)
+                now = row.valid_until is None
+                # Out of the other index of its kind, where it may have been till now.
+                dropped.add(part(row.kind, not now), row.label)
                 if doc.vector is None:
-                    dropped.add(row.kind, row.label)
+                    dropped.add(part(row.kind, now), row.label)
                 else:
-                    vectors.add(row.kind, row.label, doc.vector)
+                    vectors.add(part(row.kind, now), row.label, doc.vector)
             self._lexical.put(rows)
             self._pending.update((row.key, row) for row in rows)
-            for kind, (labels, _) in dropped.items():
-                self._vectors[kind].remove(labels)
+            for name, (labels, _) in dropped.items():
+                self._vectors[name].remove(labels)
             if vectors:
                 self._set_vectors(vectors, model)
 
@@ -256,6 +271,16 @@ class SearchIndex:
             closed = [replace(r, valid_until=at) for r in rows.values() if r.valid_until is None]
             self._lexical.put(closed)
             self._pending.update((row.key, row) for row in closed)
+            # Their vectors move to the index of retired rows.
+            moved = _ByPart()
+            for kind in {row.kind for row in closed}:
+                now = self._vectors[part(kind, True)]
+                labels, matrix = now.get([row.label for row in closed if row.kind == kind])
+                now.remove(labels)
+                for label, vector in zip(labels.tolist(), matrix, strict=True):
+                    moved.add(part(kind, False), label, vector)
+            if moved:
+                self._set_vectors(moved, self._model)
             return len(closed)
 
     def delete(self, table: str, ids: Sequence[str]) -> None:
@@ -266,8 +291,8 @@ class SearchIndex:
             for key in keys:
                 self._pending.pop(key, None)
             labels = [label_of(table, i) for i in ids]
-            for kind in KINDS_OF_TABLE[table]:
-                self._vectors[kind].remove(labels)
+            for name in PARTS_OF_TABLE[table]:
+                self._vectors[name].remove(labels)
 
     def forget(self, rows: Sequence[tuple[str, str]]) -> None:
         """Remove rows (table, id) from both indexes so that, once committed, no byte of
@@ -278,45 +303,39 @@ class SearchIndex:
             self._lexical.purge(keys, self._pending)
             for key in keys:
                 self._pending.pop(key, None)
-            for kind, vectors in self._vectors.items():
-                table = SEARCH_KINDS_BY_NAME[kind].table
-                if vectors.erase([label_of(t, i) for t, i in rows if t == table]):
-                    self._erased.add(kind)
+            for table, names in PARTS_OF_TABLE.items():
+                labels = [label_of(t, i) for t, i in rows if t == table]
+                for name in names:
+                    if labels and self._vectors[name].erase(labels):
+                        self._erased.add(name)
 
     def set_vectors(self, table: str, vectors: dict[str, Sequence[float]], model: str) -> None:
         """Vectors of `model` for rows; a model other than the index's drops every vector of
         the old one first (two models are never compared)."""
         with self._write:
-            kinds = self._kinds_of(table, list(vectors))
-            by_kind = _ByKind()
-            for id_, vector in vectors.items():
-                if id_ in kinds:
-                    by_kind.add(kinds[id_], label_of(table, id_), vector)
-            self._set_vectors(by_kind, model)
+            keys = {row_key(table, i): i for i in vectors}
+            rows = self._lexical.rows([k for k in keys if k not in self._pending])
+            rows.update((k, self._pending[k]) for k in keys if k in self._pending)
+            by_part = _ByPart()
+            # Rows the index does not hold get no vector: no search could find them.
+            for key, row in rows.items():
+                name = part(row.kind, row.valid_until is None)
+                by_part.add(name, row.label, vectors[keys[key]])
+            self._set_vectors(by_part, model)
 
-    def _kinds_of(self, table: str, ids: list[str]) -> dict[str, str]:
-        """The search kind of each of `ids` that is a row of the index."""
-        kinds = KINDS_OF_TABLE[table]
-        if len(kinds) == 1:
-            return dict.fromkeys(ids, kinds[0])
-        keys = {row_key(table, i): i for i in ids}
-        rows = self._lexical.rows([k for k in keys if k not in self._pending])
-        rows.update((k, self._pending[k]) for k in keys if k in self._pending)
-        return {keys[k]: row.kind for k, row in rows.items()}
-
-    def _set_vectors(self, vectors: _ByKind, model: str | None) -> None:
+    def _set_vectors(self, vectors: _ByPart, model: str | None) -> None:
         if model is None:
             raise ValueError("vectors need the name of their model")
-        for kind, (labels, rows) in vectors.items():
+        for name, (labels, rows) in vectors.items():
             matrix = np.asarray(rows, np.float32)
             dim = matrix.shape[1]
             if model != self._model or dim != self._dim:
                 for every in self._vectors.values():
                     every.reset(dim)
                 self._model, self._dim = model, dim
-            elif self._vectors[kind].dim != dim:
-                self._vectors[kind].reset(dim)  # its first vectors
-            self._vectors[kind].set(labels, matrix)
+            elif self._vectors[name].dim != dim:
+                self._vectors[name].reset(dim)  # its first vectors
+            self._vectors[name].set(labels, matrix)
 
     def clear(self) -> None:
         """Empty both indexes (a rebuild follows); the stamp changes at the next commit."""
@@ -345,13 +364,13 @@ class SearchIndex:
             self._write_stamp()
 
     def _commit_locked(self) -> None:
-        journal = {kind: vectors.flush() for kind, vectors in self._vectors.items()}
+        journal = {name: vectors.flush() for name, vectors in self._vectors.items()}
         self._lexical.commit()
         self._pending.clear()
-        for kind, vectors in self._vectors.items():
-            if kind in self._erased or vectors.due(journal[kind]):
+        for name, vectors in self._vectors.items():
+            if name in self._erased or vectors.due(journal[name]):
                 vectors.checkpoint()
-                journal[kind] = 0
+                journal[name] = 0
         self._erased.clear()
         self._journal = journal
         self._write_stamp()
@@ -435,13 +454,14 @@ class SearchIndex:
 
     def _near(self, vector: np.ndarray, filters: Filters, k: int) -> list[Ranked]:
         """(label, cosine distance, prior) of the `k` nearest rows that pass `filters`: the
-        nearest of each kind's index, merged."""
+        nearest of each kind's index, merged (and of its retired rows' for `as_of`)."""
         if self._dim != len(vector):
             return []
         found: list[Ranked] = []
         for kind in filters.kinds:
             where = self._lexical.filter_query(replace(filters, kinds=(kind,)))
-            found += self._near_in(self._vectors[kind], vector, where, k)
+            for now in (True, False) if filters.as_of is not None else (True,):
+                found += self._near_in(self._vectors[part(kind, now)], vector, where, k)
         return sorted(found, key=lambda ranked: ranked[1])[:k]
 
     def _near_in(self, vectors: Vectors, vector: np.ndarray, where: Where, k: int) -> list[Ranked]:

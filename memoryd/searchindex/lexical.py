@@ -295,8 +295,8 @@ class Lexical:
             parts.append(tantivy.Query.regex_query(s, "path", glob_regex(filters.path)))
         at = filters.as_of
         if at is None:
+            # No share: the vectors of rows valid now have an ANN index of their own.
             parts.append(tantivy.Query.term_query(s, "valid_until", OPEN))
-            share *= df("valid_until", OPEN)
         else:
             integer = tantivy.FieldType.Integer
             parts.append(tantivy.Query.range_query(s, "valid_until", integer, at, None, False))

@@ -204,15 +204,22 @@ class Vectors:
             found = self._index.search(vector, min(k, self._index.size), threads=1)
             return np.asarray(found.keys, np.uint64), np.asarray(found.distances, np.float32)
 
+    def get(self, labels: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Those of `labels` the index holds, and their vectors (a row per label)."""
+        keys = np.asarray(labels, np.uint64)
+        with self._lock:
+            if self._index is None or not len(keys):
+                return np.empty(0, np.uint64), np.empty((0, self.dim or 0), np.float32)
+            keys = keys[np.asarray(self._index.contains(keys), bool).reshape(-1)]
+            if not len(keys):
+                return keys, np.empty((0, self._index.ndim), np.float32)
+            return keys, np.asarray(self._index.get(keys), np.float32).reshape(len(keys), -1)
+
     def exact(self, vector: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, ...]:
         """The `k` nearest among `labels` by an exact scan (for filters that keep few rows)."""
-        with self._lock:
-            if self._index is None or not len(labels):
-                return np.empty(0, np.uint64), np.empty(0, np.float32)
-            labels = labels[np.asarray(self._index.contains(labels), bool).reshape(-1)]
-            if not len(labels):
-                return labels, np.empty(0, np.float32)
-            matrix = np.asarray(self._index.get(labels), np.float32).reshape(len(labels), -1)
+        labels, matrix = self.get(labels)
+        if not len(labels):
+            return labels, np.empty(0, np.float32)
         norms = np.linalg.norm(matrix, axis=1) * float(np.linalg.norm(vector))
         distances = 1.0 - (matrix @ vector) / np.maximum(norms, 1e-12)
         order = np.argsort(distances, kind="stable")[:k]
