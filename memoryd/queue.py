@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import time
 import uuid
@@ -12,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import redis.exceptions
 from arq import ArqRedis, create_pool
 from arq.connections import RedisSettings
 from arq.constants import in_progress_key_prefix
@@ -55,6 +57,28 @@ async def connect(url: str) -> ArqRedis:
         raise
     except Exception as exc:  # ConnectionError, OSError, timeouts
         raise DaemonUnavailable(f"cannot reach Redis at {url}: {exc}") from None
+
+
+# Redis's answers that say it refuses writes (MISCONF: its disk is full), not that a call was
+# wrong. A script's or a pipeline's error quotes the answer inside its own text (up to a quote).
+_REFUSAL = re.compile(r"\b(?:MISCONF|READONLY|OOM)\b[^'\"\n]*")
+
+
+def server_lost(exc: BaseException) -> bool:
+    """A Redis error that says the server is gone or refuses writes: the serving process
+    reports that, once (memoryd/runtime.py)."""
+    if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
+        return True
+    return isinstance(exc, redis.exceptions.ResponseError) and bool(_REFUSAL.search(str(exc)))
+
+
+def redis_reason(exc: BaseException) -> str:
+    """Redis's own words, without the command: a pipeline's error quotes its arguments (job
+    payloads, binary) and a script's wraps the answer in its own text."""
+    text = str(exc)
+    if refusal := _REFUSAL.search(text):
+        return refusal.group(0)
+    return text.partition("caused error: ")[2] or text
 
 
 def worker_key(lock: Path) -> str:
