@@ -130,14 +130,14 @@ class _Lines:
         self._thread = threading.Thread(target=lambda: self.lines.extend(stream), daemon=True)
         self._thread.start()
 
-    def wait_for(self, text: str, timeout: float = 300) -> str:
+    def wait_for(self, pattern: str, timeout: float = 300) -> str:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            found = [line for line in list(self.lines) if text in line]
+            found = [line for line in list(self.lines) if re.search(pattern, line)]
             if found:
                 return found[0]
             time.sleep(0.1)
-        pytest.fail(f"no line with {text!r} in {timeout}s: {self.lines}")
+        pytest.fail(f"no line with {pattern!r} in {timeout}s: {self.lines}")
 
     def text(self) -> str:
         self._thread.join(timeout=HANG_BOUND)
@@ -197,6 +197,49 @@ async def test_redis_killed_mid_indexing_is_restarted_and_the_index_completes(
     finally:
         await store.close()
     print(f"stopped {took:.1f}s after SIGTERM")
+
+
+# A one-shot command's progress line once a job is done (it logs warnings only).
+INDEXED_SOME = r": [1-9]\d*/\d+ files"
+
+
+def _one_shot_index(data_dir: Path, root: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "MEMORYD_INDEX_BATCH_FILES": "4", "MEMORYD_LOG_FORMAT": "human"}
+    return subprocess.Popen(
+        [MEMORYD, "index", str(root), "--data-dir", str(data_dir), "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_redis_killed_under_a_one_shot_index_is_restarted_and_the_report_is_whole(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    root = two_package_tree(tmp_path)
+    want = expected_index(root, projects.resolve(root).id, Settings().chunk_max_chars)
+    command = _one_shot_index(data_dir, root)
+    try:
+        lines = _Lines(command)
+        lines.wait_for(INDEXED_SOME)  # a job is done, the others queued or under way
+        first = _redis_server(command).pid
+        os.kill(first, signal.SIGKILL)
+        command.wait(timeout=600)
+        out = command.stdout.read() if command.stdout else ""
+    finally:
+        _stop(command)
+    stderr = lines.text()
+    assert command.returncode == 0, stderr
+    report = json.loads(out)
+    # Every chunk once: the jobs cut short by the loss ran again, and only their reruns report.
+    assert (report["failed"], report["skipped"]) == (0, 0)
+    assert report["chunks"] == sum(len(chunks) for chunks in want.values())
+    restarts = [line for line in stderr.splitlines() if "started it again" in line]
+    assert len(restarts) == 1 and f"(pid {first}) was killed by signal 9" in restarts[0]
+    second = int(re.search(r"again \(pid (\d+)\)", restarts[0]).group(1))  # type: ignore[union-attr]
+    assert not psutil.pid_exists(first) and not psutil.pid_exists(second)
+    assert "Traceback" not in stderr, stderr
 
 
 def test_an_external_redis_lost_stops_the_daemon_with_one_line(
@@ -506,3 +549,44 @@ def test_redis_refusing_writes_stops_the_daemon_with_one_line(
     assert "Traceback" not in stderr, stderr
     # No job is reported failed (by memoryd or by arq): they stay queued, to run again.
     assert "job index_files failed" not in stderr and "JobFailed" not in stderr, stderr
+
+
+def test_redis_refusing_writes_under_a_one_shot_index_ends_it_with_one_line(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root; a file-size limit is not the same error")
+    redis_dir = data_dir / "redis"
+    redis_dir.mkdir(mode=0o700)
+    mount = ["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(redis_dir)]
+    subprocess.run(mount, check=True)
+    try:
+        command = _one_shot_index(data_dir, two_package_tree(tmp_path))
+        try:
+            lines = _Lines(command)
+            lines.wait_for(INDEXED_SOME)
+            with (redis_dir / "filler").open("wb") as filler, contextlib.suppress(OSError):
+                while True:  # until "No space left on device"
+                    filler.write(b"\0" * 65536)
+                    filler.flush()
+            filled = time.monotonic()
+            # Before, the command waited for its jobs until their timeout (half an hour).
+            command.wait(timeout=HANG_BOUND)
+            took = time.monotonic() - filled
+            out = command.stdout.read() if command.stdout else ""
+        finally:
+            _stop(command)
+    finally:
+        subprocess.run(["umount", "-l", str(redis_dir)], check=True)
+    stderr = lines.text()
+    assert command.returncode == 1, stderr
+    assert out == ""  # no report of a run that did not finish
+    assert took < HANG_BOUND
+    refused = [line for line in stderr.splitlines() if line.startswith("memoryd: ")]
+    assert len(refused) == 1, stderr
+    assert (
+        "refuses writes (MISCONF Errors writing to the AOF file: No space left on device)"
+        in (refused[0])
+    )
+    assert "Traceback" not in stderr, stderr
+    print(f"ended {took:.1f}s after the disk filled")
