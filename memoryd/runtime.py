@@ -164,7 +164,15 @@ class Runtime:
             # The data dir's daemon also answers queries on its socket (memoryd/channel.py).
             self._channel = await channel.serve(s.channel_socket, self._ctx["queries"])
         self._worker_lock = HeldLock(s.data_dir / "run" / f"worker-{uuid.uuid4().hex}.lock")
-        freed = await self._start_workers()
+        try:
+            freed = await self._start_workers()
+        except (redis.exceptions.RedisError, OSError):
+            # The private Redis died during start-up (the first use of it since it started):
+            # started again as later on.
+            if (died := await self._private_redis_exit()) is None:
+                raise
+            await self._restart_redis(died)
+            freed = 0
         if freed:
             log.info("%d jobs of a stopped worker will run again", freed)
         self._supervisor = asyncio.create_task(self._supervise())
@@ -212,6 +220,16 @@ class Runtime:
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
         return f"the private Redis (pid {service.pid}) {how}"
 
+    async def _private_redis_exit(self) -> str | None:
+        """The private Redis's death, waited for a moment after a connection error (which
+        comes before the server's exit can be seen); None when it lives or is not ours."""
+        deadline = time.monotonic() + REDIS_EXIT_SECONDS
+        while self.redis_service is not None and time.monotonic() < deadline:
+            if died := self._private_redis_died():
+                return died
+            await asyncio.sleep(0.05)
+        return None
+
     def _lost(self, reason: str) -> MemorydError:
         """The end of serving, said once: Redis is gone for good or refuses writes. The exit
         code is not 0, so a service manager starts memoryd (and a private Redis) again."""
@@ -229,11 +247,7 @@ class Runtime:
             done, _ = await asyncio.wait(
                 self._tasks, timeout=1, return_when=asyncio.FIRST_COMPLETED
             )
-            if done and self.redis_service is not None:
-                deadline = time.monotonic() + REDIS_EXIT_SECONDS
-                while not self._private_redis_died() and time.monotonic() < deadline:
-                    await asyncio.sleep(0.05)
-            if died := self._private_redis_died():
+            if died := await self._private_redis_exit() if done else self._private_redis_died():
                 await self._restart_redis(died)
                 last_beat = failing_since = time.monotonic()
                 continue

@@ -126,3 +126,23 @@ async def test_a_private_redis_that_cannot_start_again_ends_serving_with_one_lin
     started = stack.redis_service.pid
     await stack.close()
     assert started is not None and not psutil.pid_exists(started)
+
+
+async def test_a_private_redis_killed_during_start_up_is_started_again(
+    data_dir: Path, embedder: Embedder, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="memoryd.runtime")
+    rt = Runtime(settings_for(data_dir), embedder)
+    try:
+        await rt.start_queue(exclusive=True)
+        killed = await _killed(rt)  # before the database, the model and the workers
+        await rt.serve()
+        restarts = [r.getMessage() for r in caplog.records if "started it again" in r.getMessage()]
+        assert len(restarts) == 1
+        assert restarts[0].startswith(f"the private Redis (pid {killed}) was killed by signal 9")
+        assert rt.redis is not None and rt.redis_service is not None
+        assert await queue.call(rt.redis, jobs.PROJECTS, timeout=30) == []
+        started = rt.redis_service.pid
+    finally:
+        await rt.close()
+    assert started is not None and not psutil.pid_exists(started)
