@@ -1,6 +1,7 @@
 """Randomized kill -9 trials of `memoryd run` mid-index and mid-ingest, against a clean run.
 
     .venv/bin/python bench/kill_trials.py [--trials 20] [--min-wait 1] [--max-wait 12]
+        [--target memoryd|redis]
 
 One tree (two installed packages' source, committed to git) and the transcript fixtures are
 indexed and ingested by a daemon that is killed with SIGKILL (its private Redis left behind, as
@@ -8,6 +9,10 @@ a crash leaves it) after a random delay, --trials times on one data dir; a last 
 end. A clean run (no kill) on another data dir is the reference. Printed, per kind of row:
 lost (in the clean run, missing after the trials), duplicated (more copies than the clean run)
 and stale (valid chunks the clean run does not have), plus the jobs left in the queue.
+
+`--target redis` kills the daemon's private redis-server instead, and the daemon lives on: it
+starts Redis again itself (3 times in 10 minutes at most; past that it exits 1, and the bench
+starts it again as a service manager would). Printed as well: how each kill ended.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from memoryd import projects
 from memoryd.embedded import stop_orphan
@@ -120,12 +127,33 @@ async def _snapshot(data_dir: Path, project_id: str) -> tuple[Counter[Any], Coun
     return chunks, Counter({t: tables.get(t, 0) for t in TRANSCRIPT_TABLES})
 
 
+def _kill_redis(daemon: subprocess.Popen[bytes]) -> str:
+    """SIGKILL the daemon's redis-server; how that ended: started again, or the daemon exited."""
+    deadline = time.monotonic() + 60
+    servers: list[psutil.Process] = []
+    while not servers and daemon.poll() is None and time.monotonic() < deadline:
+        servers = [p for p in psutil.Process(daemon.pid).children() if "redis" in p.name()]
+        time.sleep(0.05)
+    if not servers:
+        return f"no redis-server to kill (daemon exit code {daemon.poll()})"
+    servers[0].kill()
+    while time.monotonic() < deadline:
+        if daemon.poll() is not None:
+            return f"daemon exited with code {daemon.returncode}"
+        again = [p for p in psutil.Process(daemon.pid).children() if "redis" in p.name()]
+        if again and again[0].pid != servers[0].pid:
+            return "redis-server started again"
+        time.sleep(0.05)
+    return "neither restarted nor exited within 60 s"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--min-wait", type=float, default=1.0)
     parser.add_argument("--max-wait", type=float, default=12.0)
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--target", choices=("memoryd", "redis"), default="memoryd")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     work = Path(tempfile.mkdtemp(prefix="md-kill-", dir="/tmp"))
@@ -144,13 +172,24 @@ def main() -> None:
         clean, killed = work / "clean", work / "killed"
         took = _run_to_the_end(clean, root, env, files)
         print(f"clean run: {took:.0f}s, {files} files", flush=True)
+        daemon = None
+        outcomes: Counter[str] = Counter()
         for trial in range(args.trials):
             wait = rng.uniform(args.min_wait, args.max_wait)
-            daemon = _start(killed, root, env)
+            if daemon is None or daemon.poll() is not None:
+                daemon = _start(killed, root, env)
             time.sleep(wait)
+            if args.target == "redis":
+                outcome = _kill_redis(daemon)
+                outcomes[outcome] += 1
+                print(f"trial {trial + 1}: redis-server killed after {wait:.1f}s: {outcome}")
+                continue
             daemon.kill()  # SIGKILL: no clean-up at all; its private Redis lives on
             daemon.wait()
             print(f"trial {trial + 1}: killed after {wait:.1f}s", flush=True)
+        if daemon is not None and daemon.poll() is None:
+            daemon.send_signal(signal.SIGTERM)
+            daemon.wait(timeout=120)
         took = _run_to_the_end(killed, root, env, files)
         info = _status(killed, env)
         expected_chunks, expected_rows = asyncio.run(_snapshot(clean, project_id))
@@ -171,6 +210,8 @@ def main() -> None:
             f"duplicated {sum((rows - expected_rows).values())}"
         )
         print(f"jobs left in the queue: {info['queue']['jobs'] if info else '?'}")
+        for outcome, count in sorted(outcomes.items()):
+            print(f"redis kills: {count} x {outcome}")
     finally:
         for data_dir in (work / "clean", work / "killed"):  # a Redis an interruption left
             stop_orphan(data_dir / "redis" / "redis.sock")

@@ -138,6 +138,15 @@ def _run(main: Callable[[], Awaitable[T]]) -> T:
             raise
         log.warning("stopped by %s before finishing", stopped_by[0].name)
         raise typer.Exit(128 + stopped_by[0]) from None
+    except Exception as exc:
+        # Imported only on this path: the command may not have needed Redis at all.
+        from memoryd import queue
+
+        if not queue.server_lost(exc):
+            raise
+        # Redis gone or refusing writes (its disk full) under the command: one line.
+        _fail(MemorydError(f"Redis is lost or refuses writes ({queue.redis_reason(exc)})"))
+        raise
 
 
 def _with_client(settings: Settings, work: Callable[[Client], Awaitable[T]]) -> T:

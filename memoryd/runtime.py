@@ -13,7 +13,7 @@ import logging
 import signal
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis.exceptions
 from arq import ArqRedis, Worker
@@ -35,13 +35,26 @@ from memoryd.liveness import HeldLock
 from memoryd.migrate import migrate
 from memoryd.store import Store
 
+if TYPE_CHECKING:
+    from workers.context import JobContext
+
 log = logging.getLogger(__name__)
 
 # Redis unreachable this long (an external one; a private one is watched as a process) ends the
 # serving: the service manager restarts memoryd, which is better than a worker that waits forever.
-REDIS_LOST_SECONDS = 10.0
+REDIS_LOST_SECONDS = queue.REDIS_LOST_SECONDS
 # Bound on each step of an orderly close, so that a stop never waits on a dead server.
 CLOSE_SECONDS = 5.0
+# A private Redis that dies is started again in process (its append-only file keeps the queue),
+# up to this many times in REDIS_RESTART_WINDOW seconds; one that keeps dying is left to the
+# service manager, which restarts memoryd as a whole. Each start waits this long at most for the
+# server to answer (it reads its append-only file first).
+REDIS_RESTARTS = 3
+REDIS_RESTART_WINDOW = 600.0
+REDIS_START_SECONDS = 15.0
+# A worker that lost its private Redis fails with a bare connection error a moment before the
+# server's exit can be seen: wait this long for it before calling the loss something else.
+REDIS_EXIT_SECONDS = 2.0
 
 
 class Runtime:
@@ -59,6 +72,12 @@ class Runtime:
         self.search: IndexSync | None = None
         self.workers: list[Worker] = []
         self._tasks: list[asyncio.Task[Any]] = []
+        # Beats, watches Redis and the workers, restarts a private Redis (see _supervise).
+        self._supervisor: asyncio.Task[None] | None = None
+        self._ctx: JobContext | None = None
+        self._scheduled = True
+        self._restarts: list[float] = []
+        self._serving = queue.Serving()
         self._daemon_lock: HeldLock | None = None
         self._worker_lock: HeldLock | None = None
         self._redis_lost: str | None = None
@@ -85,7 +104,8 @@ class Runtime:
                 await asyncio.to_thread(stop_orphan, self.settings.redis_socket)
             if not socket_alive(self.settings.redis_socket):
                 self.redis_service = EmbeddedRedis(self.settings.data_dir)
-                await asyncio.to_thread(self.redis_service.start)
+                pid = await asyncio.to_thread(self.redis_service.start, REDIS_START_SECONDS)
+                log.info("redis started on %s (pid %d)", self.redis_service.socket, pid)
         if exclusive:
             try:
                 self._daemon_lock = HeldLock(daemon_lock_path(self.settings.data_dir))
@@ -125,11 +145,10 @@ class Runtime:
             self.store, s.data_dir, self.embedder.model, follow=not s.embedded_db
         )
         # Imported here: memoryd depends on workers only where it starts one.
-        from workers.context import JobContext
         from workers.queries import Counted
-        from workers.registry import build_workers, query_answer
+        from workers.registry import query_answer
 
-        ctx: JobContext = {
+        self._ctx = {
             "store": self.store,
             "embedder": self.embedder,
             "search": self.search,
@@ -137,23 +156,46 @@ class Runtime:
             "status_counts": Counted(),
             "redis": self.redis,
         }
-        ctx["queries"] = query_answer(ctx)
-        self.workers = build_workers(
-            ctx, queue.redis_settings(self.settings.queue_url), s, scheduled
-        )
-        if await queue.live_workers(self.redis) == 0:
-            # Nobody else serves the queue: jobs marked in progress belong to a worker that
-            # died (a kill, a crash). Free them now rather than after their timeout.
-            freed = await queue.release_orphaned_jobs(self.redis)
-            if freed:
-                log.info("%d jobs of a stopped worker will run again", freed)
+        self._ctx["queries"] = query_answer(self._ctx)
+        self._scheduled = scheduled
+        # The command that serves here (a one-shot one) stops waiting when serving ends.
+        queue.serving.set(self._serving)
         if self._daemon_lock is not None:
             # The data dir's daemon also answers queries on its socket (memoryd/channel.py).
-            self._channel = await channel.serve(s.channel_socket, ctx["queries"])
+            self._channel = await channel.serve(s.channel_socket, self._ctx["queries"])
         self._worker_lock = HeldLock(s.data_dir / "run" / f"worker-{uuid.uuid4().hex}.lock")
+        try:
+            freed = await self._start_workers()
+        except (redis.exceptions.RedisError, OSError):
+            # The private Redis died during start-up (the first use of it since it started):
+            # started again as later on.
+            if (died := await self._private_redis_exit()) is None:
+                raise
+            await self._restart_redis(died)
+            freed = 0
+        if freed:
+            log.info("%d jobs of a stopped worker will run again", freed)
+        self._supervisor = asyncio.create_task(self._supervise())
+
+    async def _start_workers(self) -> int:
+        """New workers on the queue; returns how many jobs of a dead worker run again."""
+        assert self.redis is not None and self._ctx is not None and self._worker_lock is not None
+        from workers.registry import build_workers
+
+        # Our own heartbeat, if Redis kept it across a restart, is no live worker.
+        await self.redis.delete(queue.worker_key(self._worker_lock.path))
+        freed = 0
+        if await queue.live_workers(self.redis) == 0:
+            # Nobody else serves the queue: jobs marked in progress belong to a worker that
+            # died (a kill, a crash, a lost Redis). Free them now rather than after their timeout.
+            freed = await queue.release_orphaned_jobs(self.redis)
+        self._ctx["redis"] = self.redis
+        self.workers = build_workers(
+            self._ctx, queue.redis_settings(self.settings.queue_url), self.settings, self._scheduled
+        )
         await self._beat()
         self._tasks = [asyncio.create_task(w.async_run()) for w in self.workers]
-        self._tasks.append(asyncio.create_task(self._heartbeat()))
+        return freed
 
     async def serve_if_needed(self) -> None:
         assert self.redis is not None
@@ -175,66 +217,122 @@ class Runtime:
         code = service.exit_code() if service is not None else None
         if service is None or code is None:
             return None
-        return (
-            f"the private Redis (pid {service.pid}) exited with code {code}; memoryd stops "
-            f"so that its service manager starts it again (see {service.dir / 'redis.log'})"
-        )
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        return f"the private Redis (pid {service.pid}) {how}"
 
-    async def _heartbeat(self) -> None:
-        """Beat for `live_workers`, and watch Redis: when the private one dies, or Redis refuses
-        writes (MISCONF: its disk is full) or stays unreachable, raise, which ends the serving."""
+    async def _private_redis_exit(self) -> str | None:
+        """The private Redis's death, waited for a moment after a connection error (which
+        comes before the server's exit can be seen); None when it lives or is not ours."""
+        deadline = time.monotonic() + REDIS_EXIT_SECONDS
+        while self.redis_service is not None and time.monotonic() < deadline:
+            if died := self._private_redis_died():
+                return died
+            await asyncio.sleep(0.05)
+        return None
+
+    def _lost(self, reason: str) -> MemorydError:
+        """The end of serving, said once: Redis is gone for good or refuses writes. The exit
+        code is not 0, so a service manager starts memoryd (and a private Redis) again."""
+        self._redis_lost = f"{reason}; memoryd stops"
+        self._serving.ended = MemorydError(self._redis_lost)
+        return self._serving.ended
+
+    async def _supervise(self) -> None:
+        """Beat for `live_workers`, and watch Redis and the workers. A private Redis that dies
+        is started again, and new workers go on with its queue. Redis refusing writes
+        (MISCONF: its disk is full), staying unreachable, or a worker failing for another
+        reason raises, which ends the serving with one line."""
         last_beat = failing_since = 0.0
         while True:
-            await asyncio.sleep(1)
-            if died := self._private_redis_died():
-                self._redis_lost = died
-                raise MemorydError(died)
+            done, _ = await asyncio.wait(
+                self._tasks, timeout=1, return_when=asyncio.FIRST_COMPLETED
+            )
+            if died := await self._private_redis_exit() if done else self._private_redis_died():
+                await self._restart_redis(died)
+                last_beat = failing_since = time.monotonic()
+                continue
+            for task in done:
+                if isinstance(exc := task.exception(), redis.exceptions.RedisError):
+                    raise self._lost(_failure(self.settings.queue_url, exc)) from None
+                if exc is not None:
+                    raise exc
+                return  # a worker that ended by itself: serving is over
             if time.monotonic() - last_beat < queue.WORKER_KEY_TTL / 3:
                 continue
             try:
                 await asyncio.wait_for(self._beat(), CLOSE_SECONDS)
                 last_beat, failing_since = time.monotonic(), 0.0
             except redis.exceptions.ResponseError as exc:
-                self._redis_lost = f"Redis refuses writes ({exc}); memoryd stops"
-                raise MemorydError(self._redis_lost) from None
+                raise self._lost(_failure(self.settings.queue_url, exc)) from None
             except (redis.exceptions.RedisError, OSError, TimeoutError) as exc:
                 failing_since = failing_since or time.monotonic()
                 if time.monotonic() - failing_since >= REDIS_LOST_SECONDS:
-                    self._redis_lost = (
+                    raise self._lost(
                         f"Redis at {self.settings.queue_url} unreachable for "
-                        f"{REDIS_LOST_SECONDS:.0f}s ({exc}); memoryd stops"
-                    )
-                    raise MemorydError(self._redis_lost) from None
+                        f"{REDIS_LOST_SECONDS:.0f}s ({queue.redis_reason(exc)})"
+                    ) from None
+
+    async def _restart_redis(self, died: str) -> None:
+        """Start the private Redis again, with what its append-only file kept, and serve its
+        queue with new workers. The jobs under way are cancelled first (nothing could record
+        them) and run again: every work job may run twice (memoryd/jobs.py)."""
+        service = self.redis_service
+        assert service is not None
+        now = time.monotonic()
+        self._restarts = [t for t in self._restarts if now - t < REDIS_RESTART_WINDOW]
+        if len(self._restarts) >= REDIS_RESTARTS:
+            raise self._lost(
+                f"{died}, {len(self._restarts) + 1} times in {REDIS_RESTART_WINDOW / 60:.0f} "
+                f"minutes (see {service.dir / 'redis.log'})"
+            )
+        self._restarts.append(now)
+        await self._cancel_jobs()
+        self._tasks, self.workers = [], []
+        try:
+            pid = await asyncio.to_thread(service.start, REDIS_START_SECONDS)
+            freed = await self._start_workers()
+        except MemorydError as exc:
+            raise self._lost(f"{died}, and starting it again failed ({exc})") from None
+        except (redis.exceptions.RedisError, OSError) as exc:
+            reason = queue.redis_reason(exc)
+            raise self._lost(f"{died}, and it failed again at once ({reason})") from None
+        log.warning(
+            "%s: started it again (pid %d) with the queue its append-only file kept; "
+            "%d jobs under way run again",
+            died,
+            pid,
+            freed,
+        )
+
+    async def _cancel_jobs(self) -> None:
+        """Stop the workers without arq's orderly close, which would wait on a dead server:
+        their jobs are cancelled and stay on the queue (Redis kept it), to run again."""
+        for worker in self.workers:
+            worker.handle_sig(signal.SIGUSR1)
+            if worker.tasks:
+                done, _ = await asyncio.wait(worker.tasks.values(), timeout=CLOSE_SECONDS)
+                # Their connection errors are the loss already reported, once.
+                for task in done:
+                    if not task.cancelled():
+                        task.exception()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        for worker in self.workers:
+            if worker._pool is not None:  # arq keeps it private; close() would wait on Redis
+                await worker._pool.aclose()
 
     async def wait_serving(self) -> None:
-        """Block until a worker task ends (it should not) or the caller is cancelled."""
-        if self._tasks:
-            done, _ = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                if task.exception():
-                    # A worker that lost its private Redis fails with a bare connection error
-                    # a moment before the heartbeat sees the process gone: say which it is.
-                    if died := self._private_redis_died():
-                        self._redis_lost = died
-                        raise MemorydError(died)
-                    exc = task.exception()
-                    if isinstance(exc, redis.exceptions.RedisError):  # MISCONF, a lost server
-                        self._redis_lost = f"Redis failed under a worker ({exc}); memoryd stops"
-                        raise MemorydError(self._redis_lost) from None
-                    raise exc  # type: ignore[misc]
+        """Block until serving fails for good (the supervisor raises: Redis lost, a worker
+        failed) or the caller is cancelled."""
+        if self._supervisor is not None:
+            await self._supervisor
 
     async def _close_workers(self) -> None:
         if self._redis_lost:
-            # Nothing can be written back: cancel the jobs (they run again from the AOF's
-            # queue) without arq's orderly close, which would wait on the dead server.
-            for worker in self.workers:
-                worker.handle_sig(signal.SIGUSR1)
-                if worker.tasks:
-                    done, _ = await asyncio.wait(worker.tasks.values(), timeout=CLOSE_SECONDS)
-                    # Their connection errors are the loss already reported, once.
-                    for task in done:
-                        if not task.cancelled():
-                            task.exception()
+            await self._cancel_jobs()
             return
         task = asyncio.current_task()
         # A close that runs because a signal cancelled the command is already "cancelling".
@@ -267,6 +365,12 @@ class Runtime:
                     self.settings.channel_socket.unlink(missing_ok=True)
                 except OSError as exc:  # a data dir made read-only: the next start replaces it
                     log.warning("query channel socket left in place: %s", exc)
+            if self._supervisor is not None:
+                # Cancelled first: no restart begins while the workers close.
+                self._supervisor.cancel()
+                with contextlib.suppress(BaseException):
+                    await self._supervisor
+                self._supervisor = None
             for task in self._tasks:
                 task.cancel()
             await self._close_workers()
@@ -309,3 +413,9 @@ class Runtime:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _failure(url: str, exc: redis.exceptions.RedisError) -> str:
+    refused = isinstance(exc, redis.exceptions.ResponseError) and queue.server_lost(exc)
+    what = "refuses writes" if refused else "failed under a worker"
+    return f"Redis at {url} {what} ({queue.redis_reason(exc)})"

@@ -1,15 +1,23 @@
-"""Runtime.close: the parts come down in order whatever the workers are doing."""
+"""Runtime: the parts come down in order whatever the workers are doing, and a private Redis
+that dies is started again, a bounded number of times."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
-from memoryd import queue
+import psutil
+import pytest
+
+from memoryd import jobs, queue
 from memoryd.embedded import socket_alive
 from memoryd.embedding import Embedder
-from memoryd.runtime import Runtime
+from memoryd.errors import MemorydError
+from memoryd.runtime import REDIS_RESTARTS, Runtime
 from tests.conftest import settings_for
 
 
@@ -44,3 +52,97 @@ async def test_close_while_a_job_is_being_finished_still_closes_everything(
 
     assert (rt.redis, rt.store, rt.redis_service, rt.workers) == (None, None, None, [])
     assert not socket_alive(rt.settings.redis_socket)
+
+
+async def _killed(rt: Runtime) -> int:
+    """SIGKILL the private redis-server; returns its pid once it is gone."""
+    assert rt.redis_service is not None and rt.redis_service.pid is not None
+    pid = rt.redis_service.pid
+    os.kill(pid, signal.SIGKILL)
+    for _ in range(100):
+        # Seen dead, or already replaced by the supervisor (which reaps it).
+        if rt.redis_service.exit_code() is not None or rt.redis_service.pid != pid:
+            return pid
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"redis-server {pid} outlived SIGKILL")
+
+
+async def _restarted(rt: Runtime, old: int) -> int:
+    """Wait (bounded) until the supervisor serves again on a new redis-server."""
+    for _ in range(300):
+        service = rt.redis_service
+        if service is not None and service.pid not in (None, old) and rt.workers:
+            return service.pid  # type: ignore[return-value]
+        await asyncio.sleep(0.1)
+    raise AssertionError("the private Redis was not started again within 30 s")
+
+
+async def test_a_private_redis_that_keeps_dying_ends_serving_after_bounded_restarts(
+    stack: Runtime, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="memoryd.runtime")
+    pids = []
+    for _ in range(REDIS_RESTARTS):
+        old = await _killed(stack)
+        pids.append(old)
+        new = await _restarted(stack, old)
+        assert stack.redis is not None
+        # The new workers answer a query through the new server (the client's pool reconnects).
+        assert await queue.call(stack.redis, jobs.PROJECTS, timeout=30) == []
+        assert new not in pids
+    last = await _killed(stack)
+    with pytest.raises(MemorydError) as stopped:
+        await asyncio.wait_for(stack.wait_serving(), 30)
+    assert str(stopped.value).startswith(
+        f"the private Redis (pid {last}) was killed by signal 9, {REDIS_RESTARTS + 1} times in "
+        "10 minutes"
+    )
+    assert str(stopped.value).endswith("; memoryd stops")
+    restarts = [r.getMessage() for r in caplog.records if "started it again" in r.getMessage()]
+    assert len(restarts) == REDIS_RESTARTS
+    assert all(f"(pid {pid}) was killed" in line for pid, line in zip(pids, restarts, strict=True))
+    await stack.close()
+    assert not any(psutil.pid_exists(pid) for pid in [*pids, last])
+
+
+async def test_a_private_redis_that_cannot_start_again_ends_serving_with_one_line(
+    stack: Runtime,
+) -> None:
+    assert stack.redis_service is not None
+    aof = stack.redis_service.dir / "appendonly.aof"
+    # The running server keeps writing its own (renamed-over) file; a new one would read this.
+    broken = aof.with_name("broken.aof")
+    broken.write_bytes(b"not an append-only file\n")
+    broken.replace(aof)
+    killed = await _killed(stack)
+    with pytest.raises(MemorydError) as stopped:
+        await asyncio.wait_for(stack.wait_serving(), 30)
+    message = str(stopped.value)
+    assert message.startswith(
+        f"the private Redis (pid {killed}) was killed by signal 9, and starting it again failed "
+        "(redis-server exited at start (code 1);"
+    ), message
+    assert message.endswith("; memoryd stops")
+    started = stack.redis_service.pid
+    await stack.close()
+    assert started is not None and not psutil.pid_exists(started)
+
+
+async def test_a_private_redis_killed_during_start_up_is_started_again(
+    data_dir: Path, embedder: Embedder, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="memoryd.runtime")
+    rt = Runtime(settings_for(data_dir), embedder)
+    try:
+        await rt.start_queue(exclusive=True)
+        killed = await _killed(rt)  # before the database, the model and the workers
+        await rt.serve()
+        restarts = [r.getMessage() for r in caplog.records if "started it again" in r.getMessage()]
+        assert len(restarts) == 1
+        assert restarts[0].startswith(f"the private Redis (pid {killed}) was killed by signal 9")
+        assert rt.redis is not None and rt.redis_service is not None
+        assert await queue.call(rt.redis, jobs.PROJECTS, timeout=30) == []
+        started = rt.redis_service.pid
+    finally:
+        await rt.close()
+    assert started is not None and not psutil.pid_exists(started)

@@ -11,7 +11,7 @@ from arq.connections import RedisSettings
 from arq.cron import CronJob, cron
 from arq.worker import Function, func
 
-from memoryd import jobs, metrics
+from memoryd import jobs, metrics, queue
 from memoryd.channel import Answer
 from memoryd.config import SCHEDULE_OFF, Settings, parse_schedule
 from memoryd.errors import Failure, InvalidRequest, JobFailed, MemorydError
@@ -41,6 +41,10 @@ def portable_errors(function: JobFunction) -> JobFunction:
         except Retry:
             raise
         except Exception as exc:
+            if queue.server_lost(exc):
+                # Redis is gone or refuses writes: the serving process says so in one line
+                # (memoryd/runtime.py). Not a failure of the job, which stays queued to run again.
+                raise Retry(defer=1) from None
             log.exception("job %s failed", function.__name__)
             raise JobFailed(f"{type(exc).__name__}: {exc}") from None
 

@@ -8,6 +8,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from memoryd import queue
+
 log = logging.getLogger(__name__)
 
 _TICK = 0.05
@@ -55,6 +57,15 @@ class Debouncer:
                 del self._bursts[group]
                 try:
                     await self._flush(group, burst)
-                except Exception:
-                    log.exception("flush of %s failed; its events wait for the next round", group)
+                except Exception as exc:
+                    if queue.server_lost(exc):  # a Redis restart, a full disk: no traceback
+                        log.warning(
+                            "flush of %s failed (%s); its events wait for the next round",
+                            group,
+                            queue.redis_reason(exc),
+                        )
+                    else:
+                        log.exception(
+                            "flush of %s failed; its events wait for the next round", group
+                        )
                     self.note(group, burst.keys, burst.full)

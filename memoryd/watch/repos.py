@@ -213,9 +213,13 @@ class RepoWatcher:
                 self._flushing = True
                 try:
                     await self._flush(by_id[project_id], pending)
-                except Exception:
+                except Exception as exc:
                     # Redis hiccup: keep everything for the next round instead of losing it.
-                    log.exception("enqueue failed for %s; retrying", project_id)
+                    if queue.server_lost(exc):  # a Redis restart, a full disk: no traceback
+                        reason = queue.redis_reason(exc)
+                        log.warning("enqueue failed for %s (%s); retrying", project_id, reason)
+                    else:
+                        log.exception("enqueue failed for %s; retrying", project_id)
                     again = self._pending.setdefault(project_id, _Pending(first=now, last=now))
                     again.merge(pending)
                 finally:
