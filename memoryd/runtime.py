@@ -144,6 +144,9 @@ class Runtime:
             freed = await queue.release_orphaned_jobs(self.redis)
             if freed:
                 log.info("%d jobs of a stopped worker will run again", freed)
+            if scheduled:
+                # Chunks a stop or crash left between indexing and embedding get their vectors.
+                await queue.enqueue_embed(self.redis)
         if self._daemon_lock is not None:
             # The data dir's daemon also answers queries on its socket (memoryd/channel.py).
             self._channel = await channel.serve(s.channel_socket, ctx["queries"])
