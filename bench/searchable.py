@@ -6,10 +6,11 @@ Starts `memoryd run --data-dir <fresh temp dir> --repo PATH` and prints the time
 start until:
 - the daemon is up (private Redis, database, model loaded);
 - a keyword search and a symbol search return their target from the repo. --targets files are
-  sampled over the whole tree (seeded); for each, the longest symbol name it defines is the
-  symbol query and the longest words of that chunk are the keyword query (searched the way
-  `memoryd search` does, through the daemon's queue, top 10, the target's path must be among
-  them). The first target found, the median, and the last;
+  sampled over the whole tree (seeded); for each, the longest symbol name it defines that no
+  other file mentions is the symbol query, and the three longest words of that definition that
+  at most three files hold are the keyword query (searched the way `memoryd search` does,
+  through the daemon's queue, top 10, the target's path must be among them). The first target
+  found, the median, and the last;
 - the lexical index holds every file (the sync's progress is `ready`), and what share of the
   files was in it at 60 s;
 - the semantic index is complete (no chunk waits for its vector), or --max-seconds passed.
@@ -29,6 +30,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,7 @@ from memoryd.scan import read_source, walk
 from workers.indexing import plan_file
 
 SYMBOL_TYPES = ("class", "method", "function")
+SOURCE_SUFFIXES = (".java", ".scala", ".py", ".go", ".ts", ".rs", ".c", ".cc", ".js")
 WORD = re.compile(r"[A-Za-z]{6,}")
 POLL_SECONDS = 1.0
 PROGRESS_SECONDS = 5.0
@@ -57,24 +60,36 @@ class Target:
 
 
 def sample_targets(root: Path, count: int, max_chars: int) -> list[Target]:
-    """`count` files spread over the tree, each with a symbol query and a keyword query."""
-    files = [rel for rel in walk(root) if rel.endswith((".java", ".scala", ".py", ".go", ".ts"))]
-    rng = random.Random(7)
-    rng.shuffle(files)
+    """`count` files spread over the tree, each with a symbol query (the longest name it
+    defines that no other file mentions) and a keyword query (the three longest words of that
+    definition found in at most three files): queries with one right answer."""
+    texts: dict[str, str] = {}
+    for rel in walk(root):
+        if rel.endswith(SOURCE_SUFFIXES):
+            content = read_source((root / rel).read_bytes())
+            if content.text is not None:
+                texts[rel] = content.text
+    files_of: Counter[str] = Counter()
+    for text in texts.values():
+        files_of.update(set(WORD.findall(text)))
+    paths = sorted(texts)
+    random.Random(7).shuffle(paths)
     targets: list[Target] = []
-    for rel in files:
+    for rel in paths:
         content = read_source((root / rel).read_bytes())
-        if content.text is None:
-            continue
-        chunks = plan_file("bench", rel, content.text, content.hash, max_chars).chunks
-        named = [c for c in chunks if c["chunk_type"] in SYMBOL_TYPES and c["name"]]
+        chunks = plan_file("bench", rel, texts[rel], content.hash, max_chars).chunks
+        named = [
+            c
+            for c in chunks
+            if c["chunk_type"] in SYMBOL_TYPES and c["name"] and files_of[c["name"]] == 1
+        ]
         if not named:
             continue
         chunk = max(named, key=lambda c: (len(c["name"]), c["start_line"]))
-        words = sorted(set(WORD.findall(chunk["content"])) - {chunk["name"]}, key=len)[-3:]
-        if len(words) < 3:
+        rare = {w for w in WORD.findall(chunk["content"]) if files_of[w] <= 3} - {chunk["name"]}
+        if len(rare) < 3:
             continue
-        targets.append(Target(rel, chunk["name"], " ".join(words)))
+        targets.append(Target(rel, chunk["name"], " ".join(sorted(rare, key=len)[-3:])))
         if len(targets) == count:
             break
     return targets
