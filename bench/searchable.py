@@ -5,12 +5,12 @@
 Starts `memoryd run --data-dir <fresh temp dir> --repo PATH` and prints the time from that
 start until:
 - the daemon is up (private Redis, database, model loaded);
-- a keyword search and a symbol search return their target from the repo. --targets files are
-  sampled over the whole tree (seeded); for each, the longest symbol name it defines that no
-  other file mentions is the symbol query, and the three longest words of that definition that
-  at most three files hold are the keyword query (searched the way `memoryd search` does,
-  through the daemon's queue, top 10, the target's path must be among them). The first target
-  found, the median, and the last;
+- a keyword search and a symbol search return their target from the repo. --targets source
+  files (not tests) are sampled over the whole tree (seeded); for each, the longest symbol name
+  it defines that no other file mentions is the symbol query, and the three longest words of
+  that definition that at most three files hold are the keyword query (searched the way
+  `memoryd search` does, through the daemon's queue, top 10, the target's path must be among
+  them). The first target found, the median, and the last;
 - the lexical index holds every file (the sync's progress is `ready`), and what share of the
   files was in it at 60 s;
 - the semantic index is complete (no chunk waits for its vector), or --max-seconds passed.
@@ -41,6 +41,8 @@ from memoryd import jobs, queue
 from memoryd.config import load_settings
 from memoryd.embedding import Embedder
 from memoryd.scan import read_source, walk
+from memoryd.searchindex.kinds import role
+from workers.chunking import language_for_path
 from workers.indexing import plan_file
 
 SYMBOL_TYPES = ("class", "method", "function")
@@ -65,7 +67,8 @@ def sample_targets(root: Path, count: int, max_chars: int) -> list[Target]:
     definition found in at most three files): queries with one right answer."""
     texts: dict[str, str] = {}
     for rel in walk(root):
-        if rel.endswith(SOURCE_SUFFIXES):
+        # Source, not tests: search ranks tests below the source they exercise, by design.
+        if rel.endswith(SOURCE_SUFFIXES) and role("code", rel, language_for_path(rel)) == "source":
             content = read_source((root / rel).read_bytes())
             if content.text is not None:
                 texts[rel] = content.text

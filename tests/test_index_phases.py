@@ -82,11 +82,21 @@ async def test_found_by_words_before_the_vectors_and_by_meaning_after(
         assert "log_redis_info" in {h["name"] for h in hits}
         # ...while the vector index holds none of them yet.
         assert all_vectors(rt, pid, query_vector) == []
+        # Rows deleted before their vectors come (a prune, a forget) stay deleted.
+        assert rt.search is not None
+        gone = sorted(str(r["id"].id) for r in rows if r["path"] == "version.py")
+        texts = {r["content_hash"] for r in rows}
+        assert gone
+        await rt.search.delete_rows("code_chunk", gone)
 
     embedded = [await queue.embedded_later(rt.redis, r, timeout=300) for r in reports]
     rows = await stored_chunks(rt)
-    # Each distinct text embedded once; every chunk has its vector, in both stores.
-    assert sum(embedded) == len({r["content_hash"] for r in rows})
+    assert len(rows) == chunks - len(gone)
+    assert not {str(r["id"].id) for r in rows} & set(gone)
+    chunks -= len(gone)
+    # Each distinct text embedded once (the deleted rows' too when the embed job had read them
+    # before they went); every chunk left has its vector, in both stores.
+    assert len({r["content_hash"] for r in rows}) <= sum(embedded) <= len(texts)
     assert all(r["embedding"] is not None and r["embedding_model"] == model for r in rows)
     assert len(all_vectors(rt, pid, query_vector)) == chunks
     [progress] = await queue.call(rt.redis, jobs.INDEX_PROGRESS)
