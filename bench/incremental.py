@@ -147,6 +147,8 @@ async def run_sync(rt: Runtime, root: Path) -> tuple[float, dict[str, int]]:
         report = await queue.wait_for(job, timeout=7200)
         for key in ("files", "indexed", "unchanged", "skipped", "chunks", "embedded"):
             totals[key] = totals.get(key, 0) + report[key]
+        # Until the chunks' vectors, which follow them, are stored too.
+        totals["embedded"] += await queue.embedded_later(rt.redis, report, timeout=7200)
     totals["jobs"] = len(jobs)
     return time.perf_counter() - started, totals
 

@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import importlib
 import importlib.util
+import os
 import shutil
 import subprocess
 import tempfile
@@ -52,6 +53,10 @@ PACKAGES = (
 )
 
 
+def load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
 def build_tree(target: Path, files: int) -> int:
     """Copy .py files of installed packages until `files` are in place; returns the count."""
     copied = 0
@@ -82,10 +87,17 @@ async def cold_index(data_dir: Path, root: Path) -> tuple[float, dict[str, int],
     started = time.perf_counter()
     jobs = await projects.sync(rt.redis, projects.resolve(root), rt.settings.index_batch_files)
     totals = {"files": 0, "indexed": 0, "chunks": 0, "embedded": 0}
+    reports = []
     for job, _ in jobs:
         report = await queue.wait_for(job, timeout=3600)
+        reports.append(report)
         for key in totals:
             totals[key] += report[key]
+    # The chunks are searchable by words now; their vectors come from the jobs each queued.
+    lexical = time.perf_counter() - started
+    print(f"chunks written and searchable by words after {lexical:.1f} s (load {load()})")
+    for report in reports:
+        totals["embedded"] += await queue.embedded_later(rt.redis, report, timeout=3600)
     return time.perf_counter() - started, totals, rt
 
 
@@ -113,6 +125,7 @@ async def main() -> None:
         try:
             texts = chunk_texts(root, rt.settings.chunk_max_chars)
             assert rt.embedder is not None
+            print(f"model alone starts, load {load()}")
             started = time.perf_counter()
             rt.embedder.embed(texts)
             model_seconds = time.perf_counter() - started
@@ -124,6 +137,7 @@ async def main() -> None:
     pipeline_rate = totals["embedded"] / seconds
     model_rate = len(texts) / model_seconds
     print(f"tree: {count} source files from installed packages ({', '.join(PACKAGES[:4])}, ...)")
+    print(f"load average at the end: {load()} (2 cores; other work slows all of this)")
     print(
         f"cold index: {totals['files']} files, {totals['chunks']} chunks "
         f"({totals['embedded']} embedded) in {seconds:.1f} s"

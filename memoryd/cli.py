@@ -349,10 +349,9 @@ def index(
         )
 
     async def work(memoryd: Client) -> dict[str, Any]:
-        jobs = await projects.sync(
-            await memoryd.work_queue(), project, settings.index_batch_files, fresh=True
-        )
-        return await _follow(jobs, settings, project.id, quiet=as_json)
+        redis = await memoryd.work_queue()
+        jobs = await projects.sync(redis, project, settings.index_batch_files, fresh=True)
+        return await _follow(redis, jobs, settings, project.id, quiet=as_json)
 
     totals = _with_client(settings, work)
     totals = {"project": project.id, "root": str(project.root), **totals}
@@ -371,10 +370,11 @@ def index(
 
 
 async def _follow(
-    jobs: list[tuple[Any, int]], settings: Settings, project_id: str, quiet: bool
+    redis: Any, jobs: list[tuple[Any, int]], settings: Settings, project_id: str, quiet: bool
 ) -> dict[str, Any]:
     """Wait for index jobs, sum their reports, and show how far they got: a progress bar on a
-    terminal, else (a log, CI, a pipe) a line every `progress_seconds`."""
+    terminal, else (a log, CI, a pipe) a line every `progress_seconds`. Then wait for the
+    vectors of their chunks (embedded after them), so `embedded` counts them all."""
     import asyncio
     import time
 
@@ -388,6 +388,7 @@ async def _follow(
     )
     totals: dict[str, Any] = dict.fromkeys(keys, 0)
     totals["skips"], totals["failures"] = {}, {}
+    reports: list[dict[str, Any]] = []
     total = sum(n for _, n in jobs)
     started = time.monotonic()
 
@@ -413,7 +414,12 @@ async def _follow(
                     totals[key] += report[key]
                 totals["skips"].update(report["skips"])
                 totals["failures"].update(report["failures"])
+                reports.append(report)
                 bar.advance(task, count)
+        for report in reports:
+            totals["embedded"] += await queue.embedded_later(
+                redis, report, settings.job_timeout_seconds
+            )
     finally:
         if ticker is not None:
             ticker.cancel()
@@ -859,7 +865,9 @@ def status(
         print(f"  {table:<14}{n}")
     print(f"  {'valid chunks':<14}{info['valid_chunks']}")
     for p in info["projects"]:
-        print(f"project       {p['id']}  {p['root']}  {_progress_line(p['index'])}")
+        print(
+            f"project       {p['id']}  {p['root']}  {_progress_line(p['index'], p['vectors_owed'])}"
+        )
         if p["index"] and p["index"]["last_error"]:
             print(f"              last error: {_one_line(p['index']['last_error'])}")
     for f in info["skipped_files"]:
@@ -868,8 +876,9 @@ def status(
         print(f"last {task:<9}{run['finished_at']}  {_summary(run['result'])}")
 
 
-def _progress_line(index: dict[str, Any] | None) -> str:
-    """`ready 120/120 files, 950 chunks, <start> .. <end>` (or `indexing … since <start>`)."""
+def _progress_line(index: dict[str, Any] | None, vectors_owed: int) -> str:
+    """`ready 120/120 files, 950 chunks, <start> .. <end>` (or `indexing … since <start>`),
+    and how many chunks, found by words already, still wait for their vectors."""
     if index is None:
         return "not indexed yet"
     done = f"{index['state']} {index['files_done']}/{index['files_total']} files"
@@ -879,7 +888,8 @@ def _progress_line(index: dict[str, Any] | None) -> str:
         if index["finished_at"]
         else f"since {started}"
     )
-    return f"{done}, {index['chunks']} chunks, {when}"
+    owed = f" ({vectors_owed} waiting for vectors)" if vectors_owed else ""
+    return f"{done}, {index['chunks']} chunks{owed}, {when}"
 
 
 def _short_time(iso: str) -> str:

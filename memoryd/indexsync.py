@@ -344,9 +344,11 @@ class IndexSync:
 
     async def set_vectors(self, table: str, vectors: dict[str, list[float]], model: str) -> None:
         async with self._lock:
-            generation = await self.store.set_vectors(table, vectors, model)
+            generation, kept = await self.store.set_vectors(table, vectors, model)
 
             async def update() -> None:
-                await asyncio.to_thread(self.index.set_vectors, table, vectors, model)
+                if kept:  # rows deleted meanwhile get no vector in the index either
+                    found = {key: vectors[key] for key in kept}
+                    await asyncio.to_thread(self.index.set_vectors, table, found, model)
 
             await self._follow(generation, update, [(table, list(vectors))])

@@ -37,6 +37,8 @@ def _query(name: str) -> JobSpec:
 
 
 INDEX_FILES = _work("index_files")
+# The second phase of indexing: vectors for chunks already written (and searchable by words).
+EMBED_CHUNKS = _work("embed_chunks")
 INGEST_TRANSCRIPT = _work("ingest_transcript")
 DECAY = _work("decay")
 PRUNE = _work("prune")
@@ -72,6 +74,7 @@ HOOK = _query("hook")
 
 ALL = (
     INDEX_FILES,
+    EMBED_CHUNKS,
     INGEST_TRANSCRIPT,
     DECAY,
     PRUNE,

@@ -223,6 +223,25 @@ async def enqueue(
     )
 
 
+async def enqueue_embed(redis: ArqRedis, keys: list[str] | None = None) -> str:
+    """An `embed_chunks` job (the second phase of indexing) for these chunks, or, with None,
+    for every chunk that owes its vector; returns its id."""
+    job_id = f"embed:{uuid.uuid4().hex}"
+    job = await enqueue(redis, jobs.EMBED_CHUNKS, *([] if keys is None else [keys]), job_id=job_id)
+    assert job is not None  # a fresh id: never refused
+    return job_id
+
+
+async def embedded_later(redis: ArqRedis, report: dict[str, Any], timeout: float | None) -> int:
+    """Texts embedded by the `embed_chunks` job an index job queued (0 if it queued none),
+    once that job is done: `report` is the index job's."""
+    job_id = report.get("embed_job")
+    if job_id is None:
+        return 0
+    done = await wait_for(Job(job_id, redis, _queue_name=JOBS_QUEUE), timeout)
+    return int(done["embedded"])
+
+
 def ingest_job_id(path: str) -> str:
     """A transcript only grows: its size and mtime name the work. Growth is a new job; a repeat
     of a queued, running or finished namesake would read nothing new."""

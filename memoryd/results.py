@@ -148,6 +148,9 @@ class ProjectProgress(TypedDict):
     name: str
     root: str
     index: IndexProgress | None  # None: registered, never synced as a whole
+    # Chunks indexed (found by words) whose vectors are still to come: indexing writes chunks
+    # first and embeds them after.
+    vectors_owed: int
 
 
 class PinResult(TypedDict):

@@ -189,6 +189,9 @@ class Runtime:
             # Nobody else serves the queue: jobs marked in progress belong to a worker that
             # died (a kill, a crash, a lost Redis). Free them now rather than after their timeout.
             freed = await queue.release_orphaned_jobs(self.redis)
+            if self._scheduled:
+                # Chunks a stop or crash left between indexing and embedding get their vectors.
+                await queue.enqueue_embed(self.redis)
         self._ctx["redis"] = self.redis
         self.workers = build_workers(
             self._ctx, queue.redis_settings(self.settings.queue_url), self.settings, self._scheduled

@@ -247,6 +247,8 @@ async def index_tree(rt: Runtime, root: Path) -> dict[str, int]:
             "retired",
         ):
             totals[key] = totals.get(key, 0) + report[key]
+        # The chunks' vectors come after them, from a job of their own.
+        totals["embedded"] += await queue.embedded_later(rt.redis, report, timeout=300)
     return totals
 
 

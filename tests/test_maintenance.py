@@ -109,7 +109,8 @@ async def test_switching_model_reembeds_everything(
         await first.serve()
         assert first.redis is not None
         for job, _ in await projects.sync(first.redis, projects.resolve(arq_tree), 32):
-            await queue.wait_for(job, 300)
+            report = await queue.wait_for(job, 300)
+            await queue.embedded_later(first.redis, report, 300)  # the vectors follow
         [job] = await queue.enqueue_ingest(first.redis, [str(transcript)])
         await queue.wait_for(job, 300)
     finally:
@@ -291,7 +292,8 @@ async def test_a_model_of_another_dimension_is_reembedded_into_the_vector_index(
         await first.serve(scheduled=False)
         assert first.redis is not None and first.store is not None
         for job, _ in await projects.sync(first.redis, projects.resolve(arq_tree), 32):
-            await queue.wait_for(job, 300)
+            report = await queue.wait_for(job, 300)
+            await queue.embedded_later(first.redis, report, 300)  # the vectors follow
         await _ingest(first, tmp_path / "session.jsonl")
         assert first.search is not None
         assert (first.search.index.model, first.search.index.dim) == (DEFAULT_MODEL, 384)

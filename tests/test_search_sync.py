@@ -121,7 +121,8 @@ async def _sync(rt: Runtime, root: Path) -> str:
     assert rt.redis is not None
     project = projects.resolve(root)
     for job, _ in await projects.sync(rt.redis, project, 500):
-        await queue.wait_for(job, timeout=300)
+        report = await queue.wait_for(job, timeout=300)
+        await queue.embedded_later(rt.redis, report, timeout=300)  # the vectors follow
     return project.id
 
 

@@ -1,4 +1,13 @@
-"""The `index_files` job: files -> tree-sitter chunks -> embeddings -> SurrealDB.
+"""The `index_files` job: files -> tree-sitter chunks -> SurrealDB and the search indexes;
+then the `embed_chunks` job: their vectors.
+
+Indexing comes in two phases so a large tree is searchable by words long before the model has
+got through it: a chunk is written (and indexed for BM25) at once, with the vector of content
+already embedded when there is one, else marked as owing a vector of the configured model
+(`embedding_model` set, `embedding` none). Each index job then queues one `embed_chunks` job
+for what it left owing; hybrid search uses each batch of vectors as it lands. A crash between
+the two phases leaves rows that owe a vector: the daemon's start queues a job for all of them
+(Runtime.serve), and the scheduled `reembed` finds them too.
 
 Pure planning (`plan_file`) is separate from the I/O (`index_files`), so the stage can be tested
 on its own and the job stays a thin loop around the store.
@@ -139,7 +148,9 @@ class IndexReport:
     removed: int = 0
     untracked: int = 0
     chunks: int = 0
-    embedded: int = 0
+    embedded: int = 0  # texts this job embedded (only without a queue: else `embed_job` does)
+    owed: int = 0  # chunks written without a vector, left to `embed_job`
+    embed_job: str | None = None
     retired: int = 0
     reindexed: int = 0  # files that changed while being indexed, indexed again
     requeued: int = 0  # files still changing after every round, handed to a follow-up job
@@ -483,8 +494,9 @@ async def _index_files(
         log.info("capture is paused: %d files of %s left alone", len(paths), project_id)
         return report
     outcomes: dict[str, str] = {}  # what became of each file, by the last round that changed it
+    owed: list[str] = []  # chunks written without a vector
     for round_number in range(_ROUNDS):
-        looks = await _index_round(ctx, project_id, root_path, pending, report, outcomes)
+        looks = await _index_round(ctx, project_id, root_path, pending, report, outcomes, owed)
         written = [look for look in looks if look.action not in ("unchanged", "ignored")]
         changed = await asyncio.to_thread(
             _changed_files, root_path, written, settings.max_file_bytes
@@ -520,10 +532,12 @@ async def _index_files(
             report.requeued = len(pending)
     for outcome in outcomes.values():
         setattr(report, outcome, getattr(report, outcome) + 1)
+    if owed:
+        await _embed_after(ctx, owed, report)
     report.seconds = round(time.perf_counter() - started, 3)
     log.info(
         "index_files %s: %d files: %d indexed, %d unchanged, %d skipped, %d removed, "
-        "%d untracked, %d failed; %d chunks (%d embedded), %d retired in %.2fs",
+        "%d untracked, %d failed; %d chunks (%d embedded, %d left to embed), %d retired in %.2fs",
         project_id,
         report.files,
         report.indexed,
@@ -534,6 +548,7 @@ async def _index_files(
         report.failed,
         report.chunks,
         report.embedded,
+        report.owed,
         report.retired,
         report.seconds,
     )
@@ -561,6 +576,7 @@ async def _index_round(
     paths: list[str],
     report: IndexReport,
     outcomes: dict[str, str],
+    owed: list[str],
 ) -> list[_Look]:
     store, embedder, settings = ctx["store"], ctx["embedder"], ctx["settings"]
     states = await store.code_file_states(project_id, paths)
@@ -598,7 +614,7 @@ async def _index_round(
     refused_before = set(report.failures)
     for part in _parts(groups, settings.index_write_chunks):
         chunks = [chunk for rows in part.values() for chunk in rows.chunks]
-        await _attach_vectors(store, embedder, chunks, report)
+        owed += await _reuse_vectors(store, embedder.model, chunks)
         report.chunks += len(chunks)
         report.retired += await _write(ctx["search"], project_id, part, report)
     for rel in report.failures.keys() - refused_before:
@@ -661,19 +677,61 @@ async def _write(
     return retired
 
 
-async def _attach_vectors(
-    store: Any, embedder: Any, chunks: list[dict[str, Any]], report: IndexReport
-) -> None:
-    """Reuse vectors of content already embedded with this model; embed only the rest."""
-    known = await store.vectors_by_hash((c["content_hash"] for c in chunks), embedder.model)
-    missing: dict[str, str] = {}
+async def _reuse_vectors(store: Any, model: str, chunks: list[dict[str, Any]]) -> list[str]:
+    """Give chunks the vectors of content already embedded with this model; the others are
+    marked as owing one. Returns the ids of those."""
+    known = await store.vectors_by_hash((c["content_hash"] for c in chunks), model)
     for chunk in chunks:
-        if chunk["content_hash"] not in known:
-            missing.setdefault(chunk["content_hash"], chunk["content"])
-    if missing:
-        vectors = await asyncio.to_thread(embedder.embed, list(missing.values()))
-        known.update(zip(missing.keys(), vectors, strict=True))
-        report.embedded += len(missing)
-    for chunk in chunks:
-        chunk["embedding"] = known[chunk["content_hash"]]
-        chunk["embedding_model"] = embedder.model
+        chunk["embedding"] = known.get(chunk["content_hash"])
+        chunk["embedding_model"] = model
+    return [chunk["id"] for chunk in chunks if chunk["embedding"] is None]
+
+
+async def _embed_after(ctx: JobContext, owed: list[str], report: IndexReport) -> None:
+    """The second phase for the chunks this job wrote without a vector: a job of its own on
+    the queue (index jobs queued before it run first), or, with no queue, right here."""
+    report.owed = len(owed)
+    redis = ctx.get("redis")
+    if redis is None:
+        report.embedded = (await embed_chunks(ctx, owed))["embedded"]
+        report.owed = 0
+        return
+    report.embed_job = await queue.enqueue_embed(redis, owed)
+
+
+async def embed_chunks(ctx: JobContext, keys: list[str] | None = None) -> dict[str, int]:
+    """Vectors for chunks written without one: these `keys` (what an index job left), or every
+    chunk that owes one (what a crash left). Content already embedded with the model is reused,
+    each distinct text is embedded once, and each part's vectors are stored and searchable
+    before the next part is embedded."""
+    store, embedder, settings = ctx["store"], ctx["embedder"], ctx["settings"]
+    model = embedder.model
+    if keys is None:
+        keys = await store.owed_chunk_keys(model)
+    done = {"chunks": 0, "embedded": 0}
+    part = settings.index_write_chunks
+    for start in range(0, len(keys), part):
+        rows = await store.owed_chunks(keys[start : start + part], model)
+        if not rows:
+            continue
+        known = await store.vectors_by_hash((row["content_hash"] for row in rows), model)
+        missing: dict[str, str] = {}
+        for row in rows:
+            if row["content_hash"] not in known:
+                missing.setdefault(row["content_hash"], row["content"])
+        if missing:
+            vectors = await asyncio.to_thread(embedder.embed, list(missing.values()))
+            known.update(zip(missing.keys(), vectors, strict=True))
+        await ctx["search"].set_vectors(
+            "code_chunk", {row["key"]: known[row["content_hash"]] for row in rows}, model
+        )
+        done["chunks"] += len(rows)
+        done["embedded"] += len(missing)
+    if keys:
+        log.info(
+            "embed_chunks: %d chunks given vectors (%d texts embedded) of %d asked",
+            done["chunks"],
+            done["embedded"],
+            len(keys),
+        )
+    return done

@@ -158,7 +158,7 @@ async def status(ctx: JobContext) -> dict[str, Any]:
                 queue.oldest_job_age(redis),
                 queue.recent_outcomes(redis),
                 counted.get(count),
-                project_progress(store),
+                project_progress(store, model),
                 store.skipped_files(STATUS_SKIPPED_FILES),
                 store.schema_version(),
                 store.last_maintenance(),
@@ -205,17 +205,19 @@ async def register_project(
 
 async def index_progress(ctx: JobContext) -> list[dict[str, Any]]:
     """Each project with the progress of its last whole-project sync."""
-    return await project_progress(ctx["store"])
+    return await project_progress(ctx["store"], ctx["embedder"].model)
 
 
-async def project_progress(store: Any) -> list[dict[str, Any]]:
+async def project_progress(store: Any, model: str) -> list[dict[str, Any]]:
     progress = await store.index_progress()
+    owed = await store.owed_vectors_by_project(model)
     return [
         {
             "id": p["id"],
             "name": p["name"],
             "root": p["root"],
             "index": plain(progress[p["id"]]) if p["id"] in progress else None,
+            "vectors_owed": owed.get(p["id"], 0),
         }
         for p in await store.projects()
     ]

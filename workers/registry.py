@@ -19,7 +19,7 @@ from memoryd.jobs import JOBS_QUEUE, QUERY_QUEUE, JobSpec
 from memoryd.metrics import JobFunction
 from workers import forget, maintenance, notes, privacy, queries, transfer
 from workers.context import JobContext
-from workers.indexing import index_files
+from workers.indexing import embed_chunks, index_files
 from workers.ingest import ingest_transcript
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,7 @@ def job(function: JobFunction, name: str) -> JobFunction:
 # What runs each declared job (memoryd/jobs.py); tests/test_jobs.py checks none is missing.
 FUNCTIONS: dict[JobSpec, JobFunction] = {
     jobs.INDEX_FILES: index_files,
+    jobs.EMBED_CHUNKS: embed_chunks,
     jobs.INGEST_TRANSCRIPT: ingest_transcript,
     jobs.DECAY: maintenance.decay,
     jobs.PRUNE: maintenance.prune,

@@ -17,6 +17,10 @@ from memoryd.store.search import BUMP_GENERATION, returned
 BY_PATH = "WITH INDEX code_chunk_path"
 
 
+# A chunk written before its vector: `embedding_model` names the model it waits for.
+OWES_VECTOR = "embedding IS NONE AND embedding_model = $model"
+
+
 class FileIndexWrite(NamedTuple):
     """What `write_file_index` changed beyond its input: the keys of the chunks it retired,
     when (their valid_until), and the search generation of the records after it."""
@@ -60,6 +64,40 @@ class CodeQueries(StoreBase):
             )
         )[0] or []
         return {row["content_hash"]: unpack_vector(row["embedding"]) for row in rows}
+
+    async def owed_chunk_keys(self, model: str) -> list[str]:
+        """Keys of the chunks written without their vector of `model` (indexing writes a
+        chunk first and embeds it after; a crash in between leaves these)."""
+        rows = (
+            await self.query(
+                f"SELECT VALUE record::id(id) FROM code_chunk WHERE {OWES_VECTOR}",
+                {"model": model},
+            )
+        )[0] or []
+        return list(rows)
+
+    async def owed_vectors_by_project(self, model: str) -> dict[str, int]:
+        """Chunks that owe their vector of `model`, per project id."""
+        rows = (
+            await self.query(
+                "SELECT record::id(project) AS project, count() AS n FROM code_chunk "
+                f"WHERE {OWES_VECTOR} GROUP BY project",
+                {"model": model},
+            )
+        )[0] or []
+        return {row["project"]: row["n"] for row in rows}
+
+    async def owed_chunks(self, keys: Sequence[str], model: str) -> list[dict[str, Any]]:
+        """Of these chunks, the ones still without their vector of `model`: key, content hash
+        and content (one embedded meanwhile, or deleted, is not among them)."""
+        rows = (
+            await self.query(
+                "SELECT record::id(id) AS key, content_hash, content FROM $ids "
+                f"WHERE {OWES_VECTOR}",
+                {"ids": [rid("code_chunk", key) for key in keys], "model": model},
+            )
+        )[0] or []
+        return list(rows)
 
     async def write_file_index(
         self,

@@ -219,12 +219,16 @@ class MaintenanceQueries(StoreBase):
             t: (rows[0]["n"] if rows else 0) for t, rows in zip(VECTOR_TABLES, results, strict=True)
         }
 
-    async def set_vectors(self, table: str, vectors: dict[str, list[float]], model: str) -> int:
-        """Store vectors of `model`; returns the search generation after it."""
+    async def set_vectors(
+        self, table: str, vectors: dict[str, list[float]], model: str
+    ) -> tuple[int, list[str]]:
+        """Store vectors of `model`; returns the search generation after it and the keys of
+        the rows that were still there (one forgotten or pruned while its text was being
+        embedded gets none, and none may reach the vector index either)."""
         result = await self.query(
-            "BEGIN; FOR $v IN $rows { UPDATE $v.id SET embedding = $v.embedding, "
-            f"embedding_model = $model; }}; {BUMP_GENERATION} "
-            "RETURN { generation: $generation }; COMMIT;",
+            "BEGIN; LET $kept = array::flatten($rows.map(|$v| (UPDATE $v.id SET "
+            "embedding = $v.embedding, embedding_model = $model RETURN VALUE record::id(id)))); "
+            f"{BUMP_GENERATION} RETURN {{ generation: $generation, kept: $kept }}; COMMIT;",
             {
                 "rows": [
                     {"id": rid(table, k), "embedding": pack_vector(v)} for k, v in vectors.items()
@@ -232,7 +236,8 @@ class MaintenanceQueries(StoreBase):
                 "model": model,
             },
         )
-        return int(returned(result)["generation"])
+        done = returned(result)
+        return int(done["generation"]), list(done["kept"])
 
 
 def _prune_params(

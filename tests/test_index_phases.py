@@ -1,0 +1,156 @@
+"""Indexing in two phases on a real tree (private Redis, embedded SurrealDB, the real model):
+chunks are written and found by words first, their vectors follow from a job of their own, and
+rows a stop left without vectors get them at the next start.
+
+The model's turn lock (`Embedder._turn`, which every batch takes) is held by the test to keep
+the second phase waiting while the first is looked at: nothing is replaced, only delayed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memoryd import jobs, projects, queue
+from memoryd.embedding import Embedder
+from memoryd.jobs import JOBS_QUEUE
+from memoryd.runtime import Runtime
+from memoryd.searchindex.lexical import Filters
+from tests.conftest import settings_for
+
+pytestmark = pytest.mark.e2e
+
+EVERY_KIND = ("code", "docs")
+
+
+@contextmanager
+def model_held(embedder: Embedder) -> Iterator[None]:
+    """No batch reaches the model until the block ends (queries have their own session)."""
+    embedder._turn.acquire()
+    try:
+        yield
+    finally:
+        embedder._turn.release()
+
+
+async def first_phase(rt: Runtime, root: Path) -> list[dict[str, Any]]:
+    """Sync the tree and wait for its index jobs (not for the embedding they queue)."""
+    assert rt.redis is not None
+    project = projects.resolve(root)
+    synced = await projects.sync(rt.redis, project, rt.settings.index_batch_files)
+    return [await queue.wait_for(job, timeout=300) for job, _ in synced]
+
+
+def all_vectors(rt: Runtime, project: str, vector: list[float]) -> list[Any]:
+    assert rt.search is not None and rt.embedder is not None
+    filters = Filters(kinds=EVERY_KIND, project=project)
+    return rt.search.index.knn(vector, rt.embedder.model, filters, 100_000)
+
+
+async def stored_chunks(rt: Runtime) -> list[dict[str, Any]]:
+    assert rt.store is not None
+    return (await rt.store.dump())["code_chunk"]
+
+
+async def test_found_by_words_before_the_vectors_and_by_meaning_after(
+    stack: Runtime, arq_tree: Path
+) -> None:
+    rt = stack
+    assert rt.redis is not None and rt.store is not None and rt.embedder is not None
+    pid, model = projects.resolve(arq_tree).id, rt.embedder.model
+    query_vector = rt.embedder.embed_query("parse a redis connection DSN url")
+    with model_held(rt.embedder):
+        reports = await first_phase(rt, arq_tree)
+        chunks = sum(r["chunks"] for r in reports)
+        # A fresh database has no vector to reuse: every chunk waits for one.
+        assert chunks > 50 and sum(r["owed"] for r in reports) == chunks
+        assert sum(r["embedded"] for r in reports) == 0
+        rows = await stored_chunks(rt)
+        assert len(rows) == chunks
+        assert {(r.get("embedding"), r["embedding_model"]) for r in rows} == {(None, model)}
+        [progress] = await queue.call(rt.redis, jobs.INDEX_PROGRESS)
+        assert progress["index"]["state"] == "ready"
+        assert progress["index"]["chunks"] == chunks and progress["vectors_owed"] == chunks
+        # Found by words (a symbol's name, then plain words), through the daemon's search...
+        hits = await queue.call(rt.redis, jobs.SEARCH, "from_dsn", 3, None, "code")
+        assert (hits[0]["path"], hits[0]["name"]) == ("connections.py", "RedisSettings.from_dsn")
+        hits = await queue.call(rt.redis, jobs.SEARCH, "redis version memory", 5, None, "code")
+        assert "log_redis_info" in {h["name"] for h in hits}
+        # ...while the vector index holds none of them yet.
+        assert all_vectors(rt, pid, query_vector) == []
+        # Rows deleted before their vectors come (a prune, a forget) stay deleted.
+        assert rt.search is not None
+        gone = sorted(str(r["id"].id) for r in rows if r["path"] == "version.py")
+        texts = {r["content_hash"] for r in rows}
+        assert gone
+        await rt.search.delete_rows("code_chunk", gone)
+
+    embedded = [await queue.embedded_later(rt.redis, r, timeout=300) for r in reports]
+    rows = await stored_chunks(rt)
+    assert len(rows) == chunks - len(gone)
+    assert not {str(r["id"].id) for r in rows} & set(gone)
+    chunks -= len(gone)
+    # Each distinct text embedded once (the deleted rows' too when the embed job had read them
+    # before they went); every chunk left has its vector, in both stores.
+    assert len({r["content_hash"] for r in rows}) <= sum(embedded) <= len(texts)
+    assert all(r["embedding"] is not None and r["embedding_model"] == model for r in rows)
+    assert len(all_vectors(rt, pid, query_vector)) == chunks
+    [progress] = await queue.call(rt.redis, jobs.INDEX_PROGRESS)
+    assert progress["vectors_owed"] == 0
+    # Hybrid search ranks by meaning too now: the nearest rows by vector are the fused ones'.
+    near = [h.id for h in all_vectors(rt, pid, query_vector)[:3]]
+    hits = await queue.call(
+        rt.redis, jobs.SEARCH, "parse a redis connection DSN url", 10, None, "code"
+    )
+    assert near[0] in {h["id"] for h in hits}
+    assert any(
+        h["path"] == "connections.py" and h["name"] == "RedisSettings.from_dsn" for h in hits[:3]
+    )
+
+
+async def test_a_stop_between_the_phases_heals_at_the_next_start(
+    data_dir: Path, embedder: Embedder, arq_tree: Path
+) -> None:
+    pid, model = projects.resolve(arq_tree).id, embedder.model
+    first = Runtime(settings_for(data_dir), embedder)
+    closed = False
+    try:
+        await first.start_queue(exclusive=True)
+        await first.serve()
+        assert first.redis is not None
+        with model_held(embedder):
+            reports = await first_phase(first, arq_tree)
+            chunks = sum(r["chunks"] for r in reports)
+            # The stop comes before the second phase was queued (a kill right after the
+            # write): its jobs are taken off the queue, as if never enqueued.
+            embed_jobs = [r["embed_job"] for r in reports if r["embed_job"]]
+            assert embed_jobs and len(embed_jobs) == len(reports)
+            assert await first.redis.zrem(JOBS_QUEUE, *embed_jobs) == len(embed_jobs)
+            await first.close()
+            closed = True
+    finally:
+        if not closed:
+            await first.close()
+    assert chunks > 50
+
+    second = Runtime(settings_for(data_dir), embedder)
+    try:
+        await second.start_queue(exclusive=True)
+        assert second.redis is not None and await queue.queue_depth(second.redis) == 0
+        await second.serve()  # sees no live worker: queues the rows left without vectors
+        assert second.store is not None
+        for _ in range(3000):
+            if not await second.store.owed_vectors_by_project(model):
+                break
+            await asyncio.sleep(0.1)
+        rows = await stored_chunks(second)
+        assert len(rows) == chunks
+        assert all(r["embedding"] is not None and r["embedding_model"] == model for r in rows)
+        vector = embedder.embed_query("parse a redis connection DSN url")
+        assert len(all_vectors(second, pid, vector)) == chunks
+    finally:
+        await second.close()
