@@ -464,3 +464,29 @@ def test_each_kind_has_its_own_vectors_and_a_search_merges_them(
     del ix
     gc.collect()
     assert searches(SearchIndex(tmp_path / "search")) == expected
+
+
+def test_while_few_rows_have_vectors_the_knn_counts_by_their_share(
+    tmp_path: Path, corpus: Corpus
+) -> None:
+    """A cold index writes its chunks before their vectors: with a tenth of them embedded, the
+    nearest of that tenth (found by meaning, the other rows not at all) must not fill the
+    results: they stay BM25's (8 or more of its top 10; 4 when the k-NN counted fully). With
+    every vector in, the k-NN counts fully again (2 of BM25's top 10 stay, measured)."""
+    ix = SearchIndex(tmp_path / "search")
+    ix.upsert([replace(d, vector=None) for d in corpus.docs])
+    ix.upsert(corpus.docs[::10], DEFAULT_MODEL)
+    ix.commit(1)
+    query = "build a masked record array from a list of arrays"
+    vector = corpus.vector(query)
+    everything = Filters(kinds=("code", "docs"))
+    top = {h.id for h in ix.bm25(query, everything, 10)}
+
+    def shared() -> int:
+        return len(top & {h.id for h in ix.hybrid(query, vector, DEFAULT_MODEL, everything, 10)})
+
+    assert shared() >= 8
+    ix.upsert(corpus.docs, DEFAULT_MODEL)
+    ix.commit(2)
+    assert shared() <= 5
+    ix.close()

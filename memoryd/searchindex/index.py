@@ -63,6 +63,10 @@ def part(kind: str, now: bool) -> str:
 
 
 PARTS = tuple(part(kind.name, now) for kind in SEARCH_KINDS for now in (True, False))
+# Kinds whose every row gets a vector (a memory only when its kind is embedded): while some
+# still wait for theirs (a cold index embeds after it writes), the k-NN counts in a hybrid
+# search by the share that has one, so a few hundred vectors do not fill half the results.
+ALWAYS_EMBEDDED = KINDS_OF_TABLE["code_chunk"]
 # The ANN indexes that hold rows of each table.
 PARTS_OF_TABLE = {
     table: tuple(part(kind, now) for kind in kinds for now in (True, False))
@@ -198,6 +202,9 @@ class SearchIndex:
         # ANN indexes whose vectors `forget` erased: the next commit checkpoints them (their
         # journal holds the vectors).
         self._erased: set[str] = set()
+        # Per kind of ALWAYS_EMBEDDED: the share of its rows valid now that have a vector, as
+        # of the last commit.
+        self._coverage: dict[str, float] = {}
         if self.fresh:
             # Whatever is there (a crash before the first stamp, an older format) goes.
             shutil.rmtree(directory / LEXICAL_DIR, ignore_errors=True)
@@ -212,6 +219,7 @@ class SearchIndex:
         else:
             for name, vectors in self._vectors.items():
                 vectors.open(self._journal.get(name, 0))
+            self._measure_coverage()
 
     # -- the stamp --------------------------------------------------------------------------
 
@@ -355,6 +363,11 @@ class SearchIndex:
                 self._generation = generation
             self._commit_locked()
 
+    def _measure_coverage(self) -> None:
+        for kind in ALWAYS_EMBEDDED:
+            rows = self._lexical.count(self._lexical.filter_query(Filters(kinds=(kind,))))
+            self._coverage[kind] = len(self._vectors[part(kind, True)]) / rows if rows else 1.0
+
     def invalidate(self) -> None:
         """Stamp the indexes as reflecting no generation (a write reached them in part), so
         the next start rebuilds them; commits stamp none until `clear`."""
@@ -367,6 +380,7 @@ class SearchIndex:
         journal = {name: vectors.flush() for name, vectors in self._vectors.items()}
         self._lexical.commit()
         self._pending.clear()
+        self._measure_coverage()
         for name, vectors in self._vectors.items():
             if name in self._erased or vectors.due(journal[name]):
                 vectors.checkpoint()
@@ -429,18 +443,21 @@ class SearchIndex:
     ) -> list[Hit]:
         """BM25 and k-NN fused by reciprocal rank, each row's fused score times its prior;
         rows of a file the query names come first. The k-NN takes part only when the index
-        holds vectors of `model` (BM25 alone while a re-embedding is under way)."""
+        holds vectors of `model` (BM25 alone while a re-embedding is under way), weighted by
+        the share of the rows it searches that have their vector (`ALWAYS_EMBEDDED`)."""
         where = self._lexical.filter_query(filters)
         candidates = max(limit * CANDIDATES_PER_RESULT, MIN_CANDIDATES)
         files = named_files(query)
-        rankings = [self._lexical.bm25(query_terms(query), files, where, candidates)]
+        rankings = [(1.0, self._lexical.bm25(query_terms(query), files, where, candidates))]
         if vector is not None and model == self._model:
-            rankings.append(self._near(np.asarray(vector, np.float32), filters, candidates))
+            weight = min((self._coverage.get(k, 1.0) for k in filters.kinds), default=1.0)
+            near = self._near(np.asarray(vector, np.float32), filters, candidates)
+            rankings.append((min(weight, 1.0), near))
         fused: dict[int, float] = {}
         priors: dict[int, float] = {}
-        for ranking in rankings:
+        for weight, ranking in rankings:
             for rank, (label, _, prior) in enumerate(ranking, 1):
-                fused[label] = fused.get(label, 0.0) + 1.0 / (RRF_K + rank)
+                fused[label] = fused.get(label, 0.0) + weight / (RRF_K + rank)
                 priors[label] = prior
         named = self._lexical.named(files, list(fused))
         scored = sorted(
