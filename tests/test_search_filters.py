@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from memoryd import jobs, projects, queue
+from memoryd import jobs, queue
 from memoryd.runtime import Runtime
 from memoryd.searchindex import keywords
-from tests.conftest import git_init
+from tests.conftest import git_init, index_tree
 
 # No word of the query is in the code: only the k-NN can find it.
 QUERY = "reimburse a customer for a purchase"
@@ -18,12 +18,6 @@ RETIRED = 120  # more than the k-NN's first k (limit 5 -> 20 candidates x 4)
 
 def _refund(name: str) -> str:
     return f"def {name}(order):\n    return order.refund_payment()\n"
-
-
-async def _sync(rt: Runtime, root: Path) -> None:
-    assert rt.redis is not None
-    for job, _ in await projects.sync(rt.redis, projects.resolve(root), 500):
-        await queue.wait_for(job, timeout=300)
 
 
 @pytest.mark.e2e
@@ -36,14 +30,14 @@ async def test_valid_row_found_behind_many_retired_neighbours(
         (root / f"old_{i:03}.py").write_text(_refund(f"refund_order_{i:03}"))
     (root / "current.py").write_text(_refund("refund_order_now"))
     git_init(root)
-    await _sync(stack, root)
+    await index_tree(stack, root)
     assert stack.redis is not None
     before = await queue.call(stack.redis, jobs.SEARCH, QUERY, 5, None, "code")
     assert len(before) == 5
 
     for i in range(RETIRED):
         (root / f"old_{i:03}.py").unlink()
-    await _sync(stack, root)
+    await index_tree(stack, root)
     # The retired chunks are the query's nearest vectors too; the one valid chunk is found.
     hits = await queue.call(stack.redis, jobs.SEARCH, QUERY, 5, None, "code")
     assert [(h["path"], h["name"]) for h in hits] == [("current.py", "refund_order_now")]
