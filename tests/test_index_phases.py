@@ -2,12 +2,14 @@
 chunks are written and found by words first, their vectors follow from a job of their own, and
 rows a stop left without vectors get them at the next start.
 
-The model's turn lock (`Embedder._turn`, which every batch takes) is held by the test to keep
-the second phase waiting while the first is looked at: nothing is replaced, only delayed."""
+The model's one batch thread (`Embedder._batches`, which runs every batch) is kept busy by the
+test to keep the second phase waiting while the first is looked at: nothing is replaced, only
+delayed."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,12 +31,14 @@ EVERY_KIND = ("code", "docs")
 
 @contextmanager
 def model_held(embedder: Embedder) -> Iterator[None]:
-    """No batch reaches the model until the block ends (queries have their own session)."""
-    embedder._turn.acquire()
+    """No batch reaches the model until the block ends (queries have their own session): its
+    one batch thread waits here first."""
+    release = threading.Event()
+    embedder._batches.submit(release.wait)
     try:
         yield
     finally:
-        embedder._turn.release()
+        release.set()
 
 
 async def first_phase(rt: Runtime, root: Path) -> list[dict[str, Any]]:
