@@ -525,10 +525,13 @@ def test_redis_refusing_writes_stops_the_daemon_with_one_line(
             lines = _Lines(daemon)
             lines.wait_for("memoryd running")
             # Redis's append-only file can no longer grow: it answers writes with MISCONF.
-            with (redis_dir / "filler").open("wb") as filler, contextlib.suppress(OSError):
+            # Unbuffered: a buffer left over would fail again when the file closes.
+            with (
+                (redis_dir / "filler").open("wb", buffering=0) as filler,
+                contextlib.suppress(OSError),
+            ):
                 while True:  # until "No space left on device"
                     filler.write(b"\0" * 65536)
-                    filler.flush()
             filled = time.monotonic()
             code = daemon.wait(timeout=HANG_BOUND)
             took = time.monotonic() - filled
@@ -565,10 +568,13 @@ def test_redis_refusing_writes_under_a_one_shot_index_ends_it_with_one_line(
         try:
             lines = _Lines(command)
             lines.wait_for(INDEXED_SOME)
-            with (redis_dir / "filler").open("wb") as filler, contextlib.suppress(OSError):
+            # Unbuffered: a buffer left over would fail again when the file closes.
+            with (
+                (redis_dir / "filler").open("wb", buffering=0) as filler,
+                contextlib.suppress(OSError),
+            ):
                 while True:  # until "No space left on device"
                     filler.write(b"\0" * 65536)
-                    filler.flush()
             filled = time.monotonic()
             # Before, the command waited for its jobs until their timeout (half an hour).
             command.wait(timeout=HANG_BOUND)
