@@ -182,8 +182,13 @@ class IndexSync:
                 await self._catch_up(generation)
             else:
                 await asyncio.to_thread(self.index.commit, generation)
-        except Exception:
-            log.exception("search index update failed; rebuilding from the database")
+        except Exception as exc:
+            # A fault of the disk (full, read-only) is one line; anything else, a traceback.
+            log.error(
+                "search index update failed (%s); rebuilding from the database",
+                exc,
+                exc_info=not isinstance(exc, OSError),
+            )
             await self._rebuild()
         except BaseException:
             self.index.invalidate()

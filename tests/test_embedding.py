@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -60,8 +61,9 @@ def _threads() -> dict[int, int]:
     """This process's threads: native id -> niceness (field 19 of /proc's stat)."""
     nice = {}
     for task in Path("/proc/self/task").iterdir():
-        fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-        nice[int(task.name)] = int(fields[16])
+        with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            nice[int(task.name)] = int(fields[16])
     return nice
 
 
@@ -77,9 +79,9 @@ def test_batch_embedding_runs_below_the_queries_priority(tmp_path: Path) -> None
     embedder.embed(["one more batch"])
     embedder.embed_query("how are redis settings parsed")
     after = _threads()
-    started = {tid: nice for tid, nice in after.items() if tid not in before}
-    # The batch thread and the batch session's pool of workers (one per core beyond the first).
-    assert len(started) >= min(os.cpu_count() or 1, 2)
-    assert set(started.values()) == {BATCH_NICE}
+    # The batch thread and the batch session's pool of workers (one per core beyond the first);
+    # other threads of the process (earlier tests' loops) may have started meanwhile.
+    niced = [tid for tid, nice in after.items() if tid not in before and nice == BATCH_NICE]
+    assert len(niced) >= min(os.cpu_count() or 1, 2)
     assert ran and after[ran[0]] == BATCH_NICE
     assert after[threading.get_native_id()] == 0
