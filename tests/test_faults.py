@@ -79,20 +79,26 @@ def _index(data_dir: Path, root: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.fixture
-def tiny_db_disk(data_dir: Path) -> Iterator[Path]:
-    """The database directory on a 16 MB tmpfs of its own, so it can really fill up."""
+@contextlib.contextmanager
+def _small_disk(folder: Path, size: str) -> Iterator[Path]:
+    """`folder` made on a tmpfs of `size` of its own, so it can really fill up (unmounted
+    after)."""
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root; a file-size limit is not the same error")
-    db = data_dir / "db"
-    db.mkdir(mode=0o700)
-    subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", str(db)], check=True
-    )
+    folder.mkdir(mode=0o700)
+    mount = ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(folder)]
+    subprocess.run(mount, check=True)
     try:
-        yield db
+        yield folder
     finally:
-        subprocess.run(["umount", "-l", str(db)], check=True)
+        subprocess.run(["umount", "-l", str(folder)], check=True)
+
+
+@pytest.fixture
+def tiny_db_disk(data_dir: Path) -> Iterator[Path]:
+    """The database directory on a 16 MB disk of its own."""
+    with _small_disk(data_dir / "db", "16m") as db:
+        yield db
 
 
 def test_disk_full_is_a_failed_job_not_a_success(
@@ -512,35 +518,29 @@ async def test_ingest_reports_the_edges_it_stored(data_dir: Path) -> None:
     assert {table: stored[table] for table in reported} == reported
 
 
+def _fill(folder: Path) -> None:
+    """Write into `folder` until "No space left on device"; unbuffered, since a buffer left
+    over would fail again when the file closes."""
+    with (folder / "filler").open("wb", buffering=0) as filler, contextlib.suppress(OSError):
+        while True:
+            filler.write(b"\0" * 65536)
+
+
 def test_redis_refusing_writes_stops_the_daemon_with_one_line(
     data_dir: Path, tmp_path: Path
 ) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root; a file-size limit is not the same error")
-    redis_dir = data_dir / "redis"
-    redis_dir.mkdir(mode=0o700)
-    mount = ["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(redis_dir)]
-    subprocess.run(mount, check=True)
-    try:
+    with _small_disk(data_dir / "redis", "8m") as redis_dir:
         daemon = _daemon(data_dir, two_package_tree(tmp_path))
         try:
             lines = _Lines(daemon)
             lines.wait_for("memoryd running")
             # Redis's append-only file can no longer grow: it answers writes with MISCONF.
-            # Unbuffered: a buffer left over would fail again when the file closes.
-            with (
-                (redis_dir / "filler").open("wb", buffering=0) as filler,
-                contextlib.suppress(OSError),
-            ):
-                while True:  # until "No space left on device"
-                    filler.write(b"\0" * 65536)
+            _fill(redis_dir)
             filled = time.monotonic()
             code = daemon.wait(timeout=HANG_BOUND)
             took = time.monotonic() - filled
         finally:
             _stop(daemon)
-    finally:
-        subprocess.run(["umount", "-l", str(redis_dir)], check=True)
     stderr = lines.text()
     assert code == 1, stderr
     assert took < HANG_BOUND
@@ -559,24 +559,12 @@ def test_redis_refusing_writes_stops_the_daemon_with_one_line(
 def test_redis_refusing_writes_under_a_one_shot_index_ends_it_with_one_line(
     data_dir: Path, tmp_path: Path
 ) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root; a file-size limit is not the same error")
-    redis_dir = data_dir / "redis"
-    redis_dir.mkdir(mode=0o700)
-    mount = ["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(redis_dir)]
-    subprocess.run(mount, check=True)
-    try:
+    with _small_disk(data_dir / "redis", "8m") as redis_dir:
         command = _one_shot_index(data_dir, two_package_tree(tmp_path))
         try:
             lines = _Lines(command)
             lines.wait_for(INDEXED_SOME)
-            # Unbuffered: a buffer left over would fail again when the file closes.
-            with (
-                (redis_dir / "filler").open("wb", buffering=0) as filler,
-                contextlib.suppress(OSError),
-            ):
-                while True:  # until "No space left on device"
-                    filler.write(b"\0" * 65536)
+            _fill(redis_dir)
             filled = time.monotonic()
             # Before, the command waited for its jobs until their timeout (half an hour).
             command.wait(timeout=HANG_BOUND)
@@ -584,8 +572,6 @@ def test_redis_refusing_writes_under_a_one_shot_index_ends_it_with_one_line(
             out = command.stdout.read() if command.stdout else ""
         finally:
             _stop(command)
-    finally:
-        subprocess.run(["umount", "-l", str(redis_dir)], check=True)
     stderr = lines.text()
     assert command.returncode == 1, stderr
     assert out == ""  # no report of a run that did not finish
