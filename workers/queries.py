@@ -141,12 +141,15 @@ async def status(ctx: JobContext) -> dict[str, Any]:
             if settings.embedded_db
             else None,
             "waiting_for_reembed": await store.count_stale_vectors(model),
+            # A scan too (an index on the model would hold every chunk): counted with the rest.
+            "vectors_owed": await store.owed_vectors_by_project(model),
         }
 
     counted = ctx.get("status_counts") or Counted()
     redis = ctx["redis"]
     # Counted alone: how long it takes decides whether it is counted afresh next time.
     counts = await counted.get(count)
+    owed = counts.pop("vectors_owed")
     # Each other part is a round trip of its own (Redis or the database): asked at once.
     parts = dict(
         zip(
@@ -158,7 +161,7 @@ async def status(ctx: JobContext) -> dict[str, Any]:
                 queue.queue_depth(redis, QUERY_QUEUE),
                 queue.oldest_job_age(redis),
                 queue.recent_outcomes(redis),
-                project_progress(store, model),
+                project_progress(store, owed),
                 store.skipped_files(STATUS_SKIPPED_FILES),
                 store.schema_version(),
                 store.last_maintenance(),
@@ -205,12 +208,13 @@ async def register_project(
 
 async def index_progress(ctx: JobContext) -> list[dict[str, Any]]:
     """Each project with the progress of its last whole-project sync."""
-    return await project_progress(ctx["store"], ctx["embedder"].model)
+    store = ctx["store"]
+    return await project_progress(store, await store.owed_vectors_by_project(ctx["embedder"].model))
 
 
-async def project_progress(store: Any, model: str) -> list[dict[str, Any]]:
+async def project_progress(store: Any, owed: dict[str, int]) -> list[dict[str, Any]]:
+    """`owed`: the chunks still owing their vector, per project id."""
     progress = await store.index_progress()
-    owed = await store.owed_vectors_by_project(model)
     return [
         {
             "id": p["id"],
