@@ -43,6 +43,10 @@ LEXICAL_DIR = "lexical"
 RRF_K = 60
 # A row of a file the query names gets this on top of its fused score: it ranks first.
 NAMED_FILE_BONUS = 1.0
+# The few rows that hold every word of the query (at most SPECIFIC_ROWS of them) come next: a
+# name or phrase found nowhere else outranks the k-NN's nearest, which such words barely move.
+SPECIFIC_ROWS = 3
+SPECIFIC_BONUS = 0.5
 # Filters that keep at most this many rows are answered by an exact scan of their vectors
 # (fetching a vector from usearch costs about what one more ANN candidate does).
 EXACT_MAX = 256
@@ -442,13 +446,14 @@ class SearchIndex:
         limit: int,
     ) -> list[Hit]:
         """BM25 and k-NN fused by reciprocal rank, each row's fused score times its prior;
-        rows of a file the query names come first. The k-NN takes part only when the index
-        holds vectors of `model` (BM25 alone while a re-embedding is under way), weighted by
-        the share of the rows it searches that have their vector (`ALWAYS_EMBEDDED`)."""
+        rows of a file the query names come first, then the few rows that hold every word.
+        The k-NN takes part only when the index holds vectors of `model` (BM25 alone while a
+        re-embedding is under way), weighted by the share of the rows it searches that have
+        their vector (`ALWAYS_EMBEDDED`)."""
         where = self._lexical.filter_query(filters)
         candidates = max(limit * CANDIDATES_PER_RESULT, MIN_CANDIDATES)
-        files = named_files(query)
-        rankings = [(1.0, self._lexical.bm25(query_terms(query), files, where, candidates))]
+        files, terms = named_files(query), query_terms(query)
+        rankings = [(1.0, self._lexical.bm25(terms, files, where, candidates))]
         if vector is not None and model == self._model:
             weight = min((self._coverage.get(k, 1.0) for k in filters.kinds), default=1.0)
             near = self._near(np.asarray(vector, np.float32), filters, candidates)
@@ -460,9 +465,15 @@ class SearchIndex:
                 fused[label] = fused.get(label, 0.0) + weight / (RRF_K + rank)
                 priors[label] = prior
         named = self._lexical.named(files, list(fused))
+        specific = self._lexical.holding_all(terms, where, SPECIFIC_ROWS)
         scored = sorted(
             (
-                (score * priors[label] + (NAMED_FILE_BONUS if label in named else 0.0), label)
+                (
+                    score * priors[label]
+                    + (NAMED_FILE_BONUS if label in named else 0.0)
+                    + (SPECIFIC_BONUS if label in specific else 0.0),
+                    label,
+                )
                 for label, score in fused.items()
             ),
             key=lambda pair: (-pair[0], pair[1]),

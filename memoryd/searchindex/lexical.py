@@ -325,6 +325,15 @@ class Lexical:
             return []
         return self._scored(self._all(where.query, self._any(*should)), k, weight=True)
 
+    def holding_all(self, terms: Sequence[str], where: Where, at_most: int) -> set[int]:
+        """The rows that pass `where` and hold every one of `terms`, when no more than
+        `at_most` do (otherwise none: together the words pick out nothing in particular)."""
+        if not terms:
+            return set()
+        every = self._index.parse_query(" ".join(terms), list(BOOSTS), conjunction_by_default=True)
+        found = self._passing(self._all(where.query, every), at_most + 1)
+        return set(found) if len(found) <= at_most else set()
+
     def passing(self, where: Where, k: int) -> dict[int, float]:
         """Up to `k` rows that pass `where`: label -> prior."""
         return self._passing(where.query, k)
