@@ -266,7 +266,19 @@ class IndexSync:
             )
 
             async def update() -> None:
-                await self._reread("code_chunk", [c["id"] for c in chunks])
+                # The rows as written (not read back: decoding them again cost as much as
+                # the write), with the valid_from the database kept.
+                rows = [
+                    {
+                        **c,
+                        "key": c["id"],
+                        "project": project_id,
+                        "valid_from": done.valid_from[c["id"]],
+                        "valid_until": None,
+                    }
+                    for c in chunks
+                ]
+                await self._upsert("code_chunk", rows)
                 if done.retired:
                     at = micros(done.at)
                     await asyncio.to_thread(self.index.retire, "code_chunk", done.retired, at)

@@ -23,11 +23,13 @@ OWES_VECTOR = "embedding IS NONE AND embedding_model = $model"
 
 class FileIndexWrite(NamedTuple):
     """What `write_file_index` changed beyond its input: the keys of the chunks it retired,
-    when (their valid_until), and the search generation of the records after it."""
+    when (their valid_until), the search generation of the records after it, and each
+    written chunk's valid_from (a chunk that existed keeps its own)."""
 
     retired: list[str]
     at: datetime
     generation: int
+    valid_from: dict[str, datetime]
 
 
 class CodeQueries(StoreBase):
@@ -180,17 +182,21 @@ class CodeQueries(StoreBase):
                 valid_until = NONE, start_line = $input.start_line, end_line = $input.end_line,
                 name = $input.name, parent_name = $input.parent_name,
                 file_hash = $input.file_hash, indexed_at = $input.indexed_at,
-                embedding = $input.embedding, embedding_model = $input.embedding_model;
+                embedding = $input.embedding, embedding_model = $input.embedding_model
+                RETURN NONE;
             LET $retired = array::flatten($retire.map(|$path| (UPDATE code_chunk {BY_PATH}
                 SET valid_until = $at WHERE project = $project AND path = $path
                 AND valid_until IS NONE AND id NOTINSIDE $keep RETURN VALUE record::id(id))));
             INSERT INTO file_state $states ON DUPLICATE KEY UPDATE
                 size = $input.size, mtime_ns = $input.mtime_ns, hash = $input.hash,
-                status = $input.status, reason = $input.reason, indexed_at = $input.indexed_at;
+                status = $input.status, reason = $input.reason, indexed_at = $input.indexed_at
+                RETURN NONE;
             {UPSERT_ENTITIES}
-            INSERT RELATION INTO defined_in $edges ON DUPLICATE KEY UPDATE out = $input.out;
+            INSERT RELATION INTO defined_in $edges ON DUPLICATE KEY UPDATE out = $input.out
+                RETURN NONE;
             {BUMP_GENERATION}
-            RETURN {{ retired: $retired, generation: $generation }};
+            RETURN {{ retired: $retired, generation: $generation,
+                valid_from: (SELECT record::id(id) AS key, valid_from FROM $keep) }};
             COMMIT;
             """,
             {
@@ -205,7 +211,8 @@ class CodeQueries(StoreBase):
             },
         )
         done = returned(result)
-        return FileIndexWrite(list(done["retired"]), at, done["generation"])
+        valid_from = {row["key"]: row["valid_from"] for row in done["valid_from"]}
+        return FileIndexWrite(list(done["retired"]), at, done["generation"], valid_from)
 
     async def code_file_states(
         self, project_id: str, paths: Sequence[str]

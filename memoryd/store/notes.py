@@ -33,7 +33,8 @@ class NoteQueries(StoreBase):
             UPSERT $memory.id CONTENT $memory;
             UPDATE $memory.id SET seq = $seq;
             {UPSERT_ENTITIES}
-            INSERT RELATION INTO mentions $mentions ON DUPLICATE KEY UPDATE out = $input.out;
+            INSERT RELATION INTO mentions $mentions ON DUPLICATE KEY UPDATE out = $input.out
+                RETURN NONE;
             {BUMP_GENERATION}
             RETURN {{ generation: $generation, seq: $seq }};
             COMMIT;

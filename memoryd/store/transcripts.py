@@ -32,7 +32,8 @@ class TranscriptQueries(StoreBase):
         cursor_id = rid("transcript_cursor", path_key(cursor["path"]))
         params["cursor"] = {**cursor, "id": cursor_id, "updated_at": now()}
         edges = "\n".join(
-            f"INSERT RELATION INTO {table} $edge_{table} ON DUPLICATE KEY UPDATE out = $input.out;"
+            f"INSERT RELATION INTO {table} $edge_{table} ON DUPLICATE KEY UPDATE out = $input.out "
+            "RETURN NONE;"
             for table in TRANSCRIPT_EDGE_TABLES
         )
         for table in TRANSCRIPT_EDGE_TABLES:
@@ -47,13 +48,14 @@ class TranscriptQueries(StoreBase):
             INSERT INTO memory $memories ON DUPLICATE KEY UPDATE
                 content = $input.content, body = $input.body, kind = $input.kind, seq = $input.seq,
                 event_time = $input.event_time, source = $input.source,
-                embedding = $input.embedding, embedding_model = $input.embedding_model;
+                embedding = $input.embedding, embedding_model = $input.embedding_model
+                RETURN NONE;
             INSERT INTO goal $goals ON DUPLICATE KEY UPDATE
                 intent = $input.intent, embedding = $input.embedding,
-                embedding_model = $input.embedding_model;
-            INSERT INTO summary $summaries ON DUPLICATE KEY UPDATE text = $input.text;
+                embedding_model = $input.embedding_model RETURN NONE;
+            INSERT INTO summary $summaries ON DUPLICATE KEY UPDATE text = $input.text RETURN NONE;
             {edges}
-            UPSERT $cursor.id CONTENT $cursor;
+            UPSERT $cursor.id CONTENT $cursor RETURN NONE;
             {BUMP_GENERATION if searchable else "LET $generation = NONE;"}
             RETURN {{ generation: $generation }};
             COMMIT;
