@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from memoryd.ids import file_state_id
 from memoryd.store.base import StoreBase, key_of, now, rid, unpack_vector, with_packed_vector
 from memoryd.store.entities import UPSERT_ENTITIES
 from memoryd.store.search import BUMP_GENERATION, returned
@@ -59,7 +60,9 @@ class CodeQueries(StoreBase):
             return {}
         rows = (
             await self.query(
-                "SELECT content_hash, embedding FROM code_chunk "
+                # The planner scans the whole table for `IN $hashes` unless told the index:
+                # 0.8 s a call at 100k rows (20 ms with it), once per index job.
+                "SELECT content_hash, embedding FROM code_chunk WITH INDEX code_chunk_hash "
                 "WHERE content_hash IN $hashes AND embedding_model = $model "
                 "AND embedding IS NOT NONE",
                 {"hashes": wanted, "model": model},
@@ -220,9 +223,9 @@ class CodeQueries(StoreBase):
         """Stored state of these files (size, mtime, hash, status and the skip reason)."""
         rows = (
             await self.query(
-                "SELECT path, size, mtime_ns, hash, status, reason FROM file_state "
-                "WHERE project = $p AND path IN $paths",
-                {"p": rid("project", project_id), "paths": list(paths)},
+                # By key: `path IN $paths` read every file state of the project.
+                "SELECT path, size, mtime_ns, hash, status, reason FROM $ids",
+                {"ids": [rid("file_state", file_state_id(project_id, p)) for p in paths]},
             )
         )[0] or []
         return {row["path"]: row for row in rows}
