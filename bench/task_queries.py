@@ -34,6 +34,10 @@ Docstring queries: memoryd no worse than the best baseline.
 --work DIR keeps the trees, data dirs and window vectors for another run (the search indexes
 are rebuilt from the database at each run, so a ranking change is measured); without it,
 everything is made in a temp dir and removed.
+
+--without-redaction indexes with secret redaction turned off, in this process only and into a
+data dir of its own: run once with it and once without to see what redaction costs retrieval
+(hashes, lockfiles and base64 fixtures look like secrets to a detector).
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ from memoryd.runtime import Runtime
 from memoryd.scan import read_source, walk
 from memoryd.search import search
 from memoryd.searchindex import chunk_kind
+from workers import indexing
 from workers.chunking import language_for_path
 
 COMMITS = 100
@@ -240,11 +245,14 @@ async def memoryd_index(data_dir: Path, tree: Path) -> tuple[Runtime, float]:
     await rt.search.rebuild()
     jobs = await projects.sync(rt.redis, projects.resolve(tree), rt.settings.index_batch_files)
     for job, _ in jobs:
-        await queue.wait_for(job, timeout=3600)
+        # Until the vectors, which an embed job attaches after the chunks, are stored too.
+        await queue.embedded_later(rt.redis, await queue.wait_for(job, timeout=3600), 3600)
     return rt, time.perf_counter() - started
 
 
-async def evaluate(git_dir: Path, name: str | None, work: Path) -> dict[str, np.ndarray]:
+async def evaluate(
+    git_dir: Path, name: str | None, work: Path, data: str = "data"
+) -> dict[str, np.ndarray]:
     git_dir = Path(git(git_dir, "rev-parse", "--absolute-git-dir").strip())
     label = repo_name(git_dir, name)
     head = git(git_dir, "rev-parse", "HEAD").strip()
@@ -270,7 +278,7 @@ async def evaluate(git_dir: Path, name: str | None, work: Path) -> dict[str, np.
         f"file in the tree); docstring queries: {len(docstrings)}"
     )
 
-    rt, seconds = await memoryd_index(place / "data", tree)
+    rt, seconds = await memoryd_index(place / data, tree)
     try:
         assert rt.store is not None and rt.embedder is not None and rt.search is not None
         print(
@@ -340,13 +348,21 @@ async def main() -> None:
     parser.add_argument("repos", nargs="+", type=Path)
     parser.add_argument("--name", action="append", help="a name to print per repo, in order")
     parser.add_argument("--work", type=Path, help="keep trees, data dirs and vectors here")
+    parser.add_argument(
+        "--without-redaction", action="store_true", help="index with redaction off (see above)"
+    )
     args = parser.parse_args()
+    data = "data"
+    if args.without_redaction:
+        indexing.redact = lambda text, _memory: text  # the one call site: plan_file
+        data = "data-without-redaction"
+        print("redaction OFF: for comparison only")
     names = args.name or []
     work = args.work or Path(tempfile.mkdtemp(prefix="mdtq-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
         for i, repo in enumerate(args.repos):
-            await evaluate(repo, names[i] if i < len(names) else None, work)
+            await evaluate(repo, names[i] if i < len(names) else None, work, data)
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
