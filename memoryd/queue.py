@@ -147,6 +147,40 @@ return 0
 """
 
 
+# An index job holds every plan of its files until it writes them: besides `batch` files, its
+# files' bytes are bounded too (32 files of 2 MB each would be 64 MB). A larger file goes alone.
+JOB_BYTES = 4 * 1024 * 1024
+
+
+def _sizes(root: Path, paths: Sequence[str]) -> list[int]:
+    """Sizes by stat, never a read (a file gone counts 0: its job records the deletion)."""
+    sizes = []
+    for path in paths:
+        try:
+            sizes.append(os.stat(root / path).st_size)
+        except OSError:
+            sizes.append(0)
+    return sizes
+
+
+def index_batches(
+    paths: Sequence[str], sizes: Sequence[int], files: int, max_bytes: int
+) -> list[list[str]]:
+    """`paths` in order, in batches of at most `files` files and `max_bytes` bytes."""
+    batches: list[list[str]] = []
+    part: list[str] = []
+    held = 0
+    for path, size in zip(paths, sizes, strict=True):
+        if part and (len(part) == files or held + size > max_bytes):
+            batches.append(part)
+            part, held = [], 0
+        part.append(path)
+        held += size
+    if part:
+        batches.append(part)
+    return batches
+
+
 async def enqueue_index(
     redis: ArqRedis,
     project_id: str,
@@ -158,7 +192,8 @@ async def enqueue_index(
     progress: str | None = None,
     before: Callable[[int], Awaitable[None]] | None = None,
 ) -> list[tuple[Job, int]]:
-    """Enqueue `index_files` jobs of up to `batch` files; returns each job with its file count.
+    """Enqueue `index_files` jobs of up to `batch` files and JOB_BYTES bytes; returns each job
+    with its file count.
 
     Files already waiting in a queued job are left to it (and never read here: a job's
     identity is a fresh id, not the files' content), so repeated events, reconciles and
@@ -176,8 +211,8 @@ async def enqueue_index(
     if before is not None:
         await before(len(wanted))
     queued = []
-    for start in range(0, len(wanted), batch):
-        part = wanted[start : start + batch]
+    sizes = await asyncio.to_thread(_sizes, root, wanted)
+    for part in index_batches(wanted, sizes, batch, JOB_BYTES):
         job_id = f"index:{project_id}:{uuid.uuid4().hex}"
         # Marks first: a mark of a job that never got enqueued names no queued job, so it is
         # ignored; a job enqueued before its marks could start and miss dropping them.

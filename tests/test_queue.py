@@ -1,5 +1,6 @@
-"""Index jobs and the files they carry: no file is read to name a job, and a file already
-waiting in a queued job is not queued again (the queue does not snowball)."""
+"""Index jobs and the files they carry: no file is read to name a job, a job's files are
+bounded in count and in bytes, and a file already waiting in a queued job is not queued again
+(the queue does not snowball)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ async def _files(job: object) -> list[str]:
 
 
 async def test_waiting_files_are_not_queued_twice_until_their_job_starts(data_dir: Path) -> None:
-    root = data_dir / "repo"  # never read: enqueueing touches no file
+    root = data_dir / "repo"  # never read: enqueueing stats files (none here: 0 bytes each)
     async with Runtime(settings_for(data_dir)) as rt:
         redis = await rt.start_queue()  # no worker: jobs stay queued
         [(first, n)] = await queue.enqueue_index(redis, "p", root, ["a.py", "b.py"], 32)
@@ -44,3 +45,27 @@ async def test_waiting_files_are_not_queued_twice_until_their_job_starts(data_di
         # Batches of at most `batch` files, each its own job.
         batches = await queue.enqueue_index(redis, "q", root, [f"{i}.py" for i in range(5)], 2)
         assert [n for _, n in batches] == [2, 2, 1]
+
+
+async def test_a_jobs_files_are_bounded_in_bytes_too(data_dir: Path) -> None:
+    """Two files of 3 MiB and one of 5 MiB among small ones: none shares a job past JOB_BYTES
+    (4 MiB), the larger one goes alone, and the small ones fill jobs by count as before."""
+    root = data_dir / "repo"
+    root.mkdir()
+    mib = 1024 * 1024
+    sizes = {"a.py": 10, "big1.bin": 3 * mib, "big2.bin": 3 * mib, "b.py": 10, "huge.bin": 5 * mib}
+    sizes |= {f"s{i}.py": 100 for i in range(5)}
+    for name, size in sizes.items():
+        with open(root / name, "wb") as out:
+            out.truncate(size)  # sparse: the size is all that counts
+    async with Runtime(settings_for(data_dir)) as rt:
+        redis = await rt.start_queue()  # no worker: jobs stay queued
+        batches = await queue.enqueue_index(redis, "p", root, list(sizes), 4)
+        parts = [await _files(job) for job, _ in batches]
+    assert parts == [
+        ["a.py", "big1.bin"],
+        ["big2.bin", "b.py"],
+        ["huge.bin"],
+        ["s0.py", "s1.py", "s2.py", "s3.py"],
+        ["s4.py"],
+    ]
