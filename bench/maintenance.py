@@ -16,6 +16,8 @@
    vector of another model; `reembed` runs until nothing remains, then the model alone embeds
    the same texts (in batches of the configured size): the physical limit the job is measured
    against.
+5. compact: the database's size on disk before the prune, after it, and after `memoryd
+   compact` (the engine keeps deleted values in its value log until then).
 
 Steps 1-2 and steps 3-4 each run in a process of their own, each with an in-process Runtime
 (private Redis, arq workers serving, embedded SurrealDB, the offline model) on the same data
@@ -56,20 +58,23 @@ from typing import Any
 import numpy as np
 
 from bench.fixture_rows import whole_file_rows
+from memoryd.compact import DB_DIR, compact, size
 from memoryd.config import Settings, load_settings
 from memoryd.ids import stable_id
 from memoryd.runtime import Runtime
 from memoryd.store import Ref
+from memoryd.vocabulary import EMBEDDED_MEMORY_KINDS
 from memoryd.watch.transcripts import transcript_files
 from tests.fixtures import CLAUDE, CODEX
 from workers import maintenance
-from workers.ingest import EMBED_CHARS, EMBED_KINDS
+from workers.ingest import EMBED_CHARS
 
 OLD_MODEL = "bench/previous-model"
 SEED = 20261122
 YEAR = timedelta(days=365)
 PINNED, READ, INVALID = 0.01, 0.10, 0.05
 SHORT_TEXT = 600
+MIB = 1024 * 1024
 # Records shared by every replay (the same files, commands and errors come up again).
 SHARED_TABLES = frozenset({"entity", "project"})
 
@@ -228,7 +233,7 @@ def mark_for_reembed(
         m
         for b in batches
         for m in b.tables["memories"]
-        if m["kind"] in EMBED_KINDS
+        if m["kind"] in EMBEDDED_MEMORY_KINDS
         and m["content"].strip()
         and len(m["content"]) <= SHORT_TEXT
         and not expected_prunable(m, at, s)
@@ -433,7 +438,7 @@ async def build(o: Open, args: argparse.Namespace, work: Path) -> None:
 
 
 async def maintain(o: Open, args: argparse.Namespace, work: Path) -> None:
-    """Steps 3 and 4 on the database `build` left."""
+    """Steps 3 and 4 on the database `build` left (and its size on disk around the prune)."""
     store, embedder = o.ctx["store"], o.ctx["embedder"]
     state = json.loads((work / "state.json").read_text())
     at, prunable, before, texts = state["now"], state["prunable"], state["before"], state["texts"]
@@ -443,6 +448,8 @@ async def maintain(o: Open, args: argparse.Namespace, work: Path) -> None:
         f"3. prune at the decay's time: {prunable} of {before} memories "
         f"({100 * prunable / before:.1f}%) are prunable by the formula"
     )
+    db = work / "data" / DB_DIR
+    print(f"  database on disk before the prune: {size(db) / MIB:.1f} MiB")
     o.calls.seconds.clear()
     started = time.perf_counter()
     dry = await maintenance.prune(o.ctx, at=at, dry_run=True)
@@ -459,6 +466,7 @@ async def maintain(o: Open, args: argparse.Namespace, work: Path) -> None:
         f"= {deleted['memory'] / seconds:.0f} memories/s; "
         f"memories {before} -> {after} (expected {before - prunable})"
     )
+    print(f"  database on disk after the prune: {size(db) / MIB:.1f} MiB")
     o.calls.report(seconds)
 
     # -- 4. reembed --------------------------------------------------------------------------
@@ -557,6 +565,17 @@ def main() -> None:
                 if code:
                     print(f"phase {phase} exited with status {code}")
                     sys.exit(code)
+            # The engine keeps deleted values in its value log: `memoryd compact` (daemon
+            # stopped) is what gives the disk back.
+            db = work / "data" / DB_DIR
+            before = size(db)
+            started = time.perf_counter()
+            asyncio.run(compact(load_settings(data_dir=work / "data")))
+            print(
+                f"5. compact (as `memoryd compact`, daemon stopped): database on disk "
+                f"{before / MIB:.1f} -> {size(db) / MIB:.1f} MiB in "
+                f"{time.perf_counter() - started:.1f} s"
+            )
         print(f"load average at end: {_load()}")
     finally:
         shutil.rmtree(work, ignore_errors=True)

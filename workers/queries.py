@@ -6,13 +6,13 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from memoryd import agent, hooks, metrics, queue, views
 from memoryd import search as search_module
 from memoryd.agent import check_budget
 from memoryd.client import Client
+from memoryd.compact import DB_DIR, size
 from memoryd.errors import InvalidRequest, NotFound
 from memoryd.ids import split_file_key
 from memoryd.jobs import JOBS_QUEUE, QUERY_QUEUE
@@ -137,7 +137,7 @@ async def status(ctx: JobContext) -> dict[str, Any]:
                     await metrics.ingest_lag(store, settings.transcript_roots)
                 ).items()
             },
-            "database_bytes": await asyncio.to_thread(_tree_size, settings.data_dir / "db")
+            "database_bytes": await asyncio.to_thread(size, settings.data_dir / DB_DIR)
             if settings.embedded_db
             else None,
             "waiting_for_reembed": await store.count_stale_vectors(model),
@@ -252,10 +252,6 @@ async def pin(ctx: JobContext, memory_id: str, pinned: bool) -> dict[str, Any]:
     if not await ctx["store"].set_pinned("memory", memory_id, pinned):
         raise NotFound(f"no memory {memory_id!r}")
     return {"memory": memory_id, "pinned": pinned}
-
-
-def _tree_size(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
 async def projects(ctx: JobContext) -> list[dict[str, Any]]:
