@@ -363,7 +363,13 @@ async def open_runtime(work: Path, stall_seconds: float) -> Open:
         calls.wrap(store, name)
     calls.wrap(rt.embedder, "embed")
     # As a worker's ctx: the tasks take their run lock in Redis.
-    ctx = {"store": store, "embedder": rt.embedder, "settings": rt.settings, "redis": rt.redis}
+    ctx = {
+        "store": store,
+        "embedder": rt.embedder,
+        "settings": rt.settings,
+        "redis": rt.redis,
+        "search": rt.search,
+    }
     return Open(rt, ctx, calls, time.perf_counter() - started)
 
 
