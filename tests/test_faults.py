@@ -57,12 +57,21 @@ def _daemon(
     )
 
 
+def _signalled(
+    process: subprocess.Popen[str], sig: signal.Signals = signal.SIGTERM
+) -> tuple[int, float]:
+    """Send `sig` and wait for the exit (at most HANG_BOUND): its code, and how long it took."""
+    process.send_signal(sig)
+    sent = time.monotonic()
+    code = process.wait(timeout=HANG_BOUND)
+    return code, time.monotonic() - sent
+
+
 def _stop(daemon: subprocess.Popen[str]) -> None:
     """Whatever happened, leave no process behind (SIGKILL only after the hang bound)."""
     if daemon.poll() is None:
-        daemon.send_signal(signal.SIGTERM)
         try:
-            daemon.wait(timeout=HANG_BOUND)
+            _signalled(daemon)
         except subprocess.TimeoutExpired:
             for child in psutil.Process(daemon.pid).children(recursive=True):
                 child.kill()
@@ -182,10 +191,7 @@ async def test_redis_killed_mid_indexing_is_restarted_and_the_index_completes(
             timeout=600,
         )
         assert daemon.poll() is None  # it went on: no exit for a service manager to handle
-        daemon.send_signal(signal.SIGTERM)
-        sent = time.monotonic()
-        code = daemon.wait(timeout=HANG_BOUND)
-        took = time.monotonic() - sent
+        code, took = _signalled(daemon)
     finally:
         _stop(daemon)
     stderr = lines.text()
@@ -289,8 +295,7 @@ def test_sigterm_during_start_up_stops_the_private_redis(data_dir: Path, tmp_pat
     try:
         lines = _Lines(daemon)
         redis_pid = _redis_pid(lines.wait_for("redis started"))
-        daemon.send_signal(signal.SIGTERM)
-        code = daemon.wait(timeout=HANG_BOUND)
+        code, _ = _signalled(daemon)
     finally:
         _stop(daemon)
     stderr = lines.text()
@@ -321,10 +326,7 @@ def test_sigterm_mid_embedding_stops_promptly(data_dir: Path, tmp_path: Path) ->
         lines = _Lines(daemon)
         lines.wait_for("memoryd running")
         time.sleep(5)  # the chunks are written (or being written) and are being embedded
-        daemon.send_signal(signal.SIGTERM)
-        sent = time.monotonic()
-        code = daemon.wait(timeout=HANG_BOUND)
-        took = time.monotonic() - sent
+        code, took = _signalled(daemon)
     finally:
         _stop(daemon)
     stderr = lines.text()
@@ -350,10 +352,7 @@ def test_a_signal_on_a_one_shot_index_stops_its_private_redis(
             time.sleep(0.2)
         time.sleep(5)  # the model is loaded and the one job is under way
         redis_server = _redis_server(command)
-        command.send_signal(stop)
-        sent = time.monotonic()
-        code = command.wait(timeout=HANG_BOUND)
-        took = time.monotonic() - sent
+        code, took = _signalled(command, stop)
     finally:
         _stop(command)
     stderr = command.stderr.read() if command.stderr else ""
@@ -465,8 +464,7 @@ def test_a_data_dir_gone_read_only_stops_without_a_traceback(
         for path in [data_dir, *data_dir.rglob("*")]:
             if not path.is_symlink():
                 path.chmod(0o500 if path.is_dir() else 0o400)
-        daemon.send_signal(signal.SIGTERM)
-        code = daemon.wait(timeout=HANG_BOUND)
+        code, _ = _signalled(daemon)
     finally:
         _stop(daemon)
     stderr = lines.text()
