@@ -120,8 +120,9 @@ async def _connect(
     if (root := files_of(url)) is not None:
         await asyncio.to_thread(_replace_files, root)
     try:
-        # The embedded engine opens (and locks) the files when constructed.
-        db = AsyncSurreal(url)
+        # The embedded engine opens (and locks) the files when constructed: in a thread, since
+        # that reads them (a reopen under load took seconds, the event loop stopped meanwhile).
+        db = await asyncio.to_thread(AsyncSurreal, url)
         await db.connect()
         if user is not None:
             await db.signin({"username": user, "password": password or ""})
