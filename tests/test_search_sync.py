@@ -5,6 +5,7 @@ valid then, prune takes rows out of both, and the filters hold."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 from datetime import UTC, datetime
@@ -19,6 +20,7 @@ from memoryd.ids import file_entity_id, file_key
 from memoryd.indexsync import IndexSync
 from memoryd.runtime import Runtime
 from memoryd.searchindex import Filters, micros
+from memoryd.store import QueryFailed
 from memoryd.store.code import FileIndexWrite
 from tests.conftest import git_init, settings_for
 from workers.indexing import plan_file
@@ -234,6 +236,60 @@ async def test_a_crash_between_the_record_write_and_the_index_write_heals_at_sta
         assert (hits[0].path, hits[0].name) == ("flux.py", "quasar_flux_capacitor")
     finally:
         await again.close()
+
+
+def _file_write(project_id: str, rel: str, text: str) -> tuple[Any, ...]:
+    """`IndexSync.write_file_index`'s arguments for one new file, as the indexer plans it."""
+    plan = plan_file(project_id, rel, text, blake3.blake3(text.encode()).hexdigest(), 1500)
+    file = {"entity_id": file_entity_id(project_id, rel), "key": file_key(project_id, rel)}
+    return (project_id, plan.chunks, [], [file | {"path": rel}], [rel], plan.symbols)
+
+
+async def test_writes_queued_together_share_one_index_commit_and_an_error_does_not_strand_it(
+    stack: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert stack.store is not None and stack.search is not None
+    sync, store = stack.search, stack.store
+    await store.upsert_project("grouped", {"root": "/src/grouped", "name": "grouped"})
+    commits: list[int | None] = []
+    commit = sync.index.commit
+
+    def counted(generation: int | None = None) -> None:
+        commits.append(generation)
+        commit(generation)
+
+    monkeypatch.setattr(sync.index, "commit", counted)
+    # Long enough for any machine: the group is cut by who waits, not by the clock.
+    monkeypatch.setattr(indexsync, "GROUP_SECONDS", 600.0)
+    names = [f"pulsar_beacon_{n}" for n in range(6)]
+    writes = [
+        sync.write_file_index(
+            *_file_write("grouped", f"{name}.py", f"def {name}():\n    return {n}\n")
+        )
+        for n, name in enumerate(names)
+    ]
+    done = await asyncio.gather(*writes)
+    generation = await store.search_generation()
+    # Six writes, six generations, one commit: the last write's, stamped with the newest.
+    assert sorted(d.generation for d in done) == list(range(generation - 5, generation + 1))
+    assert commits == [generation]
+    assert sync.index.generation == generation
+    for name in names:
+        hits = sync.index.bm25(name, Filters(), 1)
+        assert [(h.path, h.name) for h in hits] == [(f"{name}.py", name)]
+
+    # The write left to commit fails (the database refuses its row): it commits all the same.
+    good = _file_write("grouped", "nebula_lantern.py", "def nebula_lantern():\n    return 1\n")
+    bad = _file_write("grouped", "broken.py", "def broken():\n    return 2\n")
+    bad[1][0]["start_line"] = "not a line number"
+    outcomes = await asyncio.gather(
+        sync.write_file_index(*good), sync.write_file_index(*bad), return_exceptions=True
+    )
+    assert isinstance(outcomes[0], FileIndexWrite) and isinstance(outcomes[1], QueryFailed)
+    assert commits == [generation, generation + 1]
+    assert sync.index.generation == await store.search_generation() == generation + 1
+    hits = sync.index.bm25("nebula_lantern", Filters(), 1)
+    assert [h.path for h in hits] == ["nebula_lantern.py"]
 
 
 async def test_in_server_mode_each_workers_indexes_follow_the_others_writes(
