@@ -22,6 +22,7 @@ from memoryd.embedding import Embedder
 from memoryd.projects import Project
 from memoryd.runtime import Runtime
 from memoryd.watch.repos import RepoWatcher
+from memoryd.watch.repos import _Handler as watchdog_handler
 from tests.conftest import git, settle
 
 MODELS = '''"""Accounts of the shop: users and their carts."""
@@ -404,6 +405,38 @@ async def test_restart_reconciles_without_reading_unchanged_files(
     finally:
         await watcher.stop()
         await rt.close()
+
+
+async def test_reading_watched_files_raises_no_event(
+    stack: Runtime, watched: tuple[RepoWatcher, Project], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The indexer reads every file of a watched tree: an open and a close each, which watchdog
+    decoded by the thousand on a first index before the handler dropped them. The kernel is
+    asked for changes only."""
+    watcher, project = watched
+    await settle(stack, project.root, project.id, watcher)
+    seen: list[tuple[str, str]] = []
+    arrived = threading.Event()
+    on_any_event = watchdog_handler.on_any_event
+
+    def spy(handler: Any, event: Any) -> None:
+        if not event.is_directory:  # the marker's folder changes too
+            seen.append((event.event_type, os.path.basename(event.src_path)))
+        if os.path.basename(event.src_path) == "marker.txt":
+            arrived.set()
+        on_any_event(handler, event)
+
+    monkeypatch.setattr(watchdog_handler, "on_any_event", spy)
+    files = [p for p in project.root.rglob("*") if p.is_file() and ".git" not in p.parts]
+    for _ in range(20):
+        for path in files:
+            path.read_bytes()
+    # Events come in order: once the marker's are here, any of the reads would be too.
+    (project.root / "marker.txt").write_text("written after the reads\n")
+    assert await asyncio.to_thread(arrived.wait, 10)
+    assert {name for _, name in seen} == {"marker.txt"}
+    assert {kind for kind, _ in seen} <= {"created", "modified", "closed"}
+    assert ("closed", "marker.txt") in seen
 
 
 async def test_lost_events_lead_to_a_full_sync(

@@ -36,6 +36,7 @@ from watchdog.observers import Observer
 from memoryd import projects, queue
 from memoryd.projects import Project
 from memoryd.scan import ignored_by_name, valid_name, wanted_paths
+from memoryd.watch import CHANGES
 from memoryd.watch.transcripts import AIDER_LOG
 
 log = logging.getLogger(__name__)
@@ -84,8 +85,6 @@ class _Handler(FileSystemEventHandler):
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         kind = event.event_type
-        if kind in ("opened", "closed_no_write"):
-            return
         if event.is_directory and kind not in ("deleted", "moved"):
             return  # a new directory's files get events of their own
         paths: set[str] = set()
@@ -178,7 +177,9 @@ class RepoWatcher:
             inotify_log.setLevel(logging.WARNING)
         inotify_log.addHandler(self._overflow)
         for project in self.projects:
-            self._observer.schedule(_Handler(self, project), str(project.root), recursive=True)
+            self._observer.schedule(
+                _Handler(self, project), str(project.root), recursive=True, event_filter=CHANGES
+            )
         self._observer.start()
         await self._announce()
         # Whatever changed while memoryd was down: enqueue after watching starts, so nothing

@@ -13,6 +13,7 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from memoryd import queue
+from memoryd.watch import CHANGES
 from memoryd.watch.debounce import Burst, Debouncer
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ class _Handler(FileSystemEventHandler):
         self.watcher = watcher
 
     def on_any_event(self, event: FileSystemEvent) -> None:
-        if event.is_directory or event.event_type in ("opened", "closed_no_write", "deleted"):
+        if event.is_directory or event.event_type == "deleted":
             return  # a deleted transcript keeps its memories: nothing to do
         for raw in (event.src_path, getattr(event, "dest_path", "") or ""):
             path = raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
@@ -88,7 +89,7 @@ class TranscriptWatcher:
 
     async def start(self) -> None:
         for root in self.roots:
-            self._observer.schedule(_Handler(self), str(root), recursive=True)
+            self._observer.schedule(_Handler(self), str(root), recursive=True, event_filter=CHANGES)
         self._observer.start()
         # Whatever grew while memoryd was down; unchanged files return at once from the job.
         files = await asyncio.to_thread(transcript_files, self.roots)
