@@ -146,12 +146,14 @@ class Runtime:
         )
         # Imported here: memoryd depends on workers only where it starts one.
         from workers.queries import Counted
+        from workers.reader import Reader
         from workers.registry import query_answer
 
         self._ctx = {
             "store": self.store,
             "embedder": self.embedder,
             "search": self.search,
+            "reader": Reader(),
             "settings": s,
             "status_counts": Counted(),
             "redis": self.redis,
@@ -393,6 +395,8 @@ class Runtime:
             if self._worker_lock is not None:
                 self._worker_lock.release(remove=True)
                 self._worker_lock = None
+            if self._ctx is not None:
+                await self._ctx["reader"].close()
             if self.search is not None:
                 try:
                     await self.search.close()

@@ -14,11 +14,13 @@ if TYPE_CHECKING:
     from memoryd.indexsync import IndexSync
     from memoryd.store import Store
     from workers.queries import Counted
+    from workers.reader import Reader
 
 
 class JobContext(TypedDict, total=False):
     """``store``, ``embedder``, ``search`` (the search indexes and their one writer),
-    ``settings``, ``status_counts`` and ``queries`` (the query functions by name, for work that
+    ``reader`` (a process that reads and cuts files), ``settings``, ``status_counts`` and
+    ``queries`` (the query functions by name, for work that
     asks several: the hooks) are set by the runtime that serves the queues
     (memoryd/runtime.py); ``redis``, ``job_id``, ``job_try`` and ``enqueue_time`` by arq for
     each run."""
@@ -26,6 +28,7 @@ class JobContext(TypedDict, total=False):
     store: Store
     embedder: Embedder
     search: IndexSync
+    reader: Reader
     settings: Settings
     status_counts: Counted
     queries: Answer

@@ -55,6 +55,7 @@ from memoryd.scan import SECRET_FILE, read_source, secret_file, wanted_paths
 from memoryd.store import QueryFailed
 from workers.chunking import chunk_text, language_for_path
 from workers.context import JobContext
+from workers.reader import MANY_FILES
 from workers.redact import SecretMemory, redact
 
 log = logging.getLogger(__name__)
@@ -585,10 +586,11 @@ async def _index_round(
     keep = {rel for rel in keep if settings.remembers(root / rel)}
     looks: list[_Look] = []
     groups: dict[str, _Rows] = {}
+    # A job of many files reads them in the reader's process (workers/reader.py).
+    reader = ctx.get("reader") if len(paths) >= MANY_FILES else None
     for rel in paths:
         previous = states.get(rel)
-        look = await asyncio.to_thread(
-            _look,
+        args = (
             root,
             rel,
             previous,
@@ -599,6 +601,7 @@ async def _index_round(
             rel in keep,
             settings.secret_files,
         )
+        look = await (reader.run(_look, *args) if reader else asyncio.to_thread(_look, *args))
         looks.append(look)
         _log_look(look, previous)
         rows = _rows_for(project_id, look, previous)
