@@ -542,14 +542,20 @@ def report_scaling(args: argparse.Namespace, result: dict[str, Any], wall: float
         f"(memories {first[0]['memories']} -> {last[-1]['memories']})"
     )
     # Maintenance grows with the stored memories (each decay visits them all); ingest does not.
-    growth = (maint_last - maint_first) / max(1, last[-1]["memories"] - first[0]["memories"])
+    stored = max(1, last[-1]["memories"] - first[0]["memories"])
+    per_memory = max(0.0, (maint_last - maint_first) / stored)
+    memories_per_session = len(result["expected"].memories) / result["expected"].sessions
     print(
         f"scaling: run time ~ repo + days x (sessions/day x {per_session:.1f} s + "
-        f"{maint_first:.1f} s + {growth * 1000:.2f} ms per 1000 stored memories x memories); "
-        f"the repo part scales with its chunks (embedding dominates). Stored memories plateau "
-        f"once prune starts (after prune_idle_days = 60 days), so days beyond that add a "
-        f"constant cost per day."
+        f"{maint_first:.1f} s) + {per_memory * 1000:.3f} s per night per 1000 stored memories "
+        f"({memories_per_session:.0f} memories per session); stored memories stop growing once "
+        f"prune starts (after prune_idle_days = 60 days, for tool calls and results); the repo "
+        f"part grows with its chunks (embedding dominates)"
     )
+    for days_, spd in ((30, 2), (90, 4), (30, 20)):
+        nights = sum(min(d, 60) * spd * memories_per_session for d in range(days_))
+        minutes = (days_ * (spd * per_session + maint_first) + per_memory * nights) / 60
+        print(f"  {days_} days x {spd} sessions/day: ~{minutes:.0f} min plus the repo")
 
 
 def main() -> None:
