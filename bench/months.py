@@ -53,10 +53,11 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bench.fixture_rows import whole_file_rows
 from bench.incremental import GIT_ENV, JSON_LOGS, MEMORYD, Daemon, connect_when_up, exact_check
@@ -345,6 +346,21 @@ class Expected:
 # The run
 
 
+T = TypeVar("T")
+
+
+async def alive(daemon: Daemon, waiting: Awaitable[T]) -> T:
+    """`waiting`, unless the daemon dies first (the limit's kill): then the run stops, where a
+    wait for a job of the dead worker would have lasted its whole timeout."""
+    task = asyncio.ensure_future(waiting)
+    while not task.done():
+        if daemon.proc.poll() is not None:
+            task.cancel()
+            raise SystemExit(f"the daemon exited ({daemon.proc.returncode}): killed by the limit?")
+        await asyncio.wait({task}, timeout=1.0)
+    return task.result()
+
+
 async def settle(redis: Any, daemon: Daemon, timeout: float = 3600) -> dict[str, Any]:
     """Until the daemon has read every transcript byte and its work queue is empty (for a
     while: the watchers debounce); returns its status then."""
@@ -357,7 +373,7 @@ async def settle(redis: Any, daemon: Daemon, timeout: float = 3600) -> dict[str,
         if await queue.queue_depth(redis) == 0:
             quiet_since = quiet_since or now
             if now - quiet_since >= 1.5:
-                status = await queue.call(redis, jobs.STATUS, timeout=600)
+                status = await alive(daemon, queue.call(redis, jobs.STATUS, timeout=600))
                 lag = sum(r["bytes"] for r in status["transcript_lag"].values())
                 if lag == 0 and await queue.queue_depth(redis) == 0:
                     return status
@@ -368,7 +384,7 @@ async def settle(redis: Any, daemon: Daemon, timeout: float = 3600) -> dict[str,
     raise SystemExit("the daemon never caught up")
 
 
-async def nightly(redis: Any, at: datetime, db: Path) -> dict[str, Any]:
+async def nightly(redis: Any, daemon: Daemon, at: datetime, db: Path) -> dict[str, Any]:
     """The crons' tasks at simulated time `at`, run by the daemon's worker; the database size
     right before and after the prune."""
     out: dict[str, Any] = {}
@@ -382,7 +398,7 @@ async def nightly(redis: Any, at: datetime, db: Path) -> dict[str, Any]:
         )
         assert job is not None
         started = time.perf_counter()
-        out[spec.name] = await queue.wait_for(job, 3600)
+        out[spec.name] = await alive(daemon, queue.wait_for(job, 3600))
         out[f"{spec.name}_seconds"] = time.perf_counter() - started
         if spec is jobs.PRUNE:
             out["after"] = size(db)
@@ -443,7 +459,7 @@ async def simulate(args: argparse.Namespace, work: Path, group: Cgroup) -> dict[
             status = await settle(redis, daemon)
             ingest_seconds = time.perf_counter() - day_started
             at = midnight + timedelta(days=1) + CRON_TIME
-            night = await nightly(redis, at, data / DB_DIR)
+            night = await nightly(redis, daemon, at, data / DB_DIR)
             deleted = night["prune"]["deleted"]
             result["prunes"].append((day, night["before"], night["after"], deleted))
             result["days"].append(
