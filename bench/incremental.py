@@ -444,11 +444,11 @@ async def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _terminate(signum: int, _frame: Any) -> None:
+def terminate(signum: int, _frame: Any) -> None:
     # Unwind (stop the daemon, remove the temp dir) instead of dying where we stand.
     raise SystemExit(f"stopped by signal {signum}")
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGTERM, terminate)
     asyncio.run(main())

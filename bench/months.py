@@ -60,7 +60,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bench.fixture_rows import whole_file_rows
-from bench.incremental import GIT_ENV, JSON_LOGS, MEMORYD, Daemon, connect_when_up, exact_check
+from bench.incremental import (
+    GIT_ENV,
+    JSON_LOGS,
+    MEMORYD,
+    Daemon,
+    connect_when_up,
+    exact_check,
+    terminate,
+)
 from bench.maintenance import expected_prunable
 from memoryd import jobs, queue
 from memoryd.compact import DB_DIR, compact, size
@@ -646,10 +654,6 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _terminate(signum: int, _frame: Any) -> None:
-    raise SystemExit(f"stopped by signal {signum}")  # unwind: stop the daemon, drop the cgroup
-
-
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGTERM, terminate)
     main()
