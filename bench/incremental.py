@@ -36,6 +36,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -195,7 +196,14 @@ async def part_a(data_dir: Path, root: Path) -> None:
 
 
 class Daemon:
-    def __init__(self, data_dir: Path, root: Path, log_path: Path) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        root: Path,
+        log_path: Path,
+        preexec: Callable[[], None] | None = None,
+    ) -> None:
+        """`preexec` runs in the child before `memoryd` (bench/months: join a cgroup)."""
         self.data_dir = data_dir
         self.log_path = log_path
         self.log = open(log_path, "w")  # noqa: SIM115 - lives as long as the daemon
@@ -205,6 +213,7 @@ class Daemon:
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # signals meant for the bench are not the daemon's
+            preexec_fn=preexec,
         )
 
     def stop(self) -> None:

@@ -62,8 +62,6 @@ from typing import Any, TypeVar
 from bench.fixture_rows import whole_file_rows
 from bench.incremental import (
     GIT_ENV,
-    JSON_LOGS,
-    MEMORYD,
     Daemon,
     connect_when_up,
     exact_check,
@@ -172,24 +170,6 @@ class Cgroup:
         while self.read("cgroup.procs").strip() and time.monotonic() < deadline:
             time.sleep(0.2)
         self.path.rmdir()
-
-
-class CgroupDaemon(Daemon):
-    """`memoryd run` started inside the cgroup (joined before exec, so its private Redis is in
-    it too), with the bench's environment."""
-
-    def __init__(self, data_dir: Path, root: Path, log_path: Path, group: Cgroup) -> None:
-        self.data_dir = data_dir
-        self.log_path = log_path
-        self.log = open(log_path, "w")  # noqa: SIM115 - lives as long as the daemon
-        self.started = time.perf_counter()
-        self.proc = subprocess.Popen(
-            [MEMORYD, "run", "--data-dir", str(data_dir), "--repo", str(root), *JSON_LOGS],
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=group.join_here,
-        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -434,7 +414,7 @@ async def simulate(args: argparse.Namespace, work: Path, group: Cgroup) -> dict[
         + ", ".join(f"{t.agent} {len(t.data) / 1e6:.2f} MB" for t in templates)
         + ")"
     )
-    daemon = CgroupDaemon(data, root, work / "daemon.log", group)
+    daemon = Daemon(data, root, work / "daemon.log", group.join_here)
     result: dict[str, Any] = {"days": [], "prunes": []}
     redis = None
     try:
