@@ -270,7 +270,12 @@ class IndexSync:
             exc,
             exc_info=not isinstance(exc, OSError),
         )
-        await self._rebuild()
+        try:
+            await self._rebuild()
+        except OSError as again:  # the disk refuses the rebuild too: the records are stored
+            log.error("search indexes not rebuilt (%s); the next start rebuilds them", again)
+            with contextlib.suppress(OSError):  # stale in memory even if the stamp can't say so
+                self.index.invalidate()
 
     async def catch_up(self) -> None:
         """Server mode: apply what other workers wrote since the stamp (before a search)."""
