@@ -65,6 +65,7 @@ from bench.incremental import (
     Daemon,
     connect_when_up,
     exact_check,
+    load,
     terminate,
 )
 from bench.maintenance import expected_prunable
@@ -91,10 +92,6 @@ _UUID = re.compile(rb"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4
 _PREFIXED = re.compile(rb"\b(toolu|msg|req|call)_([A-Za-z0-9]{8,})")
 _STAMP = re.compile(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z")
 _FILE_STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d")
-
-
-def _load() -> str:
-    return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def memory_max() -> int:
@@ -425,7 +422,7 @@ async def simulate(args: argparse.Namespace, work: Path, group: Cgroup) -> dict[
             f"repo indexed (chunks and vectors) {result['repo_seconds']:.0f} s after start: "
             f"{status['valid_chunks']} chunks, database {size(data / DB_DIR) / MIB:.0f} MiB, "
             f"cgroup peak so far {group.number('memory.max_usage_in_bytes') / MIB:.0f} MiB "
-            f"[load {_load()}]"
+            f"[load {load()}]"
         )
         expected = Expected()
         rng = random.Random(20261123)
@@ -476,7 +473,7 @@ async def simulate(args: argparse.Namespace, work: Path, group: Cgroup) -> dict[
                     f"{group.peak_rss / MIB:.0f} MiB; {time.perf_counter() - week_started:.0f} s "
                     f"wall ({sum(d['ingest'] for d in week) / len(week):.1f} s/day ingest, "
                     f"{sum(d['maintenance'] for d in week) / len(week):.1f} s/day maintenance) "
-                    f"[load {_load()}]",
+                    f"[load {load()}]",
                     flush=True,
                 )
                 week_started = time.perf_counter()
@@ -582,7 +579,7 @@ def main() -> None:
     os.environ["MEMORYD_CONFIG"] = "/nonexistent/memoryd-bench.toml"
     limit = memory_max()
     print(
-        f"machine: {os.cpu_count()} cores, load {_load()}; limit {limit / MIB:.0f} MiB "
+        f"machine: {os.cpu_count()} cores, load {load()}; limit {limit / MIB:.0f} MiB "
         f"(MemoryMax of the unit) on a cgroup v1 memory group; {args.days} days x "
         f"{args.sessions_per_day} sessions, {args.edits_per_day} edits/day"
     )
@@ -626,7 +623,7 @@ def main() -> None:
             f"in {time.perf_counter() - t:.0f} s"
         )
         report_scaling(args, result, time.perf_counter() - started)
-        print(f"wall time {time.perf_counter() - started:.0f} s; load at the end {_load()}")
+        print(f"wall time {time.perf_counter() - started:.0f} s; load at the end {load()}")
     finally:
         if args.keep:
             print(f"kept {work}")
