@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import signal
 from pathlib import Path
 from typing import Any
@@ -13,12 +14,16 @@ from typing import Any
 import psutil
 import pytest
 
-from memoryd import jobs, queue
+from memoryd import jobs, projects, queue
 from memoryd.embedded import socket_alive
 from memoryd.embedding import Embedder
 from memoryd.errors import MemorydError
 from memoryd.runtime import REDIS_RESTARTS, Runtime
-from tests.conftest import settings_for
+from memoryd.watch.repos import RepoWatcher
+from memoryd.watch.transcripts import TranscriptWatcher
+from tests.conftest import git_init, settings_for, settle
+
+FIXTURES = Path(__file__).parent / "fixtures" / "transcripts"
 
 
 async def test_close_while_a_job_is_being_finished_still_closes_everything(
@@ -146,3 +151,59 @@ async def test_a_private_redis_killed_during_start_up_is_started_again(
     finally:
         await rt.close()
     assert started is not None and not psutil.pid_exists(started)
+
+
+async def test_watchers_that_start_while_the_private_redis_is_down_enqueue_once_it_is_back(
+    data_dir: Path, tmp_path: Path, embedder: Embedder, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The daemon starts its watchers last: a Redis killed then met their first reconcile
+    and ended the daemon. Now each keeps its reconcile and enqueues it once Redis is back
+    (here the serving start restarts it, as the supervisor does after "memoryd running")."""
+    caplog.set_level(logging.INFO)
+    root = tmp_path / "repo"
+    root.mkdir()
+    for i in range(3):
+        (root / f"mod_{i}.py").write_text(f"def handler_{i}(event):\n    return {i}\n")
+    git_init(root)
+    folder = tmp_path / "transcripts"
+    folder.mkdir()
+    transcript = folder / "2b4ed4c0-b905-41de-9238-273db3ec737a.jsonl"
+    shutil.copy(FIXTURES / "claude-code" / "-src-experiments-claude_p" / transcript.name, folder)
+    project = projects.resolve(root)
+    rt = Runtime(settings_for(data_dir), embedder)
+    repos = transcripts = None
+    try:
+        redis = await rt.start_queue(exclusive=True)
+        killed = await _killed(rt)
+        repos = RepoWatcher(redis, [project], 0.1, 32)
+        transcripts = TranscriptWatcher(redis, [folder], 0.1)
+        await repos.start()  # raised ConnectionError before
+        await transcripts.start()
+        waiting = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
+        assert [line.split(" (")[0] for line in waiting] == [
+            f"reconcile of {project.id} not enqueued",
+            "1 transcripts not enqueued",
+        ]
+        await rt.serve()
+        restarts = [r.getMessage() for r in caplog.records if "started it again" in r.getMessage()]
+        assert len(restarts) == 1 and f"(pid {killed})" in restarts[0]
+        index = await settle(rt, root, project.id, repos, timeout=60)
+        assert sorted(index) == ["mod_0.py", "mod_1.py", "mod_2.py"]
+        # Every round failed while Redis was down; each watcher said so once, and once when
+        # its enqueue got through.
+        lines = [r.getMessage() for r in caplog.records if r.name.startswith("memoryd.watch")]
+        assert [line for line in lines if "retrying" in line] == waiting
+        assert len([line for line in lines if line.startswith("enqueued again after")]) == 2
+        assert rt.store is not None
+        for _ in range(300):
+            cursor = await rt.store.transcript_cursor(str(transcript))
+            if cursor is not None and cursor["offset"] == transcript.stat().st_size:
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError(f"transcript not ingested within 30 s: {cursor}")
+    finally:
+        for watcher in (repos, transcripts):
+            if watcher is not None:
+                await watcher.stop()
+        await rt.close()

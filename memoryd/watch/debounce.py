@@ -8,7 +8,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from memoryd import queue
+from memoryd.watch import Outage
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,7 @@ class Debouncer:
         self.max_wait = max_wait
         self._flush = flush
         self._bursts: dict[str, Burst] = {}
+        self.outage = Outage(log)
 
     def note(self, group: str, keys: set[str], full: bool = False) -> None:
         """Record events; call on the event loop (from threads: loop.call_soon_threadsafe)."""
@@ -57,15 +58,7 @@ class Debouncer:
                 del self._bursts[group]
                 try:
                     await self._flush(group, burst)
+                    self.outage.ended()
                 except Exception as exc:
-                    if queue.server_lost(exc):  # a Redis restart, a full disk: no traceback
-                        log.warning(
-                            "flush of %s failed (%s); its events wait for the next round",
-                            group,
-                            queue.redis_reason(exc),
-                        )
-                    else:
-                        log.exception(
-                            "flush of %s failed; its events wait for the next round", group
-                        )
+                    self.outage.failed(f"flush of {group} failed", exc)
                     self.note(group, burst.keys, burst.full)

@@ -36,7 +36,7 @@ from watchdog.observers import Observer
 from memoryd import projects, queue
 from memoryd.projects import Project
 from memoryd.scan import ignored_by_name, valid_name, wanted_paths
-from memoryd.watch import CHANGES
+from memoryd.watch import CHANGES, Outage
 from memoryd.watch.transcripts import AIDER_LOG
 
 log = logging.getLogger(__name__)
@@ -139,6 +139,7 @@ class RepoWatcher:
         self._observer = Observer()
         self._flusher: asyncio.Task[None] | None = None
         self._flushing = False
+        self._outage = Outage(log)
         self._overflow = _OverflowSignal(self)
         self._announce_key = queue.watching_key()
         self._announced = 0.0
@@ -181,15 +182,26 @@ class RepoWatcher:
                 _Handler(self, project), str(project.root), recursive=True, event_filter=CHANGES
             )
         self._observer.start()
-        await self._announce()
+        with contextlib.suppress(Exception):  # a Redis restart: announced by the flush loop
+            await self._announce()
         # Whatever changed while memoryd was down: enqueue after watching starts, so nothing
         # falls between the reconciliation and the first event.
         for project in self.projects:
-            jobs = await projects.sync(self.redis, project, self.batch)
-            log.info("watching %s (%s): %d reconcile jobs", project.root, project.id, len(jobs))
             # aider writes its log at the top of the repository it works in.
-            if (project.root / AIDER_LOG).is_file():
-                await queue.enqueue_ingest(self.redis, [str(project.root / AIDER_LOG)])
+            aider = project.root / AIDER_LOG
+            logs = {str(aider)} if aider.is_file() else set()
+            try:
+                jobs = await projects.sync(self.redis, project, self.batch)
+                if logs:
+                    await queue.enqueue_ingest(self.redis, sorted(logs))
+            except Exception as exc:
+                if not queue.server_lost(exc):
+                    raise
+                # Redis restarting under the start: the flush loop enqueues it when it is back.
+                self._outage.failed(f"reconcile of {project.id} not enqueued", exc)
+                self.note(project, set(), {""}, transcripts=logs)
+                continue
+            log.info("watching %s (%s): %d reconcile jobs", project.root, project.id, len(jobs))
         self._flusher = asyncio.create_task(self._flush_loop())
 
     async def _announce(self) -> None:
@@ -214,13 +226,10 @@ class RepoWatcher:
                 self._flushing = True
                 try:
                     await self._flush(by_id[project_id], pending)
+                    self._outage.ended()
                 except Exception as exc:
                     # Redis hiccup: keep everything for the next round instead of losing it.
-                    if queue.server_lost(exc):  # a Redis restart, a full disk: no traceback
-                        reason = queue.redis_reason(exc)
-                        log.warning("enqueue failed for %s (%s); retrying", project_id, reason)
-                    else:
-                        log.exception("enqueue failed for %s; retrying", project_id)
+                    self._outage.failed(f"enqueue failed for {project_id}", exc)
                     again = self._pending.setdefault(project_id, _Pending(first=now, last=now))
                     again.merge(pending)
                 finally:

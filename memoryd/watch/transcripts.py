@@ -27,6 +27,8 @@ AIDER_LOG = ".aider.chat.history.md"
 _PATTERNS = ("*.jsonl", "*.jsonl.zst", "session-*.json", AIDER_LOG)
 # Transcripts are appended to line by line while an agent works: ingest at most this often.
 _MAX_WAIT = 1.0
+# One debounce group: every transcript's job is enqueued in one flush.
+_GROUP = "transcripts"
 
 
 def is_transcript(path: str) -> bool:
@@ -68,9 +70,7 @@ class _Handler(FileSystemEventHandler):
         for raw in (event.src_path, getattr(event, "dest_path", "") or ""):
             path = raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
             if path and is_transcript(path):
-                self.watcher.loop.call_soon_threadsafe(
-                    self.watcher.debouncer.note, "transcripts", {path}
-                )
+                self.watcher.loop.call_soon_threadsafe(self.watcher.debouncer.note, _GROUP, {path})
 
 
 class TranscriptWatcher:
@@ -93,7 +93,14 @@ class TranscriptWatcher:
         self._observer.start()
         # Whatever grew while memoryd was down; unchanged files return at once from the job.
         files = await asyncio.to_thread(transcript_files, self.roots)
-        await queue.enqueue_ingest(self.redis, files)
+        try:
+            await queue.enqueue_ingest(self.redis, files)
+        except Exception as exc:
+            if not queue.server_lost(exc):
+                raise
+            # Redis restarting under the start: they wait for the debouncer's next round.
+            self.debouncer.outage.failed(f"{len(files)} transcripts not enqueued", exc)
+            self.debouncer.note(_GROUP, set(files))
         log.info("watching %d transcript folders (%d files)", len(self.roots), len(files))
         self._task = asyncio.create_task(self.debouncer.run())
 
