@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import shutil
 from datetime import UTC, datetime, timedelta
@@ -359,3 +360,22 @@ async def test_a_memory_search_counts_as_a_read_of_what_it_returns(
     read = {k: row for k, row in (await _memories(stack)).items() if row["access_count"]}
     assert set(read) == {hit["id"] for hit in hits}
     assert all(row["access_count"] == 1 and row["last_accessed"] for row in read.values())
+
+
+async def test_a_scheduled_run_cut_short_by_a_stop_runs_again_in_full(stack: Runtime) -> None:
+    """A stop or a Redis restart cancels a scheduled run under way; arq leaves it queued with
+    the try it started counted ("cancelled, will be run again"). Its next run must do the
+    work, where it failed with "max retries 1 exceeded" and nothing done."""
+    assert stack.redis is not None
+    job_id = "cron:decay:1700000000000"
+    # The state a cut-short run leaves: the job queued, one try counted.
+    await stack.redis.set(f"arq:retry:{job_id}", 1)
+    job = await stack.redis.enqueue_job("cron:decay", _job_id=job_id, _queue_name=jobs.JOBS_QUEUE)
+    assert job is not None
+    for _ in range(300):
+        if (info := await job.result_info()) is not None:
+            break
+        await asyncio.sleep(0.1)
+    assert info is not None, "the scheduled run did not run again within 30 s"
+    assert (info.success, info.job_try) == (True, 2), info.result
+    assert info.result["memories"] == 0

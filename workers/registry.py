@@ -128,6 +128,9 @@ def cron_jobs(schedule: dict[str, str]) -> list[CronJob]:
         cron(
             job(maintenance.scheduled(FUNCTIONS[jobs.MAINTENANCE[task]]), f"cron:{task}"),
             name=f"cron:{task}",
+            # arq's default for a cron job is one try: a run cut short by a stop or a Redis
+            # restart ("cancelled, will be run again") then failed as "max retries exceeded".
+            max_tries=jobs.MAINTENANCE[task].max_tries,
             unique=True,
             keep_result=CRON_RESULT_SECONDS,
             **parse_schedule(spec),  # type: ignore[arg-type]
