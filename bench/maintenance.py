@@ -432,15 +432,21 @@ async def build(o: Open, args: argparse.Namespace, work: Path) -> None:
     del batches, memories
 
     # -- 2. decay ----------------------------------------------------------------------------
-    started = time.perf_counter()
-    decayed = await maintenance.decay(o.ctx, at=now.isoformat())
-    seconds = time.perf_counter() - started
-    print(
-        f"2. decay at {now:%Y-%m-%d %H:%M}: {decayed['memories']} memories in "
-        f"{seconds:.1f} s = {decayed['memories'] / seconds:.0f} rows/s "
-        f"(batch {settings.maintenance_batch})"
-    )
-    o.calls.report(seconds)
+    # At "now", and an hour later as the hourly cron runs it next: what each pass writes.
+    db = work / "data" / DB_DIR
+    for at in (now, now + timedelta(hours=1)):
+        o.calls.seconds.clear()
+        before = size(db)
+        started = time.perf_counter()
+        decayed = await maintenance.decay(o.ctx, at=at.isoformat())
+        seconds = time.perf_counter() - started
+        print(
+            f"2. decay at {at:%Y-%m-%d %H:%M}: {decayed['memories']} memories in "
+            f"{seconds:.1f} s = {decayed['memories'] / seconds:.0f} rows/s "
+            f"(batch {settings.maintenance_batch}), {decayed.get('rewritten', 'all')} "
+            f"rewritten; database on disk {before / MIB:.1f} -> {size(db) / MIB:.1f} MiB"
+        )
+        o.calls.report(seconds)
 
 
 async def maintain(o: Open, args: argparse.Namespace, work: Path) -> None:

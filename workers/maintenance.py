@@ -19,9 +19,11 @@ from redis.asyncio.lock import Lock
 from redis.exceptions import LockError
 
 from memoryd import hooks
+from memoryd.config import Settings
 from memoryd.indexsync import IndexSync
 from memoryd.queue import MAINTENANCE_LOCK_PREFIX
 from memoryd.store import VECTOR_TABLES, Store
+from memoryd.store.maintenance import Decay, PruneRules
 from workers.context import JobContext
 from workers.ingest import EMBED_CHARS
 
@@ -81,28 +83,27 @@ def _now(at: str | None) -> datetime:
     return datetime.fromisoformat(at) if at else datetime.now(UTC)
 
 
+def _decay(settings: Settings) -> Decay:
+    return Decay(settings.half_life_days, settings.default_half_life_days, settings.access_boost)
+
+
 @one_at_a_time
 async def decay(ctx: JobContext, at: str | None = None) -> dict[str, Any]:
     store, settings = ctx["store"], ctx["settings"]
     now = _now(at)
     started = datetime.now(UTC)
-    after, total = "", 0
+    after, total, rewritten = "", 0, 0
     while True:
-        count, last = await store.decay_memories(
-            now,
-            settings.half_life_days,
-            settings.default_half_life_days,
-            settings.access_boost,
-            after,
-            settings.maintenance_batch,
+        seen, moved, last = await store.decay_memories(
+            now, _decay(settings), after, settings.maintenance_batch
         )
-        total += count
-        if last is None or count < settings.maintenance_batch:
+        total, rewritten = total + seen, rewritten + moved
+        if last is None or seen < settings.maintenance_batch:
             break
         after = last
-    result = {"memories": total, "at": now.isoformat()}
+    result = {"memories": total, "rewritten": rewritten, "at": now.isoformat()}
     await store.record_maintenance("decay", started, result, False, ctx.get("job_id"))
-    log.info("decay: importance recomputed for %d memories", total)
+    log.info("decay: importance of %d memories worked out, %d rewritten", total, rewritten)
     return result
 
 
@@ -117,10 +118,16 @@ async def prune(
     store, settings = ctx["store"], ctx["settings"]
     now = _now(at)
     started = datetime.now(UTC)
-    rules = (now, settings.retention_days, settings.importance_floor, settings.prune_idle_days)
+    rules = PruneRules(
+        now,
+        settings.retention_days,
+        settings.importance_floor,
+        settings.prune_idle_days,
+        _decay(settings),
+    )
     if dry_run:
         # Counted whole, not batch by batch: nothing is deleted between batches to move on.
-        preview = await store.prune_preview(*rules, _SHOWN_IDS)
+        preview = await store.prune_preview(rules, _SHOWN_IDS)
         counts = {table: n for table, (n, _) in preview.items()}
         shown = {table: keys for table, (_, keys) in preview.items()}
     else:
@@ -145,7 +152,7 @@ async def prune(
 async def _prune_batches(
     store: Store,
     search: IndexSync,
-    rules: tuple[datetime, float, float, float],
+    rules: PruneRules,
     batch: int,
     max_batches: int,
 ) -> dict[str, list[str]]:
@@ -153,7 +160,7 @@ async def _prune_batches(
     entities left with no edge."""
     deleted: dict[str, list[str]] = {"code_chunk": [], "memory": [], "entity": []}
     for _ in range(max_batches):
-        found = await store.prune_candidates(*rules, batch)
+        found = await store.prune_candidates(rules, batch)
         if not any(found.values()):
             break
         for table, keys in found.items():

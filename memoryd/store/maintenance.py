@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -24,12 +25,24 @@ def _age(field: str) -> str:
 
 
 _LAST_TOUCHED = "(last_accessed ?? event_time ?? ingestion_time)"
+# A memory's importance at $at: 0.5^(age / half-life of its kind) x (1 + boost x ln(1 +
+# access_count)), capped at 1, where age runs from the last access or else the event (a time in
+# the future, from a fast clock, counts as age 0 instead of failing the statement).
+_IMPORTANCE = (
+    f"math::min([1.0, math::pow(0.5, math::max([0.0, {_age(_LAST_TOUCHED)}]) / 86400.0"
+    " / ($half[kind] ?? $half_default)) * (1.0 + $boost * math::ln(1.0 + access_count))])"
+)
+# Decay rewrites a memory only when its importance moved this much since it was last stored:
+# a rewrite is a whole row in the engine's log, and rewriting every memory on every run made
+# the database grow by its own size each time (bench/months.py). Prune does not read the
+# stored value: it works importance out afresh, so it deletes on time whatever the step.
+DECAY_STEP = 0.05
 _EXPIRED = f"valid_until IS NOT NONE AND {_age('valid_until')} > $retention"
 # What prune deletes, one rule an entry: (table, condition). A memory may meet both of its rules.
 PRUNE_RULES = (
     ("code_chunk", _EXPIRED),
     ("memory", f"pinned = false AND {_EXPIRED}"),
-    ("memory", f"pinned = false AND importance < $floor AND {_age(_LAST_TOUCHED)} > $idle"),
+    ("memory", f"pinned = false AND {_IMPORTANCE} < $floor AND {_age(_LAST_TOUCHED)} > $idle"),
 )
 PRUNED_TABLES = ("code_chunk", "memory")
 
@@ -46,53 +59,76 @@ _DOOMED = " OR ".join(
 _ORPHANED_BY_PRUNE = f"count(->?) = 0 AND count((<-?<-?)[WHERE !({_DOOMED})]) = 0"
 
 
+@dataclass(frozen=True, slots=True)
+class Decay:
+    """How importance fades: half-lives in days per memory kind (`default_half_life` for a
+    kind not listed) and the boost of each read."""
+
+    half_lives: dict[str, float]
+    default_half_life: float
+    access_boost: float
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "half": self.half_lives,
+            "half_default": self.default_half_life,
+            "boost": self.access_boost,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PruneRules:
+    """What prune deletes at `at`: rows invalid for `retention_days`, and unpinned memories
+    whose importance is below `floor` and that were not read for `idle_days`."""
+
+    at: datetime
+    retention_days: float
+    floor: float
+    idle_days: float
+    decay: Decay
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "at": self.at,
+            "retention": self.retention_days * 86400.0,
+            "floor": self.floor,
+            "idle": self.idle_days * 86400.0,
+        } | self.decay.params()
+
+
 class MaintenanceQueries(StoreBase):
     async def decay_memories(
-        self,
-        at: datetime,
-        half_lives: dict[str, float],
-        default_half_life: float,
-        access_boost: float,
-        after: str,
-        batch: int,
-    ) -> tuple[int, str | None]:
-        """Recompute `importance` of one batch of unpinned memories (by id order, after
-        `after`): 0.5^(age / half-life of its kind) x (1 + boost x ln(1 + access_count)), capped
-        at 1, where age runs from the last access or else the event (a time in the future,
-        from a fast clock, counts as age 0 instead of failing the pass).
-        Returns (count, last id)."""
+        self, at: datetime, decay: Decay, after: str, batch: int
+    ) -> tuple[int, int, str | None]:
+        """Work out the importance of one batch of unpinned memories (by id order, after
+        `after`) and store it where it moved by DECAY_STEP or more.
+        Returns (memories looked at, memories rewritten, last id)."""
         rows = await self.query(
             f"""
-            UPDATE (SELECT VALUE id FROM memory WHERE pinned = false AND id > $after
-                    ORDER BY id LIMIT $batch)
-            SET importance = math::min([1.0,
-                math::pow(0.5, math::max([0.0, {_age(_LAST_TOUCHED)}]) / 86400.0
-                    / ($half[kind] ?? $half_default))
-                * (1.0 + $boost * math::ln(1.0 + access_count))])
-            RETURN VALUE record::id(id);
+            LET $seen = SELECT VALUE id FROM memory WHERE pinned = false AND id > $after
+                ORDER BY id LIMIT $batch;
+            LET $moved = UPDATE $seen SET importance = {_IMPORTANCE}
+                WHERE math::abs({_IMPORTANCE} - importance) >= $step RETURN VALUE id;
+            RETURN {{
+                seen: array::len($seen),
+                moved: array::len($moved),
+                last: IF array::len($seen) > 0 THEN record::id(array::last($seen)) END,
+            }};
             """,
-            {
-                "at": at,
-                "half": half_lives,
-                "half_default": default_half_life,
-                "boost": access_boost,
-                "after": rid("memory", after),
-                "batch": batch,
-            },
+            {"at": at, "after": rid("memory", after), "batch": batch, "step": DECAY_STEP}
+            | decay.params(),
         )
-        done = rows[0] or []
-        return len(done), (max(done) if done else None)
+        done = next(r for r in reversed(rows) if isinstance(r, dict) and "seen" in r)
+        return done["seen"], done["moved"], done["last"]
 
-    async def prune_candidates(
-        self, at: datetime, retention_days: float, floor: float, idle_days: float, batch: int
-    ) -> dict[str, list[str]]:
+    async def prune_candidates(self, rules: PruneRules, batch: int) -> dict[str, list[str]]:
         """What a prune deletes next: at most `batch` rows per rule."""
         results = await self.query(
             "; ".join(
                 f"SELECT VALUE record::id(id) FROM {table} WHERE {where} LIMIT $batch"
                 for table, where in PRUNE_RULES
             ),
-            _prune_params(at, retention_days, floor, idle_days) | {"batch": batch},
+            rules.params() | {"batch": batch},
         )
         found: dict[str, set[str]] = {table: set() for table in PRUNED_TABLES}
         for (table, _), keys in zip(PRUNE_RULES, results, strict=True):
@@ -100,7 +136,7 @@ class MaintenanceQueries(StoreBase):
         return {table: sorted(keys) for table, keys in found.items()}
 
     async def prune_preview(
-        self, at: datetime, retention_days: float, floor: float, idle_days: float, sample: int
+        self, rules: PruneRules, sample: int
     ) -> dict[str, tuple[int, list[str]]]:
         """What a whole prune would delete, deleting nothing: per table the count and the first
         `sample` keys. Entities are those the deletions would leave with no edge (or have none)."""
@@ -112,7 +148,7 @@ class MaintenanceQueries(StoreBase):
                 f"SELECT VALUE record::id(id) FROM {table} WHERE {where} LIMIT $sample"
                 for table, where in conditions.items()
             ),
-            _prune_params(at, retention_days, floor, idle_days) | {"sample": sample},
+            rules.params() | {"sample": sample},
         )
         counts, samples = results[0::2], results[1::2]
         return {
@@ -238,14 +274,3 @@ class MaintenanceQueries(StoreBase):
         )
         done = returned(result)
         return int(done["generation"]), list(done["kept"])
-
-
-def _prune_params(
-    at: datetime, retention_days: float, floor: float, idle_days: float
-) -> dict[str, Any]:
-    return {
-        "at": at,
-        "retention": retention_days * 86400.0,
-        "floor": floor,
-        "idle": idle_days * 86400.0,
-    }
