@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import re
 import socket
@@ -18,7 +19,7 @@ from typing import Any
 import redis.exceptions
 from arq import ArqRedis, create_pool
 from arq.connections import RedisSettings
-from arq.constants import in_progress_key_prefix
+from arq.constants import in_progress_key_prefix, retry_key_prefix
 from arq.jobs import Job, JobStatus
 
 from memoryd import jobs
@@ -26,6 +27,8 @@ from memoryd.errors import DaemonUnavailable, JobFailed, MemorydError, value_of
 from memoryd.ids import stable_id
 from memoryd.jobs import JOBS_QUEUE, JobSpec
 from memoryd.liveness import holder
+
+log = logging.getLogger(__name__)
 
 # A process serving the queues refreshes its key; clients look for one before waiting on jobs.
 WORKER_KEY_PREFIX = "memoryd:worker:"
@@ -409,15 +412,65 @@ async def call(redis: ArqRedis, spec: JobSpec, *args: Any, timeout: float = 120.
     return await wait_for(job, timeout, QUERY_POLL_SECONDS)
 
 
+# arq counts a try when a job starts, and a job cut short by its worker's death or stop counts
+# it too: three stops during one long ingest failed it for good ("max retries exceeded"), and
+# its id (the transcript's size and time) was then refused until the file grew. A try cut
+# short is given back. A job whose worker died under it this many times may be what kills it
+# (memory): its tries count again, and arq's max_tries ends it.
+ORPHANED_LIMIT = 10
+_ORPHANED_PREFIX = "memoryd:orphaned:"
+# KEYS: retry counters; ARGV[1]: 1 to count each job as orphaned (ARGV[2]: the counters'
+# prefix, ARGV[3]: the limit, ARGV[4]: their lifetime). Returns the jobs past the limit.
+_GIVE_BACK = (
+    """
+local past = {}
+for _, key in ipairs(KEYS) do
+    local job = string.sub(key, #'"""
+    + retry_key_prefix
+    + """' + 1)
+    local give = true
+    if ARGV[1] == '1' then
+        local orphaned = redis.call('INCR', ARGV[2] .. job)
+        redis.call('EXPIRE', ARGV[2] .. job, ARGV[4])
+        if orphaned > tonumber(ARGV[3]) then give = false; table.insert(past, job) end
+    end
+    if give and tonumber(redis.call('GET', key) or '0') > 0 then redis.call('DECR', key) end
+end
+return past
+"""
+)
+# How long arq keeps a try counter (arq.worker sets it so).
+_RETRY_KEY_SECONDS = 88400
+
+
+async def give_back_tries(redis: ArqRedis, job_ids: Sequence[str], orphaned: bool) -> list[str]:
+    """Give back the try of jobs cut short (by an orderly stop, or, `orphaned`, by a worker
+    that died under them); returns the jobs orphaned past ORPHANED_LIMIT, whose try counts."""
+    if not job_ids:
+        return []
+    keys = [retry_key_prefix + job_id for job_id in job_ids]
+    args = ["1" if orphaned else "0", _ORPHANED_PREFIX, ORPHANED_LIMIT, _RETRY_KEY_SECONDS]
+    return [_text(job) for job in await redis.eval(_GIVE_BACK, len(keys), *keys, *args)]
+
+
 async def release_orphaned_jobs(redis: ArqRedis) -> int:
     """Drop the in-progress marks of jobs whose worker is gone (and the maintenance locks
-    they held), so they run again now rather than when the marks expire. Only safe when no
-    worker is alive, which the caller checks. Returns the jobs freed."""
-    jobs = [key async for key in redis.scan_iter(match=f"{in_progress_key_prefix}*")]
+    they held), so they run again now rather than when the marks expire, with their tries
+    given back. Only safe when no worker is alive, which the caller checks. Returns the jobs
+    freed."""
+    marks = [_text(key) async for key in redis.scan_iter(match=f"{in_progress_key_prefix}*")]
     locks = [key async for key in redis.scan_iter(match=f"{MAINTENANCE_LOCK_PREFIX}*")]
-    if jobs or locks:
-        await redis.delete(*jobs, *locks)
-    return len(jobs)
+    if marks or locks:
+        await redis.delete(*marks, *locks)
+    job_ids = [mark.removeprefix(in_progress_key_prefix) for mark in marks]
+    for job_id in await give_back_tries(redis, job_ids, orphaned=True):
+        log.warning(
+            "job %s was cut short by a worker's death more than %d times: it may be the cause, "
+            "so its tries count again",
+            job_id,
+            ORPHANED_LIMIT,
+        )
+    return len(marks)
 
 
 async def oldest_job_age(redis: ArqRedis, queue: str = JOBS_QUEUE) -> float | None:

@@ -342,6 +342,8 @@ class Runtime:
         task = asyncio.current_task()
         # A close that runs because a signal cancelled the command is already "cancelling".
         cancelled = task.cancelling() if task is not None else 0
+        # The jobs the close cuts short run again at the next start: not a try they spent.
+        cut = [job_id for worker in self.workers for job_id in worker.tasks]
         for worker in self.workers:
             try:
                 await asyncio.wait_for(worker.close(), CLOSE_SECONDS * 2)
@@ -356,6 +358,13 @@ class Runtime:
                 log.warning("closing a worker: Redis did not answer (%s)", exc)
             except Exception:
                 log.exception("closing a worker failed")
+        if cut and self.redis is not None:
+            try:
+                await asyncio.wait_for(
+                    queue.give_back_tries(self.redis, cut, orphaned=False), CLOSE_SECONDS
+                )
+            except (redis.exceptions.RedisError, OSError, TimeoutError) as exc:
+                log.warning("the tries of %d jobs cut short are not given back (%s)", len(cut), exc)
 
     async def close(self) -> None:
         # Whatever fails on the way, the private Redis is stopped: never left orphaned.

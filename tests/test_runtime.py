@@ -13,6 +13,8 @@ from typing import Any
 
 import psutil
 import pytest
+from arq.constants import in_progress_key_prefix, retry_key_prefix
+from arq.jobs import Job
 
 from memoryd import jobs, projects, queue
 from memoryd.embedded import socket_alive
@@ -22,8 +24,7 @@ from memoryd.runtime import REDIS_RESTARTS, Runtime
 from memoryd.watch.repos import RepoWatcher
 from memoryd.watch.transcripts import TranscriptWatcher
 from tests.conftest import git_init, settings_for, settle
-
-FIXTURES = Path(__file__).parent / "fixtures" / "transcripts"
+from tests.fixtures import S37, SMALL
 
 
 async def test_close_while_a_job_is_being_finished_still_closes_everything(
@@ -167,8 +168,8 @@ async def test_watchers_that_start_while_the_private_redis_is_down_enqueue_once_
     git_init(root)
     folder = tmp_path / "transcripts"
     folder.mkdir()
-    transcript = folder / "2b4ed4c0-b905-41de-9238-273db3ec737a.jsonl"
-    shutil.copy(FIXTURES / "claude-code" / "-src-experiments-claude_p" / transcript.name, folder)
+    transcript = folder / SMALL.name
+    shutil.copy(SMALL, folder)
     project = projects.resolve(root)
     rt = Runtime(settings_for(data_dir), embedder)
     repos = transcripts = None
@@ -206,4 +207,77 @@ async def test_watchers_that_start_while_the_private_redis_is_down_enqueue_once_
         for watcher in (repos, transcripts):
             if watcher is not None:
                 await watcher.stop()
+        await rt.close()
+
+
+async def test_a_job_cut_short_by_dead_workers_runs_again_and_only_a_suspect_counts_its_tries(
+    data_dir: Path, tmp_path: Path, embedder: Embedder, caplog: pytest.LogCaptureFixture
+) -> None:
+    """arq counts a try when a job starts. Three kills during one ingest (the kill trials)
+    failed it for good as "max retries exceeded", and the transcript was never read again
+    until it grew. Each start now gives back the try of a job its dead worker cut short, up
+    to ORPHANED_LIMIT times: past that the job may be what kills the worker, and its tries
+    count again."""
+    caplog.set_level(logging.WARNING, logger="memoryd.queue")
+    spec = jobs.INGEST_TRANSCRIPT
+    rt = Runtime(settings_for(data_dir), embedder)
+    try:
+        redis = await rt.start_queue(exclusive=True)
+        outcomes = {}
+        for name, deaths in (("often", spec.max_tries), ("suspect", queue.ORPHANED_LIMIT + 1)):
+            transcript = tmp_path / f"{name}.jsonl"
+            shutil.copy(SMALL, transcript)
+            [job] = await queue.enqueue_ingest(redis, [str(transcript)])
+            for _ in range(deaths):
+                # What a worker does as it starts the job, and what its death leaves.
+                await redis.incr(retry_key_prefix + job.job_id)
+                await redis.set(in_progress_key_prefix + job.job_id, b"1", px=60_000)
+                assert await queue.release_orphaned_jobs(redis) == 1  # each start's release
+            outcomes[name] = job
+        await rt.serve()
+        for name, job in outcomes.items():
+            await queue.wait_for(job, 120)
+            info = await job.result_info()
+            assert info is not None and info.success, (name, info)
+            # Its tries given back each time, or counted for the one death past the limit.
+            assert info.job_try == {"often": 1, "suspect": 2}[name]
+        assert [r.getMessage() for r in caplog.records] == [
+            f"job {outcomes['suspect'].job_id} was cut short by a worker's death more than "
+            f"{queue.ORPHANED_LIMIT} times: it may be the cause, so its tries count again"
+        ]
+    finally:
+        await rt.close()
+
+
+async def test_a_job_cut_short_by_a_stop_keeps_its_try(
+    data_dir: Path, tmp_path: Path, embedder: Embedder
+) -> None:
+    """A stop (SIGTERM, a service restart) cancels the jobs under way, and arq counted a try
+    for each: three stops during one long ingest failed it. The stop gives the tries back."""
+    transcript = tmp_path / S37.name
+    shutil.copy(S37, transcript)
+    rt = Runtime(settings_for(data_dir), embedder)
+    try:
+        redis = await rt.start_queue(exclusive=True)
+        await rt.serve(scheduled=False)
+        [job] = await queue.enqueue_ingest(redis, [str(transcript)])
+        for _ in range(600):
+            if await redis.get(retry_key_prefix + job.job_id) == b"1":
+                break  # started: its try is counted
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the ingest did not start within 30 s")
+    finally:
+        await rt.close()
+    rt = Runtime(settings_for(data_dir), embedder)
+    try:
+        redis = await rt.start_queue(exclusive=True)
+        again = Job(job.job_id, redis, _queue_name=jobs.JOBS_QUEUE)
+        assert await again.result_info() is None  # cut short, not finished
+        assert await redis.get(retry_key_prefix + job.job_id) == b"0"
+        await rt.serve(scheduled=False)
+        await queue.wait_for(again, 300)
+        info = await again.result_info()
+        assert info is not None and info.success and info.job_try == 1
+    finally:
         await rt.close()
