@@ -81,13 +81,19 @@ def _status(data_dir: Path, env: dict[str, str]) -> dict[str, Any] | None:
     return json.loads(done.stdout) if done.returncode == 0 else None
 
 
+def _log(data_dir: Path) -> Path:
+    """Where the daemons of a data dir log, one after another."""
+    return data_dir.with_suffix(".log")
+
+
 def _start(data_dir: Path, root: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [MEMORYD, "run", "--data-dir", str(data_dir), "--repo", str(root)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    with _log(data_dir).open("ab") as log:
+        return subprocess.Popen(
+            [MEMORYD, "run", "--data-dir", str(data_dir), "--repo", str(root)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
 
 
 def _run_to_the_end(data_dir: Path, root: Path, env: dict[str, str], files: int) -> float:
@@ -210,6 +216,11 @@ def main() -> None:
             f"duplicated {sum((rows - expected_rows).values())}"
         )
         print(f"jobs left in the queue: {info['queue']['jobs'] if info else '?'}")
+        lines = _log(killed).read_text(errors="replace").splitlines()
+        failed = [line for line in lines if "max retries" in line or '"level": "error"' in line]
+        print(f"errors and jobs out of tries in the daemons' logs: {len(failed)}")
+        for line in failed[:5]:
+            print(f"  {line[:200]}")
         for outcome, count in sorted(outcomes.items()):
             print(f"redis kills: {count} x {outcome}")
     finally:
