@@ -420,14 +420,12 @@ async def call(redis: ArqRedis, spec: JobSpec, *args: Any, timeout: float = 120.
 ORPHANED_LIMIT = 10
 _ORPHANED_PREFIX = "memoryd:orphaned:"
 # KEYS: retry counters; ARGV[1]: 1 to count each job as orphaned (ARGV[2]: the counters'
-# prefix, ARGV[3]: the limit, ARGV[4]: their lifetime). Returns the jobs past the limit.
-_GIVE_BACK = (
-    """
+# prefix, ARGV[3]: the limit, ARGV[4]: their lifetime); ARGV[5]: the length of arq's prefix of
+# the retry counters. Returns the jobs past the limit.
+_GIVE_BACK = """
 local past = {}
 for _, key in ipairs(KEYS) do
-    local job = string.sub(key, #'"""
-    + retry_key_prefix
-    + """' + 1)
+    local job = string.sub(key, tonumber(ARGV[5]) + 1)
     local give = true
     if ARGV[1] == '1' then
         local orphaned = redis.call('INCR', ARGV[2] .. job)
@@ -438,7 +436,6 @@ for _, key in ipairs(KEYS) do
 end
 return past
 """
-)
 # How long arq keeps a try counter (arq.worker sets it so).
 _RETRY_KEY_SECONDS = 88400
 
@@ -449,7 +446,13 @@ async def give_back_tries(redis: ArqRedis, job_ids: Sequence[str], orphaned: boo
     if not job_ids:
         return []
     keys = [retry_key_prefix + job_id for job_id in job_ids]
-    args = ["1" if orphaned else "0", _ORPHANED_PREFIX, ORPHANED_LIMIT, _RETRY_KEY_SECONDS]
+    args = [
+        "1" if orphaned else "0",
+        _ORPHANED_PREFIX,
+        ORPHANED_LIMIT,
+        _RETRY_KEY_SECONDS,
+        len(retry_key_prefix),
+    ]
     return [_text(job) for job in await redis.eval(_GIVE_BACK, len(keys), *keys, *args)]
 
 
