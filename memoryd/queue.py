@@ -184,6 +184,29 @@ def index_batches(
     return batches
 
 
+# How long a job put ahead of the queue (below) lives unstarted: arq's default, which it would
+# count from the backdated score instead.
+_AHEAD_EXPIRES = timedelta(days=1)
+
+
+async def _ahead(redis: ArqRedis, spec: JobSpec, count: int) -> list[dict[str, Any]]:
+    """arq's options for `count` jobs of an explicit command, in order, ahead of every job
+    queued before it: jobs an interrupted command left (kept by the append-only file) must
+    not make the next command wait for all of them. Their scores are backdated to just before
+    the queue's head; with nothing waiting, no options."""
+    head = await redis.zrange(spec.queue, 0, 0, withscores=True)
+    if not head:
+        return [{}] * count
+    first = min(int(head[0][1]), int(time.time() * 1000)) - count
+    return [
+        {
+            "_defer_until": datetime.fromtimestamp((first + i) / 1000, UTC),
+            "_expires": _AHEAD_EXPIRES,
+        }
+        for i in range(count)
+    ]
+
+
 async def enqueue_index(
     redis: ArqRedis,
     project_id: str,
@@ -201,7 +224,8 @@ async def enqueue_index(
     Files already waiting in a queued job are left to it (and never read here: a job's
     identity is a fresh id, not the files' content), so repeated events, reconciles and
     restarts do not pile up jobs for the same files. `fresh` (an explicit `memoryd index`)
-    enqueues every file, so its report describes this run. `generation` > 0: a worker's
+    enqueues every file, so its report describes this run, ahead of what was queued before.
+    `generation` > 0: a worker's
     follow-up for files that kept changing while it read them. `progress`: the whole-project
     sync the jobs belong to (each counts its files into it); `before` is told how many files
     are about to be enqueued, before the first job is. While capture is paused nothing but an
@@ -215,7 +239,9 @@ async def enqueue_index(
         await before(len(wanted))
     queued = []
     sizes = await asyncio.to_thread(_sizes, root, wanted)
-    for part in index_batches(wanted, sizes, batch, JOB_BYTES):
+    parts = index_batches(wanted, sizes, batch, JOB_BYTES)
+    places = await _ahead(redis, jobs.INDEX_FILES, len(parts)) if fresh else [{}] * len(parts)
+    for part, place in zip(parts, places, strict=True):
         job_id = f"index:{project_id}:{uuid.uuid4().hex}"
         # Marks first: a mark of a job that never got enqueued names no queued job, so it is
         # ignored; a job enqueued before its marks could start and miss dropping them.
@@ -224,7 +250,7 @@ async def enqueue_index(
         if progress is not None:
             extra["progress"] = progress
         job = await enqueue(
-            redis, jobs.INDEX_FILES, project_id, str(root), part, job_id=job_id, **extra
+            redis, jobs.INDEX_FILES, project_id, str(root), part, job_id=job_id, **extra, **place
         )
         assert job is not None  # a fresh id: never refused
         queued.append((job, len(part)))
@@ -317,18 +343,20 @@ async def resume(redis: ArqRedis) -> datetime | None:
 async def enqueue_ingest(
     redis: ArqRedis, paths: Sequence[str], fresh: bool = False, from_offset: int | None = None
 ) -> list[Job]:
-    """`fresh` (an explicit `memoryd ingest`) always runs, so its report is about this run.
-    `from_offset`: a worker's follow-up slice of a huge transcript, named by where it starts.
-    While capture is paused nothing but an explicit request is queued."""
+    """`fresh` (an explicit `memoryd ingest`) always runs, so its report is about this run,
+    and ahead of what was queued before. `from_offset`: a worker's follow-up slice of a huge
+    transcript, named by where it starts. While capture is paused nothing but an explicit
+    request is queued."""
     if not fresh and await paused_since(redis):
         return []
     queued = []
-    for path in paths:
+    places = await _ahead(redis, jobs.INGEST_TRANSCRIPT, len(paths)) if fresh else [{}] * len(paths)
+    for path, place in zip(paths, places, strict=True):
         if from_offset is not None:
             job_id = f"ingest:{stable_id(path)}:from:{from_offset}"
         else:
             job_id = ingest_job_id(path) + (f":{uuid.uuid4().hex[:12]}" if fresh else "")
-        job = await enqueue(redis, jobs.INGEST_TRANSCRIPT, path, job_id=job_id)
+        job = await enqueue(redis, jobs.INGEST_TRANSCRIPT, path, job_id=job_id, **place)
         queued.append(job or Job(job_id, redis, _queue_name=JOBS_QUEUE))
     return queued
 

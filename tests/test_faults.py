@@ -13,25 +13,31 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
 import pytest
+import redis
+import redis.exceptions
 
-from memoryd import projects
+from memoryd import jobs, projects
 from memoryd.config import Settings
 from memoryd.embedded import EmbeddedRedis
+from memoryd.runtime import Runtime
 from memoryd.store import Store
 from tests.conftest import (
     MEMORYD,
     expected_index,
     git_init,
+    settings_for,
     site_package,
     two_package_tree,
     wait_daemon,
 )
-from tests.fixtures import S37
+from tests.fixtures import S37, SMALL
 from workers.indexing import _parts, _Rows
+from workers.registry import HEAVY_JOBS
 
 pytestmark = pytest.mark.e2e
 
@@ -582,3 +588,57 @@ def test_redis_refusing_writes_under_a_one_shot_index_ends_it_with_one_line(
     )
     assert "Traceback" not in stderr, stderr
     print(f"ended {took:.1f}s after the disk filled")
+
+
+async def test_an_interrupted_commands_leftovers_do_not_hold_up_the_next_command(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """An `index` stopped half-way leaves its jobs queued (the append-only file keeps them).
+    The next command served them all before its own work: an `ingest` waited behind 600 of
+    them. Its own job now goes ahead of them."""
+    env = {**os.environ, "MEMORYD_INDEX_BATCH_FILES": "1", "MEMORYD_LOG_FORMAT": "human"}
+    command = subprocess.Popen(
+        [MEMORYD, "index", str(two_package_tree(tmp_path)), "--data-dir", str(data_dir)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    socket = data_dir / "redis" / "redis.sock"
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            with contextlib.suppress(redis.exceptions.RedisError):
+                if redis.Redis(unix_socket_path=str(socket)).zcard(jobs.JOBS_QUEUE) >= 20:
+                    break
+            time.sleep(0.2)
+        code, _ = _signalled(command)
+    finally:
+        _stop(command)
+    assert code == 128 + signal.SIGTERM
+    started = datetime.now(UTC)
+    done = subprocess.run(
+        [MEMORYD, "ingest", str(SMALL), "--data-dir", str(data_dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    rt = Runtime(settings_for(data_dir))
+    try:
+        queued = await rt.start_queue()
+        results = await queued.all_job_results()
+        left = await queued.zcard(jobs.JOBS_QUEUE)
+    finally:
+        await rt.close()
+    [ingest] = [r for r in results if r.function == jobs.INGEST_TRANSCRIPT.name]
+    ahead = [
+        r
+        for r in results
+        if r.function == jobs.INDEX_FILES.name
+        and r.start_time >= started
+        and r.finish_time <= ingest.start_time
+    ]
+    # Only the leftovers the command's worker took up before its own job was queued.
+    assert len(ahead) <= HEAVY_JOBS, len(ahead)
+    assert left >= 10  # the rest still wait for the daemon or the next command

@@ -113,6 +113,10 @@ def functions(queue: str) -> list[Function]:
     ]
 
 
+# Heavy jobs at once. Three: while one job writes, the others read their files (in the
+# reader's process) and wait at the database; with two, a first index of kafka left a core idle
+# (lexical index in 61.8 s, 53.1 s with three).
+HEAVY_JOBS = 3
 # How long arq keeps the result of a scheduled run (by default it keeps none).
 CRON_RESULT_SECONDS = 86400
 
@@ -154,10 +158,7 @@ def build_workers(
             functions=functions(JOBS_QUEUE),  # type: ignore[arg-type]
             cron_jobs=cron_jobs(settings.maintenance_schedule) if scheduled else None,
             queue_name=JOBS_QUEUE,
-            # Three: while one job writes, the others read their files (in the reader's
-            # process) and wait at the database; with two, a first index of kafka left a
-            # core idle (lexical index in 61.8 s, 53.1 s with three).
-            max_jobs=3,
+            max_jobs=HEAVY_JOBS,
             job_timeout=settings.job_timeout_seconds,
             keep_result=3600,
             poll_delay=0.05,
