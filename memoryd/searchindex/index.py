@@ -37,7 +37,9 @@ from .lexical import Filters, Lexical, Ranked, Row, Where, row_key
 from .text import code_text, memory_text, named_files, query_terms
 from .vectors import CHECKPOINT_SUFFIX, DTYPE, JOURNAL_SUFFIX, Vectors
 
-FORMAT = 3
+# An index of another format is rebuilt from the database at the next open. 4: a long
+# memory's search text holds the words of its middle.
+FORMAT = 4
 STAMP = "stamp.json"
 LEXICAL_DIR = "lexical"
 RRF_K = 60

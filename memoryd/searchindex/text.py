@@ -1,7 +1,8 @@
 """What goes into the lexical index for a row (a bounded search text) and what a query becomes.
 
 Bounded: the BM25 index must not grow with the size of a tool's output. A code chunk or goal
-keeps its first `TEXT_CHARS`; a long memory keeps its head, its error lines and its tail.
+keeps its first `TEXT_CHARS`; a long memory keeps its head, its error lines, the words of its
+middle once each, and its tail.
 Identifiers in camelCase are indexed whole and in parts (`getUserName get User Name`), in texts
 and queries alike, so `user name` finds `getUserName`; snake_case is split by the tokenizer.
 """
@@ -14,6 +15,10 @@ TEXT_CHARS = 8192
 MEMORY_HEAD_CHARS = 2048
 MEMORY_ERROR_CHARS = 1024
 MEMORY_TAIL_CHARS = 1024
+# The index keeps no positions, so the middle's words once each, in order, find a long memory by
+# a name or value from its middle as the whole text would (bench/memory_search.py): about
+# 600 distinct words of 16 KB of prose fit.
+MEMORY_WORDS_CHARS = 4096
 
 # English function words: in an OR query each one matches most rows and only adds cost.
 STOPWORDS = frozenset(
@@ -67,17 +72,29 @@ def code_text(content: str) -> str:
 
 
 def memory_text(content: str) -> str:
-    """Head, the error lines of the middle, and tail of a long memory."""
+    """Head, the error lines of the middle, the middle's other words once each, and tail of a
+    long memory."""
     if len(content) <= MEMORY_HEAD_CHARS + MEMORY_ERROR_CHARS + MEMORY_TAIL_CHARS:
         return split_identifiers(content)
     head = content[:MEMORY_HEAD_CHARS]
     tail = content[-MEMORY_TAIL_CHARS:]
+    middle = content[MEMORY_HEAD_CHARS:-MEMORY_TAIL_CHARS]
     errors: list[str] = []
     budget = MEMORY_ERROR_CHARS
-    for line in content[MEMORY_HEAD_CHARS:-MEMORY_TAIL_CHARS].splitlines():
+    for line in middle.splitlines():
         if budget <= 0:
             break
         if _ERROR_LINE.search(line):
             errors.append(line[:budget])
             budget -= len(errors[-1])
-    return split_identifiers("\n".join([head, *errors, tail]))
+    seen = {w.lower() for w in _WORD.findall("\n".join([head, *errors, tail]))} | STOPWORDS
+    words: list[str] = []
+    budget = MEMORY_WORDS_CHARS
+    for word in _WORD.findall(middle):
+        if budget < len(word):
+            break
+        if word.lower() not in seen:
+            seen.add(word.lower())
+            words.append(word)
+            budget -= len(word) + 1
+    return split_identifiers("\n".join([head, *errors, " ".join(words), tail]))
