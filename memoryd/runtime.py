@@ -243,10 +243,11 @@ class Runtime:
         return self._serving.ended
 
     async def _supervise(self) -> None:
-        """Beat for `live_workers`, and watch Redis and the workers. A private Redis that dies
-        is started again, and new workers go on with its queue. Redis refusing writes
-        (MISCONF: its disk is full), staying unreachable, or a worker failing for another
-        reason raises, which ends the serving with one line."""
+        """Beat for `live_workers`, and watch Redis, the database and the workers. A private
+        Redis that dies is started again, and new workers go on with its queue. Redis refusing
+        writes (MISCONF: its disk is full), staying unreachable, a database that could not be
+        opened again, or a worker failing for another reason raises, which ends the serving
+        with one line."""
         last_beat = failing_since = 0.0
         while True:
             done, _ = await asyncio.wait(
@@ -256,6 +257,10 @@ class Runtime:
                 await self._restart_redis(died)
                 last_beat = failing_since = time.monotonic()
                 continue
+            if self.store is not None and (broken := self.store.broken) is not None:
+                # Every job would fail on it: a restart by the service manager opens it again.
+                self._serving.ended = MemorydError(f"{broken}; memoryd stops")
+                raise self._serving.ended
             for task in done:
                 if isinstance(exc := task.exception(), redis.exceptions.RedisError):
                     raise self._lost(_failure(self.settings.queue_url, exc)) from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import re
 from pathlib import Path
@@ -48,6 +49,10 @@ async def test_reopening_under_load_loses_nothing(data_dir: Path, embedder: Embe
 
 
 GIB = 1 << 30
+
+
+def test_the_installed_engine_is_the_one_the_memtable_table_was_measured_on() -> None:
+    assert importlib.metadata.version("surrealdb-embedded") == engine.MEASURED_ENGINE
 
 
 def test_memtable_size_follows_the_engines_table() -> None:

@@ -21,6 +21,7 @@ from memoryd.embedded import socket_alive
 from memoryd.embedding import Embedder
 from memoryd.errors import MemorydError
 from memoryd.runtime import REDIS_RESTARTS, Runtime
+from memoryd.store.connection import files_of
 from memoryd.watch.repos import RepoWatcher
 from memoryd.watch.transcripts import TranscriptWatcher
 from tests.conftest import git_init, settings_for, settle
@@ -281,3 +282,31 @@ async def test_a_job_cut_short_by_a_stop_keeps_its_try(
         assert info is not None and info.success and info.job_try == 1
     finally:
         await rt.close()
+
+
+async def test_a_database_that_cannot_be_opened_again_ends_serving_with_one_line(
+    stack: Runtime, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reopen (to give the engine's memory back) whose open fails left a closed connection
+    behind an open gate: every later query failed in its own way. The connection is now
+    broken, says so once, and the daemon stops for its service manager to start it again."""
+    assert stack.store is not None
+    files = files_of(stack.store.url)
+    assert files is not None
+    moved = files.with_name("moved")
+    files.rename(moved)
+    files.write_text("not a database")  # what the open finds in its place
+    try:
+        with pytest.raises(MemorydError, match="could not be opened again") as failed:
+            await stack.store.reopen()
+        with pytest.raises(MemorydError) as stopped:
+            await asyncio.wait_for(stack.wait_serving(), 30)
+        assert str(stopped.value) == f"{failed.value}; memoryd stops"
+        with pytest.raises(MemorydError) as queried:
+            await stack.store.query("RETURN 1")
+        assert queried.value is failed.value
+        errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+        assert errors == [str(failed.value)]
+    finally:
+        files.unlink()
+        moved.rename(files)

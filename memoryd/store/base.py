@@ -13,6 +13,7 @@ from typing import Any, NamedTuple, Self
 import numpy as np
 from surrealdb import RecordID
 
+from memoryd.errors import MemorydError
 from memoryd.ids import stable_id
 from memoryd.store.connection import DEFAULT_REOPEN_BYTES, Connection
 
@@ -160,6 +161,11 @@ class StoreBase:
         task = asyncio.create_task(run())
         self._later.add(task)
         task.add_done_callback(self._later.discard)
+
+    @property
+    def broken(self) -> MemorydError | None:
+        """Why the database cannot be used any more (a reopen that failed), or None."""
+        return self._db.broken
 
     @property
     def reopened(self) -> int:
