@@ -310,3 +310,31 @@ async def test_a_database_that_cannot_be_opened_again_ends_serving_with_one_line
     finally:
         files.unlink()
         moved.rename(files)
+
+
+async def test_a_job_cut_short_by_redis_restarts_runs_to_the_end(
+    data_dir: Path, tmp_path: Path, embedder: Embedder
+) -> None:
+    """Each Redis restart cancels the jobs under way; the try arq counted for each is given
+    back, so three restarts during one long ingest do not use up its tries."""
+    transcript = tmp_path / S37.name
+    shutil.copy(S37, transcript)
+    rt = Runtime(settings_for(data_dir), embedder)
+    try:
+        redis = await rt.start_queue(exclusive=True)
+        await rt.serve(scheduled=False)
+        [job] = await queue.enqueue_ingest(redis, [str(transcript)])
+        for _ in range(REDIS_RESTARTS):
+            for _ in range(600):
+                if await redis.exists(in_progress_key_prefix + job.job_id):
+                    break  # under way
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("the ingest did not start within 30 s")
+            await asyncio.sleep(1.5)  # into the job, and its start in the append-only file
+            await _restarted(rt, await _killed(rt))
+        await queue.wait_for(job, 300)
+        info = await job.result_info()
+        assert info is not None and info.success and info.job_try == 1, info
+    finally:
+        await rt.close()
