@@ -446,7 +446,7 @@ async def call(redis: ArqRedis, spec: JobSpec, *args: Any, timeout: float = 120.
 # short is given back. A job whose worker died under it this many times may be what kills it
 # (memory): its tries count again, and arq's max_tries ends it.
 ORPHANED_LIMIT = 10
-_ORPHANED_PREFIX = "memoryd:orphaned:"
+ORPHANED_PREFIX = "memoryd:orphaned:"
 # KEYS: retry counters; ARGV[1]: 1 to count each job as orphaned (ARGV[2]: the counters'
 # prefix, ARGV[3]: the limit, ARGV[4]: their lifetime); ARGV[5]: the length of arq's prefix of
 # the retry counters. Returns the jobs past the limit.
@@ -476,7 +476,7 @@ async def give_back_tries(redis: ArqRedis, job_ids: Sequence[str], orphaned: boo
     keys = [retry_key_prefix + job_id for job_id in job_ids]
     args = [
         "1" if orphaned else "0",
-        _ORPHANED_PREFIX,
+        ORPHANED_PREFIX,
         ORPHANED_LIMIT,
         _RETRY_KEY_SECONDS,
         len(retry_key_prefix),
@@ -484,17 +484,18 @@ async def give_back_tries(redis: ArqRedis, job_ids: Sequence[str], orphaned: boo
     return [_text(job) for job in await redis.eval(_GIVE_BACK, len(keys), *keys, *args)]
 
 
-async def release_orphaned_jobs(redis: ArqRedis) -> int:
+async def release_orphaned_jobs(redis: ArqRedis, died: bool = True) -> int:
     """Drop the in-progress marks of jobs whose worker is gone (and the maintenance locks
     they held), so they run again now rather than when the marks expire, with their tries
-    given back. Only safe when no worker is alive, which the caller checks. Returns the jobs
-    freed."""
+    given back. `died`: their worker died (counted towards ORPHANED_LIMIT); not when this
+    process cancelled them itself for a Redis restart, which no job causes. Only safe when no
+    worker is alive, which the caller checks. Returns the jobs freed."""
     marks = [_text(key) async for key in redis.scan_iter(match=f"{in_progress_key_prefix}*")]
     locks = [key async for key in redis.scan_iter(match=f"{MAINTENANCE_LOCK_PREFIX}*")]
     if marks or locks:
         await redis.delete(*marks, *locks)
     job_ids = [mark.removeprefix(in_progress_key_prefix) for mark in marks]
-    for job_id in await give_back_tries(redis, job_ids, orphaned=True):
+    for job_id in await give_back_tries(redis, job_ids, orphaned=died):
         log.warning(
             "job %s was cut short by a worker's death more than %d times: it may be the cause, "
             "so its tries count again",

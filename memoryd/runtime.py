@@ -173,14 +173,15 @@ class Runtime:
             # started again as later on.
             if (died := await self._private_redis_exit()) is None:
                 raise
-            await self._restart_redis(died)
+            await self._restart_redis(died, ours=False)
             freed = 0
         if freed:
             log.info("%d jobs of a stopped worker will run again", freed)
         self._supervisor = asyncio.create_task(self._supervise())
 
-    async def _start_workers(self) -> int:
-        """New workers on the queue; returns how many jobs of a dead worker run again."""
+    async def _start_workers(self, died: bool = True) -> int:
+        """New workers on the queue; returns how many jobs of a dead worker run again (`died`:
+        of a worker that died, not of ours cancelled for a Redis restart)."""
         assert self.redis is not None and self._ctx is not None and self._worker_lock is not None
         from workers.registry import build_workers
 
@@ -190,7 +191,7 @@ class Runtime:
         if await queue.live_workers(self.redis) == 0:
             # Nobody else serves the queue: jobs marked in progress belong to a worker that
             # died (a kill, a crash, a lost Redis). Free them now rather than after their timeout.
-            freed = await queue.release_orphaned_jobs(self.redis)
+            freed = await queue.release_orphaned_jobs(self.redis, died)
             if self._scheduled:
                 # Chunks a stop or crash left between indexing and embedding get their vectors.
                 await queue.enqueue_embed(self.redis)
@@ -282,10 +283,11 @@ class Runtime:
                         f"{REDIS_LOST_SECONDS:.0f}s ({queue.redis_reason(exc)})"
                     ) from None
 
-    async def _restart_redis(self, died: str) -> None:
+    async def _restart_redis(self, died: str, ours: bool = True) -> None:
         """Start the private Redis again, with what its append-only file kept, and serve its
         queue with new workers. The jobs under way are cancelled first (nothing could record
-        them) and run again: every work job may run twice (memoryd/jobs.py)."""
+        them) and run again: every work job may run twice (memoryd/jobs.py). `ours`: the jobs
+        marked under way are ours, not those of a worker that died before this start."""
         service = self.redis_service
         assert service is not None
         now = time.monotonic()
@@ -300,7 +302,7 @@ class Runtime:
         self._tasks, self.workers = [], []
         try:
             pid = await asyncio.to_thread(service.start, REDIS_START_SECONDS)
-            freed = await self._start_workers()
+            freed = await self._start_workers(died=not ours)
         except MemorydError as exc:
             raise self._lost(f"{died}, and starting it again failed ({exc})") from None
         except (redis.exceptions.RedisError, OSError) as exc:
