@@ -4,15 +4,18 @@ that dies is started again, a bounded number of times."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shutil
 import signal
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
+from arq import ArqRedis
 from arq.constants import in_progress_key_prefix, retry_key_prefix
 from arq.jobs import Job
 
@@ -250,11 +253,11 @@ async def test_a_job_cut_short_by_dead_workers_runs_again_and_only_a_suspect_cou
         await rt.close()
 
 
-async def test_a_job_cut_short_by_a_stop_keeps_its_try(
+@contextlib.asynccontextmanager
+async def _long_ingest(
     data_dir: Path, tmp_path: Path, embedder: Embedder
-) -> None:
-    """A stop (SIGTERM, a service restart) cancels the jobs under way, and arq counted a try
-    for each: three stops during one long ingest failed it. The stop gives the tries back."""
+) -> AsyncIterator[tuple[Runtime, ArqRedis, Job]]:
+    """A runtime serving the queue, with the ingest of a long transcript queued on it."""
     transcript = tmp_path / S37.name
     shutil.copy(S37, transcript)
     rt = Runtime(settings_for(data_dir), embedder)
@@ -262,14 +265,27 @@ async def test_a_job_cut_short_by_a_stop_keeps_its_try(
         redis = await rt.start_queue(exclusive=True)
         await rt.serve(scheduled=False)
         [job] = await queue.enqueue_ingest(redis, [str(transcript)])
-        for _ in range(600):
-            if await redis.get(retry_key_prefix + job.job_id) == b"1":
-                break  # started: its try is counted
-            await asyncio.sleep(0.05)
-        else:
-            raise AssertionError("the ingest did not start within 30 s")
+        yield rt, redis, job
     finally:
         await rt.close()
+
+
+async def _under_way(redis: ArqRedis, job: Job) -> None:
+    """Until the job runs (arq counted its try)."""
+    for _ in range(600):
+        if await redis.get(retry_key_prefix + job.job_id) == b"1":
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the job did not start within 30 s")
+
+
+async def test_a_job_cut_short_by_a_stop_keeps_its_try(
+    data_dir: Path, tmp_path: Path, embedder: Embedder
+) -> None:
+    """A stop (SIGTERM, a service restart) cancels the jobs under way, and arq counted a try
+    for each: three stops during one long ingest failed it. The stop gives the tries back."""
+    async with _long_ingest(data_dir, tmp_path, embedder) as (_, redis, job):
+        await _under_way(redis, job)
     rt = Runtime(settings_for(data_dir), embedder)
     try:
         redis = await rt.start_queue(exclusive=True)
@@ -317,20 +333,9 @@ async def test_a_job_cut_short_by_redis_restarts_runs_to_the_end(
 ) -> None:
     """Each Redis restart cancels the jobs under way; the try arq counted for each is given
     back, so three restarts during one long ingest do not use up its tries."""
-    transcript = tmp_path / S37.name
-    shutil.copy(S37, transcript)
-    rt = Runtime(settings_for(data_dir), embedder)
-    try:
-        redis = await rt.start_queue(exclusive=True)
-        await rt.serve(scheduled=False)
-        [job] = await queue.enqueue_ingest(redis, [str(transcript)])
+    async with _long_ingest(data_dir, tmp_path, embedder) as (rt, redis, job):
         for _ in range(REDIS_RESTARTS):
-            for _ in range(600):
-                if await redis.exists(in_progress_key_prefix + job.job_id):
-                    break  # under way
-                await asyncio.sleep(0.05)
-            else:
-                raise AssertionError("the ingest did not start within 30 s")
+            await _under_way(redis, job)
             await asyncio.sleep(1.5)  # into the job, and its start in the append-only file
             await _restarted(rt, await _killed(rt))
         await queue.wait_for(job, 300)
@@ -338,5 +343,3 @@ async def test_a_job_cut_short_by_redis_restarts_runs_to_the_end(
         assert info is not None and info.success and info.job_try == 1, info
         # No job causes a Redis restart: none counts towards ORPHANED_LIMIT.
         assert not await redis.exists(queue.ORPHANED_PREFIX + job.job_id)
-    finally:
-        await rt.close()
