@@ -94,6 +94,15 @@ def _index(data_dir: Path, root: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _ingest(data_dir: Path, transcript: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [MEMORYD, "ingest", str(transcript), "--data-dir", str(data_dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
 @contextlib.contextmanager
 def _small_disk(folder: Path, size: str) -> Iterator[Path]:
     """`folder` made on a tmpfs of `size` of its own, so it can really fill up (unmounted
@@ -505,12 +514,7 @@ def test_index_of_a_plain_directory_asks_for_force(data_dir: Path, tmp_path: Pat
 
 
 async def test_ingest_reports_the_edges_it_stored(data_dir: Path) -> None:
-    done = subprocess.run(
-        [MEMORYD, "ingest", str(S37), "--data-dir", str(data_dir), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = _ingest(data_dir, S37)
     assert done.returncode == 0, done.stderr
     reported = json.loads(done.stdout)["edges"]
     store = await Store.open(f"surrealkv://{data_dir / 'db'}", "memoryd", "memory")
@@ -617,12 +621,7 @@ async def test_an_interrupted_commands_leftovers_do_not_hold_up_the_next_command
         _stop(command)
     assert code == 128 + signal.SIGTERM
     started = datetime.now(UTC)
-    done = subprocess.run(
-        [MEMORYD, "ingest", str(SMALL), "--data-dir", str(data_dir), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = _ingest(data_dir, SMALL)
     assert done.returncode == 0, done.stderr
     rt = Runtime(settings_for(data_dir))
     try:
