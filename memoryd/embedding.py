@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import logging
@@ -174,7 +175,11 @@ class Embedder:
         result: list[float] = vector.tolist()
         return result
 
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+    def embed(
+        self, texts: Sequence[str], cancelled: threading.Event | None = None
+    ) -> list[list[float]]:
+        """Vectors of `texts`, in order. `cancelled` set (or memoryd stopping) ends it at its
+        next model batch."""
         if not texts:
             return []
         vectors: list[np.ndarray] = []
@@ -182,6 +187,8 @@ class Embedder:
             if self._stopping.is_set():
                 # Its job was cancelled; the job runs again after the restart, from the start.
                 raise MemorydError("embedding interrupted: memoryd is stopping")
+            if cancelled is not None and cancelled.is_set():
+                raise MemorydError("embedding interrupted: its job was cancelled")
             batch = list(texts[start : start + self.batch_size])
             vectors += self._batches.submit(self._embed_batch, batch).result()
         if self._dims is not None:
@@ -190,3 +197,15 @@ class Embedder:
 
     def _embed_batch(self, batch: list[str]) -> list[np.ndarray]:
         return list(self._model.embed(batch, batch_size=self.batch_size))
+
+
+async def embed_off_loop(embedder: Embedder, texts: Sequence[str]) -> list[list[float]]:
+    """A job's embedding, off the event loop. A job cancelled meanwhile (a stop, a Redis
+    restart) ends it at the next model batch: the thread would otherwise embed the rest for
+    nothing, and the job's next run would wait behind it for the one batch thread."""
+    cancelled = threading.Event()
+    try:
+        return await asyncio.to_thread(embedder.embed, texts, cancelled)
+    except asyncio.CancelledError:
+        cancelled.set()
+        raise

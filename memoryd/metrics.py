@@ -189,7 +189,9 @@ def instrument(function: JobFunction, name: str | None = None) -> JobFunction:
 class _Embedder(Protocol):
     model: str
 
-    def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+    def embed(
+        self, texts: Sequence[str], cancelled: threading.Event | None = None
+    ) -> list[list[float]]: ...
 
 
 def observe_embed(count: int, seconds: float) -> None:
@@ -210,9 +212,9 @@ def instrument_embedder(embedder: _Embedder) -> _Embedder:
     plain = embedder.embed
 
     @functools.wraps(plain)
-    def embed(texts: Sequence[str]) -> list[list[float]]:
+    def embed(texts: Sequence[str], cancelled: threading.Event | None = None) -> list[list[float]]:
         started = time.perf_counter()
-        vectors = plain(texts)
+        vectors = plain(texts, cancelled)
         observe_embed(len(vectors), time.perf_counter() - started)
         return vectors
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import sys
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 
 from memoryd.config import DEFAULT_MODEL
-from memoryd.embedding import BATCH_NICE, Embedder
+from memoryd.embedding import BATCH_NICE, Embedder, embed_off_loop
 from tests.conftest import site_package
 
 
@@ -85,3 +86,31 @@ def test_batch_embedding_runs_below_the_queries_priority(tmp_path: Path) -> None
     assert len(niced) >= min(os.cpu_count() or 1, 2)
     assert ran and after[ran[0]] == BATCH_NICE
     assert after[threading.get_native_id()] == 0
+
+
+async def test_a_cancelled_jobs_embedding_ends_at_its_next_model_batch(tmp_path: Path) -> None:
+    """A job cancelled under its embedding (a stop, a Redis restart) leaves no thread embedding
+    the rest of its texts: the model runs the batch under way and no other."""
+    embedder = Embedder(DEFAULT_MODEL, tmp_path / "models", batch_size=1)
+    model = embedder._model
+    real_embed = model.embed
+    started, release = threading.Event(), threading.Event()
+    calls = 0
+
+    def held(texts: list[str], **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        started.set()
+        release.wait(60)
+        return list(real_embed(texts, **kwargs))
+
+    model.embed = held  # type: ignore[method-assign]
+    job = asyncio.create_task(embed_off_loop(embedder, ["def connect(): return Redis()"] * 50))
+    assert await asyncio.to_thread(started.wait, 60)
+    job.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await job
+    release.set()
+    # Every thread the loop started has ended: the cancelled embedding among them.
+    await asyncio.get_running_loop().shutdown_default_executor()
+    assert calls == 1

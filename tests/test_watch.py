@@ -117,9 +117,9 @@ def _count_embeddings(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> list[int]
     embedded: list[int] = []
     original = rt.embedder.embed
 
-    def counting(texts: list[str]) -> Any:
+    def counting(texts: list[str], cancelled: threading.Event | None = None) -> Any:
         embedded.append(len(texts))
-        return original(texts)
+        return original(texts, cancelled)
 
     monkeypatch.setattr(rt.embedder, "embed", counting)
     return embedded

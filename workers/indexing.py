@@ -41,6 +41,7 @@ from typing import Any
 import blake3
 
 from memoryd import queue
+from memoryd.embedding import embed_off_loop
 from memoryd.errors import JobFailed
 from memoryd.ids import (
     file_entity_id,
@@ -730,7 +731,7 @@ async def embed_chunks(ctx: JobContext, keys: list[str] | None = None) -> dict[s
             if row["content_hash"] not in known:
                 missing.setdefault(row["content_hash"], row["content"])
         if missing:
-            vectors = await asyncio.to_thread(embedder.embed, list(missing.values()))
+            vectors = await embed_off_loop(embedder, list(missing.values()))
             known.update(zip(missing.keys(), vectors, strict=True))
         await ctx["search"].set_vectors(
             "code_chunk", {row["key"]: known[row["content_hash"]] for row in rows}, model

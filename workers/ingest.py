@@ -22,6 +22,7 @@ from typing import Any
 import zstandard
 
 from memoryd import queue, vocabulary
+from memoryd.embedding import embed_off_loop
 from memoryd.ids import entity_id
 from memoryd.store import Ref
 from memoryd.watch.transcripts import rewritten_whole
@@ -592,7 +593,7 @@ def _cursor(
 async def _embed(embedder: Any, rows: Rows) -> None:
     if not rows.embed:
         return
-    vectors = await asyncio.to_thread(embedder.embed, [text for _, text in rows.embed])
+    vectors = await embed_off_loop(embedder, [text for _, text in rows.embed])
     for (row, _), vector in zip(rows.embed, vectors, strict=True):
         row["embedding"] = vector
         row["embedding_model"] = embedder.model

@@ -20,6 +20,7 @@ from redis.exceptions import LockError
 
 from memoryd import hooks
 from memoryd.config import Settings
+from memoryd.embedding import embed_off_loop
 from memoryd.indexsync import IndexSync
 from memoryd.queue import MAINTENANCE_LOCK_PREFIX
 from memoryd.store import VECTOR_TABLES, Store
@@ -190,8 +191,8 @@ async def reembed(ctx: JobContext, batches: int = 5) -> dict[str, Any]:
             )
             if not rows:
                 break
-            vectors = await asyncio.to_thread(
-                embedder.embed, [(row["text"] or "")[:EMBED_CHARS] for row in rows]
+            vectors = await embed_off_loop(
+                embedder, [(row["text"] or "")[:EMBED_CHARS] for row in rows]
             )
             await ctx["search"].set_vectors(
                 table,

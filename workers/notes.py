@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from memoryd import agent, vocabulary
+from memoryd.embedding import embed_off_loop
 from memoryd.errors import InvalidRequest
 from memoryd.ids import entity_id, stable_id
 from memoryd.store import Ref
@@ -75,7 +76,7 @@ async def remember(
     embedder = ctx["embedder"]
     projects = [(p["id"], p["root"]) for p in await ctx["store"].projects()]
     entities = await asyncio.to_thread(named_files, text, files, cwd, projects)
-    [vector] = await asyncio.to_thread(embedder.embed, [text[:EMBED_CHARS]])
+    [vector] = await embed_off_loop(embedder, [text[:EMBED_CHARS]])
     at = datetime.now(UTC)
     session_id = notes_session_id(project_id)
     memory_id = stable_id("remember", session_id, kind, text)
