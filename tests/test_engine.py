@@ -72,6 +72,25 @@ def test_reopen_comes_before_the_memtable_fills() -> None:
     assert engine.reopen_threshold(96 * mib, None) == 96 * mib  # no /proc: as configured
 
 
+def test_an_open_that_merged_is_given_back_at_the_next_check_but_never_in_a_loop() -> None:
+    """The floor is the heap with the datastore closed: an open that took the threshold or more
+    (the engine merged its table files) counts from the floor, so the next check reopens; a
+    second such open in a row counts from itself, so a large engine never reopens for ever."""
+    mib = 1 << 20
+    threshold = 96 * mib
+    # An ordinary open: growth counts from after it.
+    assert engine.count_growth_from(300 * mib, 340 * mib, threshold, False) == (340 * mib, False)
+    # A merge: 174 MiB more than the floor, counted as growth at once.
+    assert engine.count_growth_from(474 * mib, 648 * mib, threshold, False) == (474 * mib, True)
+    # The reopen that gave the merge back was big too: count from after it, no loop.
+    assert engine.count_growth_from(358 * mib, 460 * mib, threshold, True) == (460 * mib, True)
+    # Then an ordinary open again.
+    assert engine.count_growth_from(358 * mib, 380 * mib, threshold, True) == (380 * mib, False)
+    # Nothing measured (no /proc) or a server connection (no threshold): as opened.
+    assert engine.count_growth_from(None, None, threshold, False) == (None, False)
+    assert engine.count_growth_from(300 * mib, 340 * mib, None, False) == (340 * mib, False)
+
+
 def test_engine_memory_is_what_this_machine_reports() -> None:
     meminfo = Path("/proc/meminfo").read_text()
     total = int(meminfo.split("MemTotal:")[1].split()[0]) * 1024
