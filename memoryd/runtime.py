@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import redis.exceptions
 from arq import ArqRedis, Worker
 
-from memoryd import channel, metrics, queue
+from memoryd import channel, heap, metrics, queue
 from memoryd.config import Settings
 from memoryd.embedded import (
     EmbeddedRedis,
@@ -62,6 +62,7 @@ class Runtime:
         """`embedder`: a model already loaded (the tests share one); `serve` loads it otherwise."""
         if embedder is not None and embedder.model != settings.model:
             raise ValueError(f"embedder runs {embedder.model}, settings say {settings.model}")
+        heap.tune()  # before the model and the engine start their threads
         self.settings = settings
         self.redis_service: EmbeddedRedis | None = None
         self.redis: ArqRedis | None = None
