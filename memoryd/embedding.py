@@ -97,7 +97,7 @@ def truncate(vector: np.ndarray, dims: int) -> np.ndarray:
     return head / norm if norm > 0 else head
 
 
-def _load(model: str, cache_dir: Path, threads: int | None = None) -> TextEmbedding:
+def _load(model: str, cache_dir: Path) -> TextEmbedding:
     """The fastembed model behind a configured name: memoryd's own names load offline from the
     packages, any other name is fastembed's (downloaded where a network exists)."""
     if model.startswith(_OWN_PREFIX) and model not in OFFLINE_MODELS:
@@ -106,7 +106,7 @@ def _load(model: str, cache_dir: Path, threads: int | None = None) -> TextEmbedd
             f"{', '.join(OFFLINE_MODELS)}"
         )
     if model not in OFFLINE_MODELS:
-        return TextEmbedding(model_name=model, cache_dir=str(cache_dir), threads=threads)
+        return TextEmbedding(model_name=model, cache_dir=str(cache_dir))
     if model == CLS_MODEL:
         _register_cls_model()
     return TextEmbedding(
@@ -114,7 +114,6 @@ def _load(model: str, cache_dir: Path, threads: int | None = None) -> TextEmbedd
         model_name=DEFAULT_MODEL if model == TRUNCATED_MODEL else model,
         specific_model_path=str(offline_model_dir(cache_dir)),
         cache_dir=str(cache_dir),
-        threads=threads,
     )
 
 
@@ -138,14 +137,15 @@ class Embedder:
         # fight over them, so model batches take turns, on one thread of lower priority that
         # also creates the model's session (whose thread pool inherits that priority).
         self._batches = ThreadPoolExecutor(1, "embed", initializer=_lower_priority)
-        # Queries do not wait for a batch: a second session of the same model, on one thread,
-        # embeds them while batches run (a query is a few tokens: milliseconds on one core).
+        # Queries do not wait for a batch: they run the same session on the caller's thread,
+        # concurrently with a batch (a session runs calls in parallel; a query is a few tokens,
+        # milliseconds on one core). A second session would hold a second copy of the weights,
+        # unpacked to floats at load: about 90 MiB.
         self._query_turn = threading.Lock()
         self._recent: dict[str, np.ndarray] = {}
         self._stopping = threading.Event()
         try:
             self._model = self._batches.submit(_load, model, cache_dir).result()
-            self._queries = _load(model, cache_dir, threads=1)
         except MemorydError:
             raise
         except Exception as exc:  # fastembed raises plain ValueError/OSError variants
@@ -166,7 +166,7 @@ class Embedder:
         with self._query_turn:
             vector = self._recent.pop(text, None)
             if vector is None:
-                [vector] = list(self._queries.embed([text]))
+                [vector] = list(self._model.embed([text]))
                 if self._dims is not None:
                     vector = truncate(vector, self._dims)
             self._recent[text] = vector  # newest last

@@ -75,10 +75,11 @@ def test_batch_embedding_runs_below_the_queries_priority(tmp_path: Path) -> None
     before = _threads()
     embedder = Embedder(DEFAULT_MODEL, tmp_path / "models")
     embedder.embed(["def connect(settings): return Redis(settings.host)"] * 40)
+    # A query runs the same session on the caller's thread, and leaves its niceness alone.
+    embedder.embed_query("how are redis settings parsed")
     ran: list[int] = []
     embedder._model.embed = lambda texts, **_: ran.append(threading.get_native_id()) or []  # type: ignore[method-assign]
     embedder.embed(["one more batch"])
-    embedder.embed_query("how are redis settings parsed")
     after = _threads()
     # The batch thread and the batch session's pool of workers (one per core beyond the first);
     # other threads of the process (earlier tests' loops) may have started meanwhile.
@@ -114,3 +115,31 @@ async def test_a_cancelled_jobs_embedding_ends_at_its_next_model_batch(tmp_path:
     # Every thread the loop started has ended: the cancelled embedding among them.
     await asyncio.get_running_loop().shutdown_default_executor()
     assert calls == 1
+
+
+def test_a_query_is_answered_while_a_batch_runs_on_the_same_session(tmp_path: Path) -> None:
+    """An agent's query does not wait for the batch thread (an index's embedding may hold it
+    for minutes), and the one session gives it the vector it gives when idle."""
+    embedder = Embedder(DEFAULT_MODEL, tmp_path / "models")
+    idle = embedder.embed_query("how are redis settings parsed")
+    embedder._recent.clear()  # the query's vector must be computed again, not recalled
+    inside, release = threading.Event(), threading.Event()
+    real_embed = embedder._model.embed
+
+    def held(texts: list[str], **kwargs: Any) -> Any:
+        vectors = list(real_embed(texts, **kwargs))  # the session is entered for this batch
+        inside.set()
+        release.wait(60)
+        return vectors
+
+    embedder._model.embed = held  # type: ignore[method-assign]
+    batch = ThreadPoolExecutor(1).submit(embedder.embed, ["def connect(): return Redis()"] * 4)
+    try:
+        assert inside.wait(60)
+        embedder._model.embed = real_embed  # type: ignore[method-assign]
+        during = embedder.embed_query("how are redis settings parsed")
+        assert not batch.done()
+    finally:
+        release.set()
+    assert len(batch.result(60)) == 4
+    assert np.allclose(during, idle, atol=1e-6)
