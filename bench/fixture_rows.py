@@ -19,4 +19,4 @@ def whole_file_rows(path: str) -> tuple[str, bytes, Rows] | None:
     lines, _ = split_lines(data, 0)
     meta = _subagent_meta(path) if agent == "claude-code" else None
     result = parser_for(agent).parse(lines, None, Source.of(path, [], meta))
-    return agent, data, rows_for(result, path, {})
+    return agent, data, rows_for(result, path)

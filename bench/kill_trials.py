@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 MEMORYD = str(Path(sys.executable).parent / "memoryd")
 # The transcript fixtures the tests ingest.
 FIXTURES = REPO / "tests" / "fixtures" / "transcripts" / "claude-code"
-TRANSCRIPT_TABLES = ("session", "memory", "goal", "next", "reads", "modifies", "mentions")
+TRANSCRIPT_TABLES = ("session", "memory", "goal", "has_goal", "reads", "modifies", "mentions")
 
 
 def _site_package(name: str) -> Path:

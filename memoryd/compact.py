@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
+from collections.abc import Collection
 from pathlib import Path
 
 from memoryd.config import Settings
@@ -32,11 +33,11 @@ DB_DIR = "db"
 _PAGE = 500
 
 
-async def compact_files(store: Store) -> dict[str, int]:
-    """Copy the open database into fresh files and put them in its place; rows copied per
-    table. A copy cut short by a crash is started again; a finished one replaces the files at
-    the reopen, or at the next open if the process dies before. Nothing to do for a database
-    that is not embedded in files."""
+async def compact_files(store: Store, leave_out: Collection[str] = ()) -> dict[str, int]:
+    """Copy the open database (but the tables in `leave_out`) into fresh files and put them in
+    its place; rows copied per table. A copy cut short by a crash is started again; a finished
+    one replaces the files at the reopen, or at the next open if the process dies before.
+    Nothing to do for a database that is not embedded in files."""
     root = store.files
     if root is None:
         return {}
@@ -44,7 +45,7 @@ async def compact_files(store: Store) -> dict[str, int]:
     await asyncio.to_thread(shutil.rmtree, building, True)
     copy = await Store.open(f"{store.url.split('://', 1)[0]}://{building}", *store.login)
     try:
-        copied = await store.copy_into(copy, _PAGE)
+        copied = await store.copy_into(copy, _PAGE, leave_out)
     finally:
         await copy.close()
     building.rename(replacement_of(root))

@@ -25,6 +25,7 @@ from memoryd.config import Settings
 from memoryd.errors import MemorydError
 from memoryd.export import write_backup
 from memoryd.store import SCHEMA_DIR, VECTOR_TABLES, Store
+from memoryd.vocabulary import RETIRED_EDGE_TABLES
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,13 @@ async def _compact(store: Store, _: Settings) -> None:
     await compact_files(store)
 
 
+async def _drop_order_edges(store: Store, _: Settings) -> None:
+    """The database copied into fresh files without the CONTAINS and NEXT edges (a third of
+    its bytes): no transaction deletes them, which would hold all of them in memory at once.
+    Resumable as `compact_files` is."""
+    await compact_files(store, leave_out=RETIRED_EDGE_TABLES)
+
+
 # The data steps, in number order; numbers are shared with the schema files.
 DATA_STEPS: tuple[DataStep, ...] = (
     DataStep(4, "scrub_secrets", _scrub_secrets, changes=("code_chunk", "defined_in")),
@@ -155,6 +163,7 @@ DATA_STEPS: tuple[DataStep, ...] = (
     DataStep(10, "pack_vectors", _pack_vectors, changes=()),
     DataStep(12, "store_bodies", _store_bodies, changes=("blob",)),
     DataStep(13, "compact", _compact, changes=()),
+    DataStep(25, "drop_order_edges", _drop_order_edges, changes=RETIRED_EDGE_TABLES),
 )
 
 

@@ -45,7 +45,8 @@ def test_ingest_report_has_the_exact_counts(ingested: tuple[Path, dict]) -> None
     assert s37["edges"]["reads"] == 28  # 24 by file tools, 4 read off grep/find commands
     assert s37["edges"]["triggered"] == 19
     assert s37["edges"]["denied"] == 2
-    assert s37["edges"]["next"] == 281  # one chain through all 282 memories
+    # A session's memories and their order are the memories' fields, not edges.
+    assert not {"contains", "next"} & set(s37["edges"])
     assert s37["session_ids"] == [S37.stem]  # what `memoryd session` takes next
     assert s37["edges"]["mentions"] > 0
     cb2 = by_name[f"{CB2}.jsonl"]

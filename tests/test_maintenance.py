@@ -85,9 +85,9 @@ async def test_decay_pin_access_and_prune(stack: Runtime, tmp_path: Path) -> Non
     dump = await stack.store.dump()
     memory_ids = {str(row["id"].id) for row in dump["memory"]}
     # No edge is left pointing at a deleted memory, no entity is left without edges.
-    for table in ("contains", "next", "reads", "executes", "triggered", "denied"):
+    for table in ("reads", "executes", "triggered", "denied"):
         for edge in dump.get(table, []):
-            assert str(edge["in"].id) in memory_ids or edge["in"].table_name == "session"
+            assert str(edge["in"].id) in memory_ids
     assert await stack.store.orphan_entities(100) == []
     info = await queue.call(stack.redis, jobs.STATUS)
     # The scheduled reembed may have run meanwhile too (every 5 minutes).

@@ -4,6 +4,7 @@ each step once, and a database from a newer memoryd refused."""
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import secrets
 import stat
@@ -20,11 +21,11 @@ from memoryd.migrate import DataStep, migrate
 from memoryd.runtime import Runtime
 from memoryd.search import search
 from memoryd.store import VECTOR_TABLES, Store
-from memoryd.store.base import unpack_vector
+from memoryd.store.base import rid, unpack_vector
 from memoryd.store.blobs import BODY_CHARS
 from memoryd.views import session
 from tests.conftest import git_init, index_tree
-from tests.fixtures import CODEX_ROLLOUT, SMALL
+from tests.fixtures import CODERABBIT_SESSION, CODERABBIT_SUBAGENT, CODEX_ROLLOUT, S37, SMALL
 
 
 async def _indexed(stack: Runtime, tree: Path) -> Store:
@@ -308,3 +309,81 @@ async def test_a_swap_cut_short_is_finished_at_the_next_open(stack: Runtime, ren
     finally:
         await reopened.close()
     assert sorted(p.name for p in data.iterdir() if p.name.startswith("db")) == ["db"]
+
+
+# What `session_outcomes` read before step 025: a session's actions through its CONTAINS edges.
+_OUTCOMES_THROUGH_CONTAINS = (
+    "SELECT string::uppercase(meta::tb(id)) AS verb, out.kind AS target_kind, out.key AS target, "
+    "out.project AS project, outcome, exit_code, tool, detail, event_time, session, "
+    "in.seq AS seq, (SELECT VALUE message FROM $parent.in->triggered LIMIT 1)[0] AS message "
+    "FROM $s->contains->memory->(executes, modifies, reads)"
+)
+
+
+def _in_order(outcomes: list[dict[str, object]]) -> list[dict[str, object]]:
+    return sorted(outcomes, key=lambda o: json.dumps(o, sort_keys=True, default=str))
+
+
+@pytest.mark.e2e
+async def test_the_order_edges_an_earlier_memoryd_wrote_are_dropped(stack: Runtime) -> None:
+    """A database with the CONTAINS and NEXT edges memoryd wrote before step 025 (one per
+    memory, one per memory but each session's first): the step leaves every other row as it
+    was, and a session's actions (parent and subagent) are found by the sessions their edges
+    carry exactly as they were through CONTAINS, in fewer bytes."""
+    assert stack.redis is not None and stack.store is not None
+    store = stack.store
+    files = [S37, CODERABBIT_SESSION, CODERABBIT_SUBAGENT, CODEX_ROLLOUT]
+    for job in await queue.enqueue_ingest(stack.redis, [str(f) for f in files]):
+        await queue.wait_for(job, 300)
+    await store.settled()
+    rows = await store.dump()
+    assert not {"contains", "next"} & set(rows)
+
+    # What the earlier memoryd wrote besides: its tables and an edge per memory, in seq order.
+    memories = sorted(rows["memory"], key=lambda m: (str(m["session"]), m["seq"]))
+    contains = [
+        {"id": rid("contains", m["id"].id), "in": m["session"], "out": m["id"]} for m in memories
+    ]
+    chain = [
+        {"id": rid("next", a["id"].id), "in": a["id"], "out": b["id"]}
+        for a, b in itertools.pairwise(memories)
+        if a["session"] == b["session"]
+    ]
+    await store.query(
+        "DEFINE TABLE contains TYPE RELATION IN session OUT memory SCHEMALESS; "
+        "DEFINE TABLE next TYPE RELATION IN memory OUT memory SCHEMALESS; "
+        "INSERT RELATION INTO contains $contains RETURN NONE; "
+        "INSERT RELATION INTO next $chain RETURN NONE; "
+        "DELETE schema_version:025_drop_order_edges;",
+        {"contains": contains, "chain": chain},
+    )
+    sessions = sorted(str(s["id"].id) for s in rows["session"])
+    subagent = [s for s in rows["session"] if s.get("parent")]
+    assert len(sessions) == 4 and len(subagent) == 1
+    assert len(chain) == len(memories) - len(sessions)  # every session holds memories
+    through_contains = []
+    for key in sessions:
+        found = await store.query(_OUTCOMES_THROUGH_CONTAINS, {"s": rid("session", key)})
+        through_contains += found[0]
+    assert len(through_contains) > 50
+    parents = [k for k in sessions if k != str(subagent[0]["id"].id)]
+    assert _in_order(await store.session_outcomes(parents)) == _in_order(through_contains)
+    for _ in range(2):
+        await store.reopen()
+    before = _db_bytes(stack.settings.data_dir)
+
+    assert await migrate(store, stack.settings, None) == ["025_drop_order_edges"]
+
+    after = await store.dump()
+    versions = {str(v["id"].id): v for v in after.pop("schema_version")}
+    assert versions["025_drop_order_edges"]["counts"] == {
+        "contains": {"before": len(memories), "after": 0},
+        "next": {"before": len(chain), "after": 0},
+    }
+    rows.pop("schema_version")
+    assert after == rows
+    assert _in_order(await store.session_outcomes(parents)) == _in_order(through_contains)
+    assert sorted(p.name for p in stack.settings.data_dir.iterdir() if p.name.startswith("db")) == [
+        "db"
+    ]
+    assert _db_bytes(stack.settings.data_dir) < 0.8 * before

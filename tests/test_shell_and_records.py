@@ -224,7 +224,7 @@ def test_a_bash_call_reads_modifies_and_mentions_via_shell() -> None:
         ("READS", "repo:setup.cfg", "shell", "ok"),
     ]
     # the row shaping keeps the marker and puts each verb in its table
-    tables = rows_for(r, "/t/5e55a0d1.jsonl", {}).tables
+    tables = rows_for(r, "/t/5e55a0d1.jsonl").tables
     assert [(e["out"].key, e["via"]) for e in tables["edge_modifies"]] == [
         (_entity_key("file", "repo:build"), "shell")
     ]

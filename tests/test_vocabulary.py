@@ -30,7 +30,7 @@ def test_every_relation_table_of_the_schema_is_a_declared_edge_and_back() -> Non
 def test_parsers_and_views_use_the_declared_verbs() -> None:
     assert (model.READS, model.MODIFIES, model.EXECUTES) == vocabulary.ACTION_VERBS
     assert vocabulary.HISTORY_EDGE_TABLES == ("reads", "modifies", "denied", "mentions")
-    assert "contains" not in vocabulary.REPLAY_EDGE_TABLES
+    assert "has_goal" not in vocabulary.REPLAY_EDGE_TABLES
     assert "defined_in" not in vocabulary.TRANSCRIPT_EDGE_TABLES
 
 

@@ -136,9 +136,8 @@ class Rows:
         return len(self.tables.get(table, []))
 
 
-def rows_for(result: ParseResult, path: str, last: dict[str, str]) -> Rows:
-    """Turn parsed events into graph rows. `last` maps session id -> its latest memory id (for
-    NEXT edges across batches) and is updated in place."""
+def rows_for(result: ParseResult, path: str) -> Rows:
+    """Turn parsed events into graph rows."""
     rows = Rows()
     now = datetime.now(UTC)
     entities: dict[str, dict[str, Any]] = {}
@@ -174,12 +173,11 @@ def rows_for(result: ParseResult, path: str, last: dict[str, str]) -> Rows:
     for event in result.events:
         if isinstance(event, Memory):
             at = when(event.event_time)
-            session = Ref("session", event.session_id)
             row = rows.add(
                 "memories",
                 {
                     "id": Ref("memory", event.id),
-                    "session": session,
+                    "session": Ref("session", event.session_id),
                     "kind": event.kind,
                     "content": event.content,
                     "tool": event.tool,
@@ -197,16 +195,6 @@ def rows_for(result: ParseResult, path: str, last: dict[str, str]) -> Rows:
             )
             if event.kind in vocabulary.EMBEDDED_MEMORY_KINDS and event.content.strip():
                 rows.embed.append((row, event.content[:EMBED_CHARS]))
-            edge(vocabulary.CONTAINS.table, event.id, session, Ref("memory", event.id))
-            previous = last.get(event.session_id)
-            if previous and previous != event.id:
-                edge(
-                    vocabulary.NEXT.table,
-                    previous,
-                    Ref("memory", previous),
-                    Ref("memory", event.id),
-                )
-            last[event.session_id] = event.id
         elif isinstance(event, Goal):
             row = rows.add(
                 "goals",
@@ -393,7 +381,6 @@ async def _ingest(ctx: JobContext, path: str) -> IngestReport:
         projects = [(p["id"], p["root"]) for p in await store.projects()]
         source = Source.of(path, projects, _subagent_meta(path) if agent == "claude-code" else None)
         state = ParserState.from_json(saved["parser"]) if saved else None
-        last: dict[str, str] = dict(saved["last"]) if saved else {}
         skipped_before = (cursor or {}).get("lines_skipped", 0) if saved else 0
         while True:
             lines, next_offset = await asyncio.to_thread(_read_batch, path, offset, compressed)
@@ -402,7 +389,7 @@ async def _ingest(ctx: JobContext, path: str) -> IngestReport:
             result = await _remembered(
                 ctx, await asyncio.to_thread(parser.parse, lines, state, source)
             )
-            rows = await asyncio.to_thread(rows_for, result, path, last)
+            rows = await asyncio.to_thread(rows_for, result, path)
             await _embed(embedder, rows)
             state = result.state
             for skip in result.skipped:
@@ -410,7 +397,7 @@ async def _ingest(ctx: JobContext, path: str) -> IngestReport:
                     "ingest %s: skipped line at byte %d: %s", path, skip.offset, skip.reason
                 )
             skipped_before += len(result.skipped)
-            saved_state = {"parser": state.to_json(), "last": last}
+            saved_state = {"parser": state.to_json()}
             await ctx["search"].write_transcript_batch(
                 rows.tables,
                 _cursor(path, info, agent, next_offset, saved_state, skipped_before, None),
@@ -557,7 +544,7 @@ def scrub_state(
     saved: dict[str, Any], gone: Callable[[str], bool], keep: frozenset[str] = frozenset()
 ) -> dict[str, Any]:
     """A cursor's saved state without what it kept of forgotten sessions (their fields but
-    those of `keep`, their calls waiting for a result, their latest memory)."""
+    those of `keep`, their calls waiting for a result)."""
     parser = dict(saved["parser"])
     parser["sessions"] = {
         k: v for k, v in parser["sessions"].items() if not gone(k) or is_forgotten(keep, k)
@@ -565,8 +552,8 @@ def scrub_state(
     parser["pending"] = {
         k: v for k, v in parser["pending"].items() if not gone(v.get("session_id"))
     }
-    last = {k: v for k, v in saved.get("last", {}).items() if not gone(k)}
-    return {**saved, "parser": parser, "last": last}
+    # An earlier memoryd also kept each session's latest memory ("last"): it goes.
+    return {"parser": parser}
 
 
 def _cursor(

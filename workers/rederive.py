@@ -325,7 +325,6 @@ async def _read_again(
     source = Source.of(path, projects, meta)
     ctx: JobContext = {"store": store, "settings": settings}
     state: ParserState | None = None
-    last: dict[str, str] = {}
     offset = 0
     memories: list[str] = []
     kinds: dict[str, str] = {}
@@ -338,7 +337,7 @@ async def _read_again(
             break
         result = await _remembered(ctx, await asyncio.to_thread(parser.parse, lines, state, source))
         state = result.state
-        rows = rows_for(result, path, last)
+        rows = rows_for(result, path)
         for row in rows.tables.get("memories", []):
             memories.append(row["id"].key)
             kinds[row["id"].key] = row["kind"]

@@ -12,6 +12,7 @@ from typing import Any
 from memoryd.export import DERIVED_FIELDS, cleaned_row
 from memoryd.search import resolve_project
 from memoryd.store.transfer import NOT_EXPORTED
+from memoryd.vocabulary import RETIRED_EDGE_TABLES
 from workers.context import JobContext
 from workers.redact import redact
 
@@ -40,6 +41,7 @@ async def export_page(
 
 
 async def import_rows(ctx: JobContext, table: str, rows: list[dict[str, Any]]) -> int:
-    if table in NOT_EXPORTED:  # the migration record of another database
+    # The migration record of another database; edges an earlier memoryd wrote (vocabulary.py).
+    if table in NOT_EXPORTED or table in RETIRED_EDGE_TABLES:
         return 0
     return await ctx["store"].import_rows(table, [cleaned_row(row, redact) for row in rows])

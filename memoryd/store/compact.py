@@ -1,5 +1,6 @@
-"""Rewriting stored rows smaller (migration steps 010 and 013, memoryd/migrate.py): vectors
-from arrays of floats to packed half floats, and a copy of the whole database into fresh files.
+"""Rewriting stored rows smaller (migration steps 010, 013 and 025, memoryd/migrate.py):
+vectors from arrays of floats to packed half floats, and a copy of the whole database (less
+tables no longer used) into fresh files.
 
 The embedded engine never rewrites its value log, so the bytes of a row rewritten in place stay
 on disk. Only a copy into new files gives them back: `copy_into` writes every definition and
@@ -9,6 +10,7 @@ every row into another database, which then replaces this one's files at a reope
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -66,29 +68,37 @@ class CompactQueries(StoreBase):
             )
         return str(rows[-1]["key"]) if rows else None
 
-    async def definitions(self) -> list[str]:
-        """The statements that define this database's analyzers, tables, fields, indexes and
-        events, as the engine reports them."""
+    async def definitions(self, leave_out: Collection[str] = ()) -> list[str]:
+        """The statements that define this database's analyzers, tables (but `leave_out`),
+        fields, indexes and events, as the engine reports them."""
         info = (await self.query("INFO FOR DB"))[0] or {}
         statements = list((info.get("analyzers") or {}).values())
         for table, define in sorted((info.get("tables") or {}).items()):
+            if table in leave_out:
+                continue
             statements.append(define)
             parts = (await self.query(f"INFO FOR TABLE {table}"))[0] or {}
             for part in _TABLE_PARTS:
                 statements += [d for _, d in sorted((parts.get(part) or {}).items())]
         return statements
 
-    async def copy_into(self, other: CompactQueries, batch: int) -> dict[str, int]:
-        """Every definition and every row of this database written into `other` (empty), a
-        page per transaction; returns the rows copied per table."""
+    async def copy_into(
+        self, other: CompactQueries, batch: int, leave_out: Collection[str] = ()
+    ) -> dict[str, int]:
+        """Every definition and every row of this database (but the tables in `leave_out`)
+        written into `other` (empty), a page per transaction; returns the rows copied per
+        table."""
         # OVERWRITE: a relation table defines its `in` and `out` fields itself.
         defines = [
-            _DEFINE.sub(r"DEFINE \1 OVERWRITE ", d, count=1) for d in await self.definitions()
+            _DEFINE.sub(r"DEFINE \1 OVERWRITE ", d, count=1)
+            for d in await self.definitions(leave_out)
         ]
         await other.query("\n".join(f"{d};" for d in defines))
         info = (await self.query("INFO FOR DB"))[0] or {}
         copied: dict[str, int] = {}
         for table, define in sorted((info.get("tables") or {}).items()):
+            if table in leave_out:
+                continue
             insert = "INSERT RELATION INTO" if "TYPE RELATION" in define else "INSERT INTO"
             copied[table] = 0
             after: Any = None

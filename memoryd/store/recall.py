@@ -9,12 +9,13 @@ from typing import Any
 
 from memoryd.store.base import StoreBase, plain, rid
 from memoryd.store.blobs import BODY, whole_texts
+from memoryd.vocabulary import ACTION_VERBS, edge
 
 # The agent of the sessions that hold agent-written notes (workers/notes.py).
 NOTES_AGENT = "memoryd"
 # The verb edges whose outcome says whether an action worked (a read of a missing file, a
 # failed command, an edit that did not apply).
-_OUTCOME_TABLES = "executes, modifies, reads"
+_OUTCOME_TABLES = tuple(edge(verb).table for verb in ACTION_VERBS)
 
 
 class RecallQueries(StoreBase):
@@ -102,14 +103,16 @@ class RecallQueries(StoreBase):
             "SELECT VALUE id FROM session WHERE parent INSIDE $ids", {"ids": parents}
         )
         sessions = [*parents, *(children[0] or [])]
+        # By the session each edge carries (schema 024 indexes it), one table at a time.
         rows = await self.query(
             "; ".join(
                 "SELECT string::uppercase(meta::tb(id)) AS verb, out.kind AS target_kind, "
                 "out.key AS target, out.project AS project, outcome, exit_code, tool, detail, "
                 "event_time, session, in.seq AS seq, "
                 "(SELECT VALUE message FROM $parent.in->triggered LIMIT 1)[0] AS message "
-                f"FROM $s{i}->contains->memory->({_OUTCOME_TABLES})"
+                f"FROM {table} WHERE session = $s{i}"
                 for i in range(len(sessions))
+                for table in _OUTCOME_TABLES
             ),
             {f"s{i}": s for i, s in enumerate(sessions)},
         )
