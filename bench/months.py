@@ -586,6 +586,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="mds-", dir="/tmp"))  # short: the Redis socket path
     started = time.perf_counter()
     group = Cgroup(args.cgroup, limit)
+    finished = False
     try:
         try:
             result = asyncio.run(simulate(args, work, group))
@@ -624,8 +625,10 @@ def main() -> None:
         )
         report_scaling(args, result, time.perf_counter() - started)
         print(f"wall time {time.perf_counter() - started:.0f} s; load at the end {load()}")
+        finished = True
     finally:
-        if args.keep:
+        if args.keep or not finished:
+            # A run that failed keeps its daemon.log: the hour it took is not thrown away blind.
             print(f"kept {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)

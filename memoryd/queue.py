@@ -19,8 +19,8 @@ from typing import Any
 import redis.exceptions
 from arq import ArqRedis, create_pool
 from arq.connections import RedisSettings
-from arq.constants import in_progress_key_prefix, retry_key_prefix
-from arq.jobs import Job, JobStatus
+from arq.constants import in_progress_key_prefix, result_key_prefix, retry_key_prefix
+from arq.jobs import Job, JobResult, JobStatus, deserialize_result
 
 from memoryd import jobs
 from memoryd.errors import DaemonUnavailable, JobFailed, MemorydError, value_of
@@ -511,11 +511,26 @@ async def oldest_job_age(redis: ArqRedis, queue: str = JOBS_QUEUE) -> float | No
     return max(0.0, time.time() - oldest[0][1] / 1000) if oldest else None
 
 
+async def job_results(redis: ArqRedis) -> list[JobResult]:
+    """The results arq keeps of finished jobs. arq's own `all_job_results` fails as a whole when
+    one of them expires (a query's, after a minute) between its KEYS and its GETs: `status`
+    then failed now and then on a busy daemon. One MGET reads them all at one moment, and a
+    result gone by then is left out."""
+    keys = await redis.keys(result_key_prefix + "*")
+    results = []
+    for key, value in zip(keys, await redis.mget(keys) if keys else [], strict=True):
+        if value is not None:
+            result = deserialize_result(value, deserializer=redis.job_deserializer)
+            result.job_id = key[len(result_key_prefix) :].decode()
+            results.append(result)
+    return results
+
+
 async def recent_outcomes(redis: ArqRedis, seconds: float = 3600) -> dict[str, int]:
     """Jobs that finished in the last `seconds`, by success (from the results arq keeps)."""
     since = datetime.now(UTC) - timedelta(seconds=seconds)
     counts = {"done": 0, "failed": 0}
-    for result in await redis.all_job_results():
+    for result in await job_results(redis):
         if result.finish_time >= since:
             counts["done" if result.success else "failed"] += 1
     return counts

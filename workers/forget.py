@@ -20,7 +20,7 @@ from arq import ArqRedis
 from arq.constants import result_key_prefix
 from redis.exceptions import ResponseError
 
-from memoryd import agent
+from memoryd import agent, queue
 from memoryd.errors import InvalidRequest, NotFound
 from memoryd.export import BACKUPS, drop_from_backups
 from memoryd.jobs import JOBS_QUEUE, QUERY_QUEUE
@@ -85,7 +85,7 @@ async def erase_traces(ctx: JobContext, gone: Sequence[Ref], started: datetime) 
     redis, settings = ctx["redis"], ctx["settings"]
     finished = [
         r.job_id
-        for r in await redis.all_job_results()
+        for r in await queue.job_results(redis)
         # Only memoryd's queues: an external Redis may serve other arq applications too. A
         # scheduled run's result (counts, no text) is what stops a second run of its slot.
         if r.queue_name in (JOBS_QUEUE, QUERY_QUEUE)
