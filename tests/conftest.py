@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -95,16 +96,32 @@ def embedder(tmp_path_factory: pytest.TempPathFactory) -> Embedder:
     return Embedder(DEFAULT_MODEL, tmp_path_factory.mktemp("models"), batch)
 
 
-@pytest_asyncio.fixture
-async def stack(data_dir: Path, embedder: Embedder) -> AsyncIterator[Runtime]:
-    """The embedded defaults, serving in this process: private Redis, SurrealKV, real model."""
+@asynccontextmanager
+async def _serving(data_dir: Path, embedder: Embedder, scheduled: bool) -> AsyncIterator[Runtime]:
     rt = Runtime(settings_for(data_dir), embedder)
     try:
         await rt.start_queue(exclusive=True)
-        await rt.serve()
+        await rt.serve(scheduled=scheduled)
         yield rt
     finally:
         await rt.close()
+
+
+@pytest_asyncio.fixture
+async def stack(data_dir: Path, embedder: Embedder) -> AsyncIterator[Runtime]:
+    """The embedded defaults, serving in this process: private Redis, SurrealKV, real model.
+    No scheduled upkeep: a scheduled run records itself (maintenance_run) and reembed runs
+    every 5 minutes, so a test whose run crossed a slot found rows it never wrote. Tests run
+    upkeep themselves."""
+    async with _serving(data_dir, embedder, scheduled=False) as rt:
+        yield rt
+
+
+@pytest_asyncio.fixture
+async def scheduled_stack(data_dir: Path, embedder: Embedder) -> AsyncIterator[Runtime]:
+    """The same with the daemon's schedule: its cron jobs are registered with the worker."""
+    async with _serving(data_dir, embedder, scheduled=True) as rt:
+        yield rt
 
 
 # --- the code index against the disk (tests/test_watch.py, tests/test_indexing_bad_input.py) ---

@@ -9,21 +9,17 @@ from __future__ import annotations
 import json
 import shutil
 from collections import Counter
-from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
 from memoryd import migrate as migration
 from memoryd import queue
-from memoryd.embedding import Embedder
 from memoryd.ids import stable_id
 from memoryd.runtime import Runtime
 from memoryd.store import Store, key_of
-from tests.conftest import settings_for
 from tests.fixtures import PRE16_FILES, PRE16_GRAPH, S37, TRANSCRIPTS
 from workers.rederive import CALL_EDGE_TABLES
 
@@ -123,20 +119,6 @@ async def _as_before_issue_16(store: Store) -> None:
     for row in rows:
         row.pop("id")
     await store.replace_edges([], edges, rows)
-
-
-@pytest_asyncio.fixture
-async def stack(data_dir: Path, embedder: Embedder) -> AsyncIterator[Runtime]:
-    """Serving with no scheduled upkeep: a scheduled run records itself (maintenance_run),
-    and during a step that changes the row counts the step checks (the reembed cron runs
-    every 5 minutes: a test crossing one failed)."""
-    rt = Runtime(settings_for(data_dir), embedder)
-    try:
-        await rt.start_queue(exclusive=True)
-        await rt.serve(scheduled=False)
-        yield rt
-    finally:
-        await rt.close()
 
 
 async def _rerun(store: Store, stack: Runtime) -> list[str]:
