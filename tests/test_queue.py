@@ -10,7 +10,6 @@ from pathlib import Path
 from arq.constants import result_key_prefix
 
 from memoryd import jobs, queue
-from memoryd.embedding import Embedder
 from memoryd.runtime import Runtime
 from tests.conftest import settings_for
 
@@ -75,44 +74,41 @@ async def test_a_jobs_files_are_bounded_in_bytes_too(data_dir: Path) -> None:
     ]
 
 
-async def test_status_counts_the_finished_jobs_while_their_results_expire(
-    data_dir: Path, embedder: Embedder
-) -> None:
+async def test_status_counts_the_finished_jobs_while_their_results_expire(stack: Runtime) -> None:
     """A finished job's result that goes (a query's expires after a minute) between the
     listing of the results and their reading is left out. arq's `all_job_results` raised
     KeyError then, so `status` failed now and then on a busy daemon (the months bench, day 71)."""
-    async with Runtime(settings_for(data_dir), embedder) as rt:
-        redis = await rt.start_queue()
-        await rt.serve(scheduled=False)
-        for _ in range(3):
-            await queue.call(redis, jobs.STATUS)
-        kept = {r.job_id for r in await queue.job_results(redis)}
-        assert len(kept) == 3 and all(job.startswith("q:status:") for job in kept)
-        value = await redis.get(result_key_prefix + min(kept))
+    redis = stack.redis
+    assert redis is not None
+    for _ in range(3):
+        await queue.call(redis, jobs.STATUS)
+    kept = {r.job_id for r in await queue.job_results(redis)}
+    assert len(kept) == 3 and all(job.startswith("q:status:") for job in kept)
+    value = await redis.get(result_key_prefix + min(kept))
 
-        stop = asyncio.Event()
+    stop = asyncio.Event()
 
-        async def churn() -> None:
-            # Another finished job's result, there and gone again, as fast as Redis goes.
-            for _ in range(100_000):
-                if stop.is_set():
-                    return
-                await redis.set(result_key_prefix + "q:status:churn", value)
-                await redis.delete(result_key_prefix + "q:status:churn")
+    async def churn() -> None:
+        # Another finished job's result, there and gone again, as fast as Redis goes.
+        for _ in range(100_000):
+            if stop.is_set():
+                return
+            await redis.set(result_key_prefix + "q:status:churn", value)
+            await redis.delete(result_key_prefix + "q:status:churn")
 
-        churning = asyncio.create_task(churn())
-        try:
-            arq_failures = 0
-            for _ in range(300):
-                try:
-                    await redis.all_job_results()
-                except KeyError:
-                    arq_failures += 1
-                listed = {r.job_id for r in await queue.job_results(redis)}
-                assert kept <= listed <= kept | {"q:status:churn"}
-            assert arq_failures > 0  # the race is real here: without the fix this test fails
-        finally:
-            stop.set()
-            await churning
-        status = await queue.call(redis, jobs.STATUS)
+    churning = asyncio.create_task(churn())
+    try:
+        arq_failures = 0
+        for _ in range(300):
+            try:
+                await redis.all_job_results()
+            except KeyError:
+                arq_failures += 1
+            listed = {r.job_id for r in await queue.job_results(redis)}
+            assert kept <= listed <= kept | {"q:status:churn"}
+        assert arq_failures > 0  # the race is real here: without the fix this test fails
+    finally:
+        stop.set()
+        await churning
+    status = await queue.call(redis, jobs.STATUS)
     assert status["queue"]["last_hour"] == {"done": 3, "failed": 0}
