@@ -87,6 +87,7 @@ async def test_status_counts_the_finished_jobs_while_their_results_expire(
     kept = {r.job_id for r in await queue.job_results(redis)}
     assert len(kept) == 3 and all(job.startswith("q:status:") for job in kept)
     gone = result_key_prefix + "q:status:gone"
+    value = await redis.get(result_key_prefix + min(kept))
     listing = redis.keys
 
     async def keys_then_expire(pattern: str) -> list[bytes]:
@@ -97,10 +98,10 @@ async def test_status_counts_the_finished_jobs_while_their_results_expire(
 
     with monkeypatch.context() as patch:
         patch.setattr(redis, "keys", keys_then_expire)
-        await redis.set(gone, await redis.get(result_key_prefix + min(kept)))
+        await redis.set(gone, value)
         with pytest.raises(KeyError):  # arq's own listing: the failure `status` had
             await redis.all_job_results()
-        await redis.set(gone, await redis.get(result_key_prefix + min(kept)))
+        await redis.set(gone, value)
         assert {r.job_id for r in await queue.job_results(redis)} == kept
     status = await queue.call(redis, jobs.STATUS)
     assert status["queue"]["last_hour"] == {"done": 3, "failed": 0}
