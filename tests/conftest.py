@@ -11,7 +11,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager, suppress
 from pathlib import Path
 
 import pytest
@@ -122,6 +122,32 @@ async def scheduled_stack(data_dir: Path, embedder: Embedder) -> AsyncIterator[R
     """The same with the daemon's schedule: its cron jobs are registered with the worker."""
     async with _serving(data_dir, embedder, scheduled=True) as rt:
         yield rt
+
+
+# --- a disk that really fills up (tests/test_faults.py, tests/test_search_index.py) ---
+
+
+@contextmanager
+def small_disk(folder: Path, size: str) -> Iterator[Path]:
+    """`folder` made on a tmpfs of `size` of its own, so it can really fill up (unmounted
+    after)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root; a file-size limit is not the same error")
+    folder.mkdir(mode=0o700)
+    mount = ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(folder)]
+    subprocess.run(mount, check=True)
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=True)
+
+
+def fill_disk(folder: Path) -> None:
+    """Write into `folder` until "No space left on device"; unbuffered, since a buffer left
+    over would fail again when the file closes."""
+    with (folder / "filler").open("wb", buffering=0) as filler, suppress(OSError):
+        while True:
+            filler.write(b"\0" * 65536)
 
 
 # --- the code index against the disk (tests/test_watch.py, tests/test_indexing_bad_input.py) ---

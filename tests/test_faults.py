@@ -29,9 +29,11 @@ from memoryd.store import Store
 from tests.conftest import (
     MEMORYD,
     expected_index,
+    fill_disk,
     git_init,
     settings_for,
     site_package,
+    small_disk,
     two_package_tree,
     wait_daemon,
 )
@@ -103,25 +105,10 @@ def _ingest(data_dir: Path, transcript: Path) -> subprocess.CompletedProcess[str
     )
 
 
-@contextlib.contextmanager
-def _small_disk(folder: Path, size: str) -> Iterator[Path]:
-    """`folder` made on a tmpfs of `size` of its own, so it can really fill up (unmounted
-    after)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root; a file-size limit is not the same error")
-    folder.mkdir(mode=0o700)
-    mount = ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(folder)]
-    subprocess.run(mount, check=True)
-    try:
-        yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=True)
-
-
 @pytest.fixture
 def tiny_db_disk(data_dir: Path) -> Iterator[Path]:
     """The database directory on a 16 MB disk of its own."""
-    with _small_disk(data_dir / "db", "16m") as db:
+    with small_disk(data_dir / "db", "16m") as db:
         yield db
 
 
@@ -526,24 +513,16 @@ async def test_ingest_reports_the_edges_it_stored(data_dir: Path) -> None:
     assert {table: stored[table] for table in reported} == reported
 
 
-def _fill(folder: Path) -> None:
-    """Write into `folder` until "No space left on device"; unbuffered, since a buffer left
-    over would fail again when the file closes."""
-    with (folder / "filler").open("wb", buffering=0) as filler, contextlib.suppress(OSError):
-        while True:
-            filler.write(b"\0" * 65536)
-
-
 def test_redis_refusing_writes_stops_the_daemon_with_one_line(
     data_dir: Path, tmp_path: Path
 ) -> None:
-    with _small_disk(data_dir / "redis", "8m") as redis_dir:
+    with small_disk(data_dir / "redis", "8m") as redis_dir:
         daemon = _daemon(data_dir, two_package_tree(tmp_path))
         try:
             lines = _Lines(daemon)
             lines.wait_for("memoryd running")
             # Redis's append-only file can no longer grow: it answers writes with MISCONF.
-            _fill(redis_dir)
+            fill_disk(redis_dir)
             filled = time.monotonic()
             code = daemon.wait(timeout=HANG_BOUND)
             took = time.monotonic() - filled
@@ -567,12 +546,12 @@ def test_redis_refusing_writes_stops_the_daemon_with_one_line(
 def test_redis_refusing_writes_under_a_one_shot_index_ends_it_with_one_line(
     data_dir: Path, tmp_path: Path
 ) -> None:
-    with _small_disk(data_dir / "redis", "8m") as redis_dir:
+    with small_disk(data_dir / "redis", "8m") as redis_dir:
         command = _one_shot_index(data_dir, two_package_tree(tmp_path))
         try:
             lines = _Lines(command)
             lines.wait_for(INDEXED_SOME)
-            _fill(redis_dir)
+            fill_disk(redis_dir)
             filled = time.monotonic()
             # Before, the command waited for its jobs until their timeout (half an hour).
             command.wait(timeout=HANG_BOUND)

@@ -20,8 +20,9 @@ from memoryd.config import DEFAULT_MODEL
 from memoryd.embedding import TRUNCATED_DIM, TRUNCATED_MODEL, Embedder, truncate
 from memoryd.searchindex import Doc, Filters, Hit, SearchIndex
 from memoryd.searchindex import index as index_module
+from memoryd.searchindex.vectors import Vectors
 from tests.chunk_docs import chunk_docs
-from tests.conftest import site_package
+from tests.conftest import fill_disk, site_package, small_disk
 
 MA_FILES = (
     "API_CHANGES.txt",
@@ -526,3 +527,33 @@ def test_while_few_rows_have_vectors_the_knn_counts_by_their_share(
     ix.commit(2)
     assert shared() <= 5
     ix.close()
+
+
+def test_a_full_disk_under_either_index_is_an_os_error(tmp_path: Path, corpus: Corpus) -> None:
+    """tantivy and usearch report a fault of the disk in exceptions of their own (ValueError,
+    RuntimeError), which memoryd took for bugs: a traceback in the log, and a rebuild after it
+    that left the job (CI: an index commit on a data dir gone read-only). They come out as the
+    OSError by which the index sync logs a disk fault in one line."""
+    docs = corpus.docs
+    with small_disk(tmp_path / "disk", "16m") as disk:
+        ix = SearchIndex(disk / "search")
+        vectors = Vectors(disk, "v")
+        vectors.reset(len(docs[0].vector or []))
+        vectors.set(range(len(docs)), np.array([d.vector for d in docs]))
+        vectors.flush()
+        fill_disk(disk)
+        # Without vectors (their journal is written by Python: an OSError already). tantivy's
+        # writer thread meets the full disk during the upsert or at the commit.
+        faults = r"An IO error occurred: .*No space left on device|An index writer was killed"
+        with pytest.raises(OSError, match=faults):
+            ix.upsert([replace(d, vector=None) for d in docs])
+            ix.commit(2)
+        with pytest.raises(OSError, match=r"cannot write .*/v\.tmp: Failed to serialize"):
+            vectors.checkpoint()
+        # With room again, the next write opens a new writer (tantivy's first was killed).
+        (disk / "filler").unlink()
+        ix.upsert([replace(d, vector=None) for d in docs])
+        ix.commit(2)
+        assert ix.generation == 2 and len(ix) == len(docs)
+        vectors.checkpoint()
+        ix.close()

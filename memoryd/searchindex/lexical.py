@@ -10,13 +10,15 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Container, Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import tantivy
 
+from .disk import tantivy_io
 from .kinds import PRIORS, file_name, role
 from .text import split_identifiers
 
@@ -188,24 +190,40 @@ class Lexical:
         self._index.register_tokenizer(_TOKENIZER, _analyzer())
         self._writer: tantivy.IndexWriter | None = None
 
-    def _w(self) -> tantivy.IndexWriter:
-        if self._writer is None:
-            # One indexing thread: the machine's cores belong to the model and the database.
-            self._writer = self._index.writer(64_000_000, 1)
-        return self._writer
+    @contextmanager
+    def _writing(self) -> Iterator[tantivy.IndexWriter]:
+        """The writer, with tantivy's disk faults as OSError. A writer that met one is let go:
+        tantivy kills a writer whose thread hit an I/O error, and a dead writer fails every
+        later call, so the next write opens a new one (once the disk has room again)."""
+        try:
+            with tantivy_io():
+                if self._writer is None:
+                    # One indexing thread: the machine's cores belong to the model and the database.
+                    self._writer = self._index.writer(64_000_000, 1)
+                yield self._writer
+        except OSError:
+            with suppress(OSError):  # the fault raised is the first one
+                self._let_go()
+            raise
+
+    def _let_go(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            with tantivy_io():  # it waits for the merges under way, which may meet the fault
+                writer.wait_merging_threads()
 
     # -- writes ---------------------------------------------------------------------------
 
     def put(self, rows: Iterable[Row]) -> None:
-        writer = self._w()
-        for row in rows:
-            writer.delete_documents_by_term("key", row.key)
-            writer.add_document(_document(row))
+        with self._writing() as writer:
+            for row in rows:
+                writer.delete_documents_by_term("key", row.key)
+                writer.add_document(_document(row))
 
     def delete(self, keys: Iterable[str]) -> None:
-        writer = self._w()
-        for key in keys:
-            writer.delete_documents_by_term("key", key)
+        with self._writing() as writer:
+            for key in keys:
+                writer.delete_documents_by_term("key", key)
 
     def purge(self, keys: Sequence[str], rewritten: Container[str]) -> None:
         """Delete rows leaving no byte of them behind. A deleted document stays in its
@@ -232,17 +250,17 @@ class Lexical:
         self.put(survivors)
 
     def clear(self) -> None:
-        self._w().delete_all_documents()
+        with self._writing() as writer:
+            writer.delete_all_documents()
 
     def commit(self) -> None:
         if self._writer is not None:
-            self._writer.commit()
+            with self._writing() as writer:
+                writer.commit()
             self._index.reload()
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.wait_merging_threads()
-            self._writer = None
+        self._let_go()
 
     # -- reads ----------------------------------------------------------------------------
 

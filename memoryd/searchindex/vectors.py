@@ -20,6 +20,8 @@ import numpy as np
 import onnxruntime  # noqa: F401  # before usearch: in the other order, loading onnxruntime segfaults
 from usearch.index import Index
 
+from .disk import disk_faults
+
 _SET, _REMOVE, _RESET = 1, 2, 3
 # op, label, n: a set is followed by its n float32; a reset's n is the new dimension.
 _HEAD = struct.Struct("<BQI")
@@ -187,7 +189,8 @@ class Vectors:
                 checkpoint.unlink(missing_ok=True)
             else:
                 tmp = checkpoint.with_suffix(".tmp")
-                self._index.save(str(tmp))
+                with disk_faults(RuntimeError, where=f"cannot write {tmp}: "):
+                    self._index.save(str(tmp))
                 os.chmod(tmp, 0o600)
                 os.replace(tmp, checkpoint)
         with open(self._journal, "r+b") as f:
