@@ -21,6 +21,7 @@ import typer
 # Each command imports the rest where it uses it.
 from memoryd import agent_cli, jobs, logs
 from memoryd.errors import MemorydError
+from memoryd.version import version
 from memoryd.vocabulary import SEARCH_KINDS_BY_NAME
 
 if TYPE_CHECKING:
@@ -83,8 +84,21 @@ def _setup_logging(level: str = "INFO", fmt: str = "auto") -> None:
         _fail(MemorydError(str(exc)))
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"memoryd {version()}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _private_files() -> None:
+def _private_files(
+    _version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
     """Local memory for coding agents: code and agent transcripts as one searchable graph."""
     # Everything any command creates (database, AOF, models, logs) is the user's alone: 0600
     # files and 0700 directories, whatever the caller's umask.

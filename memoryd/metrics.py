@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import importlib.metadata
 import ipaddress
 import logging
 import os
@@ -46,6 +45,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 from memoryd import agent_metrics
 from memoryd.errors import Failure
 from memoryd.jobs import JOBS_QUEUE, QUERY_QUEUE
+from memoryd.version import version
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +206,7 @@ def observe_embed(count: int, seconds: float) -> None:
 def instrument_embedder(embedder: _Embedder) -> _Embedder:
     """Time every `embed` call of this loaded model (idempotent), and name it as the model
     served (also when a model already timed is served again, as the tests share one)."""
-    BUILD.info({"version": _version(), "model": embedder.model})
+    BUILD.info({"version": version(), "model": embedder.model})
     if getattr(embedder.embed, "_memoryd_timed", False):
         return embedder
     plain = embedder.embed
@@ -221,13 +221,6 @@ def instrument_embedder(embedder: _Embedder) -> _Embedder:
     embed._memoryd_timed = True  # type: ignore[attr-defined]
     embedder.embed = embed  # type: ignore[method-assign]
     return embedder
-
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version("memoryd")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
 
 
 # -- sampled gauges ----------------------------------------------------------------------------
