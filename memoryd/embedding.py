@@ -32,8 +32,10 @@ _MAX_LENGTH = 256
 DEFAULT_DIM = 384
 # Query vectors kept for a repeated query.
 RECENT_QUERIES = 64
-# The niceness of batch embedding's threads: a query (an agent waiting) gets the cores first.
+# How much nicer batch embedding's threads are than the thread that starts them: a query (an
+# agent waiting) gets the cores first, also when memoryd itself runs niced.
 BATCH_NICE = 10
+MAX_NICE = 19
 
 
 def _package_dir(name: str) -> Path:
@@ -122,7 +124,15 @@ def _lower_priority() -> None:
     it). Linux only: there a niceness is a thread's; elsewhere it would be the whole process's,
     queries included."""
     if sys.platform == "linux":
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BATCH_NICE)
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), batch_nice())
+
+
+def batch_nice(caller: int | None = None) -> int:
+    """The niceness of batch threads started from a thread of niceness ``caller`` (default: the
+    calling thread's)."""
+    if caller is None:
+        caller = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    return min(MAX_NICE, caller + BATCH_NICE)
 
 
 class Embedder:
