@@ -230,7 +230,7 @@ async def enqueue_index(
     sync the jobs belong to (each counts its files into it); `before` is told how many files
     are about to be enqueued, before the first job is. While capture is paused nothing but an
     explicit request is queued."""
-    if not fresh and await paused_since(redis):
+    if not fresh and await _left_alone(redis, f"{len(paths)} files of {project_id}"):
         return []
     wanted = list(dict.fromkeys(paths))
     if not fresh:
@@ -333,6 +333,14 @@ async def paused_since(redis: ArqRedis) -> datetime | None:
     return datetime.fromisoformat(_text(value)) if value else None
 
 
+async def _left_alone(redis: ArqRedis, what: str) -> bool:
+    """Whether capture is paused; if so, one line says what a change would have queued."""
+    if (since := await paused_since(redis)) is None:
+        return False
+    log.info("capture is paused (since %s): %s left alone", since.isoformat(), what)
+    return True
+
+
 async def resume(redis: ArqRedis) -> datetime | None:
     """Capture on again; returns when it was paused (None: it was not)."""
     since = await paused_since(redis)
@@ -347,7 +355,7 @@ async def enqueue_ingest(
     and ahead of what was queued before. `from_offset`: a worker's follow-up slice of a huge
     transcript, named by where it starts. While capture is paused nothing but an explicit
     request is queued."""
-    if not fresh and await paused_since(redis):
+    if not fresh and await _left_alone(redis, f"{len(paths)} transcripts"):
         return []
     queued = []
     places = await _ahead(redis, jobs.INGEST_TRANSCRIPT, len(paths)) if fresh else [{}] * len(paths)

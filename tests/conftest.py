@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
@@ -254,6 +256,30 @@ def orphaned_by(dump: dict[str, list[dict]], doomed: set[tuple[str, str]]) -> se
 
 
 # --- helpers several test modules share ---
+
+
+class Lines:
+    """A process's stderr, collected by a thread, so that a test can wait for a line."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        assert process.stderr is not None
+        stream = process.stderr
+        self._thread = threading.Thread(target=lambda: self.lines.extend(stream), daemon=True)
+        self._thread.start()
+
+    def wait_for(self, pattern: str, timeout: float = 300) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = [line for line in list(self.lines) if re.search(pattern, line)]
+            if found:
+                return found[0]
+            time.sleep(0.1)
+        pytest.fail(f"no line with {pattern!r} in {timeout}s: {self.lines}")
+
+    def text(self) -> str:
+        self._thread.join(timeout=30)  # the process has exited or been killed by now
+        return "".join(self.lines)
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:

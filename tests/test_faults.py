@@ -10,7 +10,6 @@ import shutil
 import signal
 import stat
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -28,6 +27,7 @@ from memoryd.runtime import Runtime
 from memoryd.store import Store
 from tests.conftest import (
     MEMORYD,
+    Lines,
     expected_index,
     fill_disk,
     git_init,
@@ -137,30 +137,6 @@ def test_disk_full_is_a_failed_job_not_a_success(
     assert "No space left on device" in done.stderr
 
 
-class _Lines:
-    """A process's stderr, collected by a thread, so that a test can wait for a line."""
-
-    def __init__(self, process: subprocess.Popen[str]) -> None:
-        self.lines: list[str] = []
-        assert process.stderr is not None
-        stream = process.stderr
-        self._thread = threading.Thread(target=lambda: self.lines.extend(stream), daemon=True)
-        self._thread.start()
-
-    def wait_for(self, pattern: str, timeout: float = 300) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = [line for line in list(self.lines) if re.search(pattern, line)]
-            if found:
-                return found[0]
-            time.sleep(0.1)
-        pytest.fail(f"no line with {pattern!r} in {timeout}s: {self.lines}")
-
-    def text(self) -> str:
-        self._thread.join(timeout=HANG_BOUND)
-        return "".join(self.lines)
-
-
 def _redis_pid(line: str) -> int:
     return int(re.search(r"\(pid (\d+)\)", line).group(1))  # type: ignore[union-attr]
 
@@ -174,7 +150,7 @@ async def test_redis_killed_mid_indexing_is_restarted_and_the_index_completes(
     want = expected_index(root, project.id, Settings().chunk_max_chars)
     daemon = _daemon(data_dir, root)
     try:
-        lines = _Lines(daemon)
+        lines = Lines(daemon)
         first = _redis_pid(lines.wait_for("redis started"))
         at_kill = wait_daemon(
             data_dir,
@@ -237,7 +213,7 @@ def test_redis_killed_under_a_one_shot_index_is_restarted_and_the_report_is_whol
     want = expected_index(root, projects.resolve(root).id, Settings().chunk_max_chars)
     command = _one_shot_index(data_dir, root)
     try:
-        lines = _Lines(command)
+        lines = Lines(command)
         lines.wait_for(INDEXED_SOME)  # a job is done, the others queued or under way
         first = _redis_server(command).pid
         os.kill(first, signal.SIGKILL)
@@ -267,7 +243,7 @@ def test_an_external_redis_lost_stops_the_daemon_with_one_line(
     try:
         daemon = _daemon(data_dir, two_package_tree(tmp_path), extra=("--redis-url", external.url))
         try:
-            lines = _Lines(daemon)
+            lines = Lines(daemon)
             lines.wait_for("index_files")
             os.kill(external_pid, signal.SIGKILL)
             killed = time.monotonic()
@@ -295,7 +271,7 @@ def test_sigterm_during_start_up_stops_the_private_redis(data_dir: Path, tmp_pat
     git_init(root)
     daemon = _daemon(data_dir, root)
     try:
-        lines = _Lines(daemon)
+        lines = Lines(daemon)
         redis_pid = _redis_pid(lines.wait_for("redis started"))
         code, _ = _signalled(daemon)
     finally:
@@ -325,9 +301,10 @@ def _long_file_tree(tmp_path: Path) -> Path:
 def test_sigterm_mid_embedding_stops_promptly(data_dir: Path, tmp_path: Path) -> None:
     daemon = _daemon(data_dir, _long_file_tree(tmp_path))
     try:
-        lines = _Lines(daemon)
-        lines.wait_for("memoryd running")
-        time.sleep(5)  # the chunks are written (or being written) and are being embedded
+        lines = Lines(daemon)
+        # The chunks are written and their embedding job is queued or under way: the stop
+        # lands before it can finish (it takes minutes of the model on this tree).
+        lines.wait_for("initial index of .* done")
         code, took = _signalled(daemon)
     finally:
         _stop(daemon)
@@ -344,20 +321,21 @@ def test_a_signal_on_a_one_shot_index_stops_its_private_redis(
 ) -> None:
     command = subprocess.Popen(
         [MEMORYD, "index", str(_long_file_tree(tmp_path)), "--data-dir", str(data_dir)],
+        env={**os.environ, "MEMORYD_PROGRESS_SECONDS": "0.2"},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
-        deadline = time.monotonic() + 300
-        while not (data_dir / "db").exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        time.sleep(5)  # the model is loaded and the one job is under way
+        lines = Lines(command)
+        # A progress line with chunks: the model is loaded, the file is indexed, and the
+        # command waits for the vectors of minutes of embedding.
+        lines.wait_for(r"indexing .*: 1/1 files, [1-9]\d* chunks")
         redis_server = _redis_server(command)
         code, took = _signalled(command, stop)
     finally:
         _stop(command)
-    stderr = command.stderr.read() if command.stderr else ""
+    stderr = lines.text()
     assert code == 128 + stop, stderr
     assert f"stopped by {stop.name} before finishing" in stderr
     assert not psutil.pid_exists(redis_server.pid)
@@ -461,7 +439,7 @@ def test_a_data_dir_gone_read_only_stops_without_a_traceback(
     bound = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner", "--"]
     daemon = _daemon(data_dir, root, tuple(bound))
     try:
-        lines = _Lines(daemon)
+        lines = Lines(daemon)
         lines.wait_for("index_files")
         for path in [data_dir, *data_dir.rglob("*")]:
             if not path.is_symlink():
@@ -519,7 +497,7 @@ def test_redis_refusing_writes_stops_the_daemon_with_one_line(
     with small_disk(data_dir / "redis", "8m") as redis_dir:
         daemon = _daemon(data_dir, two_package_tree(tmp_path))
         try:
-            lines = _Lines(daemon)
+            lines = Lines(daemon)
             lines.wait_for("memoryd running")
             # Redis's append-only file can no longer grow: it answers writes with MISCONF.
             fill_disk(redis_dir)
@@ -549,7 +527,7 @@ def test_redis_refusing_writes_under_a_one_shot_index_ends_it_with_one_line(
     with small_disk(data_dir / "redis", "8m") as redis_dir:
         command = _one_shot_index(data_dir, two_package_tree(tmp_path))
         try:
-            lines = _Lines(command)
+            lines = Lines(command)
             lines.wait_for(INDEXED_SOME)
             fill_disk(redis_dir)
             filled = time.monotonic()

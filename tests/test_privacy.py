@@ -7,14 +7,13 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from memoryd.runtime import Runtime
 from memoryd.store import QueryFailed
-from tests.conftest import MEMORYD, cli, git_init, wait_daemon
+from tests.conftest import MEMORYD, Lines, cli, git_init, wait_daemon
 from tests.fixtures import RENDERER, S37, SMALL
 
 # Each test here runs a whole scenario through a daemon or the full stack: not the quick loop.
@@ -309,19 +308,24 @@ def test_a_running_daemon_keeps_excluded_files_out_and_captures_nothing_while_pa
     env |= {"MEMORYD_CONFIG": str(config), "MEMORYD_TRANSCRIPTS": json.dumps([str(folder)])}
     args = ("--data-dir", str(data))
     daemon = subprocess.Popen(
-        [MEMORYD, "run", *args, "--repo", str(repo)], stderr=subprocess.DEVNULL, env=env
+        [MEMORYD, "run", *args, "--repo", str(repo)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env | {"MEMORYD_LOG_FORMAT": "human"},
     )
+    lines = Lines(daemon)
     try:
         wait_daemon(data, lambda info: info["counts"]["file_state"] == 1)
         (repo / "vault" / "live.py").write_text("def vault_live_qq1():\n    return 4\n")
-        time.sleep(1)  # its burst is flushed before the next file's
         (repo / "late.py").write_text("def late_visible_fn():\n    return 5\n")
         wait_daemon(data, lambda info: info["counts"]["file_state"] == 2)
 
         memoryd(config, "pause", *args)
         shutil.copy(SMALL, folder / SMALL.name)
         (repo / "paused.py").write_text("def paused_fn_kk4():\n    return 6\n")
-        time.sleep(5)  # many times the debounce (0.3 s) and an ingest of this file (< 1 s)
+        # Both changes were seen and left alone: absence by the watchers' word, not a wait.
+        lines.wait_for(r"capture is paused \(since .*\): 1 transcripts left alone")
+        lines.wait_for(r"capture is paused \(since .*\): 1 files of repo-\w+ left alone")
         paused = json.loads(memoryd(config, "status", *args, "--json").stdout)["counts"]
         assert (paused["file_state"], paused["memory"], paused["session"]) == (2, 0, 0)
         # The shell names no transcript folder: the daemon looks in its own.
