@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -97,6 +98,25 @@ def test_two_workers_against_one_surrealdb_server(arq_tree: Path, tmp_path: Path
             timeout=600,
         )
         assert done.returncode == 0, done.stderr
+        totals = json.loads(done.stdout)
+        assert totals["failed"] == 0 and totals["indexed"] == totals["files"] > 0, totals
+        assert totals["embedded"] == totals["chunks"] > 0, totals
+        # What the workers wrote to the server is what a client of the server finds.
+        found = subprocess.run(
+            [MEMORYD, "search", "parse a redis connection DSN url", "-n", "3", "--json",
+             "--data-dir", str(tmp_path / "c")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )  # fmt: skip
+        assert found.returncode == 0, found.stderr
+        source = (arq_tree / "connections.py").read_text().splitlines()
+        line = next(n for n, text in enumerate(source, 1) if "def from_dsn" in text)
+        hits = json.loads(found.stdout)["results"]
+        assert any(
+            h["path"] == "connections.py" and h["start_line"] <= line <= h["end_line"] for h in hits
+        ), hits
     finally:
         for worker in workers:
             worker.send_signal(signal.SIGTERM)
