@@ -652,7 +652,7 @@ def prune(
     as_json: AsJson = False,
 ) -> None:
     """Prune now (what `memoryd maintenance run prune` does); --dry-run shows what would go."""
-    _run_maintenance("prune", dry_run, _client(data_dir, redis_url, surreal_url), as_json)
+    _run_maintenance(jobs.PRUNE.name, dry_run, _client(data_dir, redis_url, surreal_url), as_json)
 
 
 def _run_maintenance(task: str, dry_run: bool, settings: Settings, as_json: bool) -> None:

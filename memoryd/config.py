@@ -18,6 +18,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
+from memoryd import jobs
 from memoryd.errors import MemorydError
 from memoryd.hook_client import MAX_CHARS as HOOK_MAX_CHARS
 from memoryd.hook_client import MAX_CHARS_RANGE as HOOK_MAX_CHARS_RANGE
@@ -34,7 +35,11 @@ from memoryd.vocabulary import DEFAULT_HALF_LIVES
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 # When the workers run each maintenance task, as cron expressions ("off": never on a schedule).
-DEFAULT_SCHEDULE = {"decay": "17 * * * *", "prune": "41 3 * * *", "reembed": "*/5 * * * *"}
+DEFAULT_SCHEDULE = {
+    jobs.DECAY.name: "17 * * * *",
+    jobs.PRUNE.name: "41 3 * * *",
+    jobs.REEMBED.name: "*/5 * * * *",
+}
 SCHEDULE_OFF = "off"
 # Files that hold secrets by their nature, kept out of the index whatever their content
 # (gitignore syntax: a pattern with no slash matches the name in any directory; `!` excepts).

@@ -28,12 +28,20 @@ class JobSpec:
         return self.queue == QUERY_QUEUE
 
 
+_DECLARED: list[JobSpec] = []
+
+
+def _declared(spec: JobSpec) -> JobSpec:
+    _DECLARED.append(spec)
+    return spec
+
+
 def _work(name: str) -> JobSpec:
-    return JobSpec(name, JOBS_QUEUE, 3)
+    return _declared(JobSpec(name, JOBS_QUEUE, 3))
 
 
 def _query(name: str) -> JobSpec:
-    return JobSpec(name, QUERY_QUEUE, 1)
+    return _declared(JobSpec(name, QUERY_QUEUE, 1))
 
 
 INDEX_FILES = _work("index_files")
@@ -72,34 +80,5 @@ CHANGED_TRANSCRIPTS = _query("changed_transcripts")
 # An agent's hook: its JSON in, the context to inject out (memoryd/hooks.py).
 HOOK = _query("hook")
 
-ALL = (
-    INDEX_FILES,
-    EMBED_CHUNKS,
-    INGEST_TRANSCRIPT,
-    DECAY,
-    PRUNE,
-    REEMBED,
-    REINDEX,
-    SEARCH,
-    STATUS,
-    REGISTER_PROJECT,
-    STORED_PATHS,
-    HISTORY,
-    SESSION,
-    PIN,
-    IMPORT_ROWS,
-    FORGET_SCOPE,
-    SKIP_TRANSCRIPTS,
-    EXPORT_TABLES,
-    EXPORT_PAGE,
-    PROJECTS,
-    SESSION_PROJECTS,
-    GET,
-    TIMELINE,
-    RECENT_ACTIVITY,
-    REMEMBER,
-    FORGET,
-    INDEX_PROGRESS,
-    CHANGED_TRANSCRIPTS,
-    HOOK,
-)
+# Every job above, in the order declared: the registry binds a function to each.
+ALL = tuple(_DECLARED)

@@ -18,7 +18,7 @@ from typing import Any
 from redis.asyncio.lock import Lock
 from redis.exceptions import LockError
 
-from memoryd import hooks
+from memoryd import hooks, jobs
 from memoryd.config import Settings
 from memoryd.embedding import embed_off_loop
 from memoryd.indexsync import IndexSync
@@ -103,7 +103,7 @@ async def decay(ctx: JobContext, at: str | None = None) -> dict[str, Any]:
             break
         after = last
     result = {"memories": total, "rewritten": rewritten, "at": now.isoformat()}
-    await store.record_maintenance("decay", started, result, False, ctx.get("job_id"))
+    await store.record_maintenance(jobs.DECAY.name, started, result, False, ctx.get("job_id"))
     log.info("decay: importance of %d memories worked out, %d rewritten", total, rewritten)
     return result
 
@@ -145,7 +145,7 @@ async def prune(
         "ids": shown,
         "hook_records": records,
     }
-    await store.record_maintenance("prune", started, result, dry_run, ctx.get("job_id"))
+    await store.record_maintenance(jobs.PRUNE.name, started, result, dry_run, ctx.get("job_id"))
     log.info("prune%s: %s", " (dry run)" if dry_run else "", counts)
     return result
 
@@ -202,7 +202,7 @@ async def reembed(ctx: JobContext, batches: int = 5) -> dict[str, Any]:
             done[table] += len(rows)
     remaining = await store.count_stale_vectors(embedder.model)
     result = {"model": embedder.model, "reembedded": done, "remaining": remaining}
-    await store.record_maintenance("reembed", started, result, False, ctx.get("job_id"))
+    await store.record_maintenance(jobs.REEMBED.name, started, result, False, ctx.get("job_id"))
     log.info("reembed: %s, remaining %s", done, remaining)
     return result
 

@@ -14,7 +14,7 @@ LSM tree) does with memory, measured here:
   one file, which allocates about as much as it merges (~1.05x) and frees it after. That peak
   grows with the database and nothing outside the engine can bound it.
 So a file-backed embedded connection is closed and opened again, between queries, once the
-process's anonymous memory grew by `recycle_bytes` since it was opened, heap that the engine
+process's anonymous memory grew by `reopen_bytes` since it was opened, heap that the engine
 already freed given back first (far cheaper than a reopen). The threshold is kept under half the
 memtable the engine chose, so writes never reach the stall. A server connection (ws://) holds
 nothing of the kind and is never reopened.
@@ -195,13 +195,13 @@ class Connection:
         db: Any,
         url: str,
         login: tuple[str, str, str | None, str | None],
-        recycle_bytes: int,
+        reopen_bytes: int,
     ) -> None:
         self._db = db
         self.url = url
         self._login = login  # namespace, database, user, password
         self._recycle = (
-            reopen_threshold(recycle_bytes, engine_memory_bytes())
+            reopen_threshold(reopen_bytes, engine_memory_bytes())
             if url.startswith(_FILE_BACKED)
             else None
         )
@@ -227,10 +227,10 @@ class Connection:
         database: str,
         user: str | None = None,
         password: str | None = None,
-        recycle_bytes: int = DEFAULT_REOPEN_BYTES,
+        reopen_bytes: int = DEFAULT_REOPEN_BYTES,
     ) -> Connection:
         login = (namespace, database, user, password)
-        return cls(await _connect(url, *login), url, login, recycle_bytes)
+        return cls(await _connect(url, *login), url, login, reopen_bytes)
 
     async def close(self) -> None:
         await self._db.close()
