@@ -33,6 +33,7 @@ from typing import Any
 from memoryd.searchindex import Doc, SearchIndex, chunk_kind, micros
 from memoryd.store import Ref, Store
 from memoryd.store.code import FileIndexWrite
+from memoryd.vocabulary import SEARCHED_TABLES
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,6 @@ SEARCH_DIR = "search"
 SNIPPET_CHARS = 160
 # Rows read from the database per page of a rebuild.
 REBUILD_BATCH = 2000
-SEARCHED_TABLES = ("code_chunk", "memory", "goal")
 # Server mode: the generations of changes kept for copies that fell behind, and how long a
 # generation may go unrecorded before a copy stops waiting for it and rebuilds.
 CHANGES_KEPT = 10_000

@@ -25,7 +25,7 @@ from memoryd.config import Settings
 from memoryd.errors import MemorydError
 from memoryd.export import write_backup
 from memoryd.store import SCHEMA_DIR, VECTOR_TABLES, Store
-from memoryd.vocabulary import RETIRED_EDGE_TABLES
+from memoryd.vocabulary import MEMORY_ENTITY_EDGE_TABLES, RETIRED_EDGE_TABLES
 
 log = logging.getLogger(__name__)
 
@@ -149,16 +149,7 @@ DATA_STEPS: tuple[DataStep, ...] = (
         "rederive_edges",
         _rederive_edges,
         # search_state: a changed memory kind moves the search generation (its row made then)
-        changes=(
-            "entity",
-            "reads",
-            "modifies",
-            "executes",
-            "mentions",
-            "triggered",
-            "denied",
-            "search_state",
-        ),
+        changes=("entity", *MEMORY_ENTITY_EDGE_TABLES, "search_state"),
     ),
     DataStep(10, "pack_vectors", _pack_vectors, changes=()),
     DataStep(12, "store_bodies", _store_bodies, changes=("blob",)),

@@ -34,6 +34,8 @@ class Edge:
     ``in_history``: `memoryd history FILE` lists it among a file's actions.
     ``in_replay``: `memoryd session` lists it under the memory it starts from.
     ``action``: a verb of an agent's tool call (READS/MODIFIES/EXECUTES), with an outcome.
+    ``text_field``: its field of free text from a transcript (a command line, an error
+    message), which redaction scrubs.
     """
 
     name: str
@@ -44,6 +46,7 @@ class Edge:
     in_history: bool = False
     in_replay: bool = False
     action: bool = False
+    text_field: str | None = None
 
     @property
     def table(self) -> str:
@@ -55,17 +58,55 @@ class Edge:
 # third of the database's bytes: migration step 025 drops their tables, an import skips them.
 RETIRED_EDGE_TABLES = ("contains", "next")
 HAS_GOAL = Edge("HAS_GOAL", "session", "goal")
-READS = Edge("READS", "memory", "entity", (FILE, URL), in_history=True, in_replay=True, action=True)
+READS = Edge(
+    "READS",
+    "memory",
+    "entity",
+    (FILE, URL),
+    in_history=True,
+    in_replay=True,
+    action=True,
+    text_field="detail",
+)
 MODIFIES = Edge(
-    "MODIFIES", "memory", "entity", (FILE,), in_history=True, in_replay=True, action=True
+    "MODIFIES",
+    "memory",
+    "entity",
+    (FILE,),
+    in_history=True,
+    in_replay=True,
+    action=True,
+    text_field="detail",
 )
-EXECUTES = Edge("EXECUTES", "memory", "entity", (COMMAND, TOOL), in_replay=True, action=True)
-TRIGGERED = Edge("TRIGGERED", "memory", "entity", (ERROR,), in_replay=True)
+EXECUTES = Edge(
+    "EXECUTES",
+    "memory",
+    "entity",
+    (COMMAND, TOOL),
+    in_replay=True,
+    action=True,
+    text_field="detail",
+)
+TRIGGERED = Edge("TRIGGERED", "memory", "entity", (ERROR,), in_replay=True, text_field="message")
 DENIED = Edge(
-    "DENIED", "memory", "entity", (FILE, COMMAND, TOOL, URL), in_history=True, in_replay=True
+    "DENIED",
+    "memory",
+    "entity",
+    (FILE, COMMAND, TOOL, URL),
+    in_history=True,
+    in_replay=True,
+    text_field="message",
 )
-SPAWNED = Edge("SPAWNED", "memory", "session", in_replay=True)
-MENTIONS = Edge("MENTIONS", "memory", "entity", (FILE, SYMBOL), in_history=True, in_replay=True)
+SPAWNED = Edge("SPAWNED", "memory", "session", in_replay=True, text_field="detail")
+MENTIONS = Edge(
+    "MENTIONS",
+    "memory",
+    "entity",
+    (FILE, SYMBOL),
+    in_history=True,
+    in_replay=True,
+    text_field="detail",
+)
 DEFINED_IN = Edge("DEFINED_IN", "code_chunk", "entity", (FILE, SYMBOL), written_by="code")
 
 EDGES = (
@@ -84,6 +125,15 @@ ACTION_VERBS = tuple(edge.name for edge in EDGES if edge.action)
 TRANSCRIPT_EDGE_TABLES = tuple(edge.table for edge in EDGES if edge.written_by == "transcript")
 HISTORY_EDGE_TABLES = tuple(edge.table for edge in EDGES if edge.in_history)
 REPLAY_EDGE_TABLES = tuple(edge.table for edge in EDGES if edge.in_replay)
+# What a memory says of entities: derived from its tool call and text (a migration re-derives
+# them), and, for files, what makes a memory "about" a file (forget by path).
+MEMORY_ENTITY_EDGE_TABLES = tuple(
+    edge.table for edge in EDGES if (edge.source, edge.target) == ("memory", "entity")
+)
+MEMORY_FILE_EDGE_TABLES = tuple(
+    edge.table for edge in EDGES if edge.source == "memory" and FILE in edge.target_kinds
+)
+EDGE_TEXT_FIELDS = {edge.table: edge.text_field for edge in EDGES if edge.text_field}
 
 
 def edge(name: str) -> Edge:
@@ -133,15 +183,18 @@ class SearchKind:
     name: str
     table: str
     description: str
+    text_field: str = "content"  # the text that is searched by words and embedded
 
 
 SEARCH_KINDS = (
     SearchKind("code", "code_chunk", "source code chunks (functions, classes, blocks)"),
     SearchKind("docs", "code_chunk", "prose files: docs, readmes and changelogs"),
     SearchKind("memory", "memory", "what happened in sessions: prompts, messages, tool calls"),
-    SearchKind("goal", "goal", "what users asked agents to do"),
+    SearchKind("goal", "goal", "what users asked agents to do", text_field="intent"),
 )
 SEARCH_KINDS_BY_NAME = {kind.name: kind for kind in SEARCH_KINDS}
+# The tables search reads (each has vectors), with the field of each that is searched.
+SEARCHED_TABLES = {kind.table: kind.text_field for kind in SEARCH_KINDS}
 
 # The name memoryd's MCP server is registered under in every client (`memoryd integrate`); its
 # tools are `mcp:memoryd:<tool>` in transcripts.

@@ -34,6 +34,7 @@ from typing import Any
 import blake3
 
 from memoryd.scan import secret_file
+from memoryd.vocabulary import EDGE_TEXT_FIELDS, SEARCHED_TABLES
 
 REDACTED = "[REDACTED:{}]"
 _MARK = "[REDACTED:"
@@ -572,17 +573,11 @@ SCRUB_FIELDS: dict[str, tuple[str, ...]] = {
     "summary": ("text",),
     "session": ("description",),
     "entity": ("name", "aliases"),
-    "reads": ("detail",),
-    "modifies": ("detail",),
-    "executes": ("detail",),
-    "mentions": ("detail",),
-    "spawned": ("detail",),
-    "triggered": ("message",),
-    "denied": ("message",),
+    **{table: (field,) for table, field in EDGE_TEXT_FIELDS.items()},
     "transcript_cursor": ("state",),
 }
 # Tables whose vector is computed from the scrubbed text: it was computed from the secret too.
-_EMBEDDED = frozenset({"code_chunk", "memory", "goal"})
+_EMBEDDED = frozenset(SEARCHED_TABLES)
 
 
 @dataclass(slots=True)

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from memoryd.store.base import Ref, StoreBase, key_of, now, path_key, rid, to_record
+from memoryd.vocabulary import MEMORY_FILE_EDGE_TABLES
 
 
 def _refs(rows: list[Any] | None) -> list[Ref]:
@@ -109,13 +110,14 @@ class PrivacyQueries(StoreBase):
         that also names another file stays (its edges to `files` go with the entities)."""
         if not files:
             return []
+        edges = ", ".join(MEMORY_FILE_EDGE_TABLES)
         found = (
             await self.query(
-                """
+                f"""
                 LET $touching = array::distinct(array::flatten(
-                    (SELECT VALUE <-(reads, modifies, denied, mentions)<-memory FROM $files)));
+                    (SELECT VALUE <-({edges})<-memory FROM $files)));
                 LET $only = SELECT VALUE id FROM $touching WHERE array::len(array::complement(
-                    array::distinct(->(reads, modifies, denied, mentions)->entity[
+                    array::distinct(->({edges})->entity[
                         WHERE kind = 'file']), $files)) = 0;
                 LET $calls = SELECT session, call_id FROM $only WHERE call_id IS NOT NONE;
                 LET $results = SELECT VALUE id FROM memory

@@ -8,12 +8,13 @@ import logging
 from pathlib import Path
 
 from memoryd.store.base import StoreBase, rid
+from memoryd.vocabulary import SEARCHED_TABLES
 
 log = logging.getLogger(__name__)
 
 SCHEMA_DIR = Path(str(importlib.resources.files("memoryd.schema")))
 # Tables holding vectors, by the field whose text is embedded.
-VECTOR_TABLES = {"code_chunk": "content", "memory": "content", "goal": "intent"}
+VECTOR_TABLES = SEARCHED_TABLES
 
 
 class SchemaQueries(StoreBase):
