@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from arq.jobs import Job
 
 from memoryd import jobs, projects, queue
 from memoryd.embedding import Embedder
@@ -158,3 +159,38 @@ async def test_a_stop_between_the_phases_heals_at_the_next_start(
         assert len(all_vectors(second, pid, vector)) == chunks
     finally:
         await second.close()
+
+
+async def test_each_text_is_embedded_once_when_embedding_jobs_and_reembed_overlap(
+    stack: Runtime, arq_tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cold index's embedding jobs, the catch-up a start queues for every owed chunk and the
+    scheduled reembed all name the same chunks while the model is busy: each distinct text
+    reaches the model once (counted at the model), and every chunk gets its vector."""
+    rt = stack
+    assert rt.redis is not None and rt.embedder is not None
+    embedder = rt.embedder
+    given: list[str] = []
+    real_embed = embedder.embed
+
+    def counting(texts: Any, *args: Any, **kwargs: Any) -> Any:
+        given.extend(texts)
+        return real_embed(texts, *args, **kwargs)
+
+    monkeypatch.setattr(embedder, "embed", counting)
+    with model_held(embedder):
+        reports = await first_phase(rt, arq_tree)
+        # The same chunks, named again: the catch-up of a start, twice, and a reembed run.
+        catch_up = [await queue.enqueue_embed(rt.redis) for _ in range(2)]
+        reembed = await queue.enqueue(rt.redis, jobs.REEMBED)
+        assert reembed is not None
+    for report in reports:
+        await queue.embedded_later(rt.redis, report, timeout=300)
+    for job_id in catch_up:
+        await queue.wait_for(Job(job_id, rt.redis, _queue_name=JOBS_QUEUE), 300)
+    reembedded = await queue.wait_for(reembed, 300)
+    assert reembedded["reembedded"]["code_chunk"] == 0
+    rows = await stored_chunks(rt)
+    assert all(r["embedding"] is not None for r in rows)
+    distinct = {r["content"] for r in rows}
+    assert len(given) == len(set(given)) == len(distinct)

@@ -40,7 +40,7 @@ from typing import Any
 
 import blake3
 
-from memoryd import queue
+from memoryd import jobs, queue
 from memoryd.embedding import embed_off_loop
 from memoryd.errors import JobFailed
 from memoryd.ids import (
@@ -56,6 +56,7 @@ from memoryd.scan import SECRET_FILE, read_source, secret_file, wanted_paths
 from memoryd.store import QueryFailed
 from workers.chunking import chunk_text, language_for_path
 from workers.context import JobContext
+from workers.locks import held
 from workers.reader import MANY_FILES
 from workers.redact import SecretMemory, redact
 
@@ -710,6 +711,11 @@ async def _embed_after(ctx: JobContext, owed: list[str], report: IndexReport) ->
     report.embed_job = await queue.enqueue_embed(redis, owed)
 
 
+def _embedding(ctx: JobContext) -> contextlib.AbstractAsyncContextManager[object]:
+    redis = ctx.get("redis")
+    return contextlib.nullcontext() if redis is None else held(redis, jobs.EMBED_CHUNKS.name)
+
+
 async def embed_chunks(ctx: JobContext, keys: list[str] | None = None) -> dict[str, int]:
     """Vectors for chunks written without one: these `keys` (what an index job left), or every
     chunk that owes one (what a crash left). Content already embedded with the model is reused,
@@ -722,20 +728,24 @@ async def embed_chunks(ctx: JobContext, keys: list[str] | None = None) -> dict[s
     done = {"chunks": 0, "embedded": 0}
     part = settings.index_write_chunks
     for start in range(0, len(keys), part):
-        rows = await store.owed_chunks(keys[start : start + part], model)
-        if not rows:
-            continue
-        known = await store.vectors_by_hash((row["content_hash"] for row in rows), model)
-        missing: dict[str, str] = {}
-        for row in rows:
-            if row["content_hash"] not in known:
-                missing.setdefault(row["content_hash"], row["content"])
-        if missing:
-            vectors = await embed_off_loop(embedder, list(missing.values()))
-            known.update(zip(missing.keys(), vectors, strict=True))
-        await ctx["search"].set_vectors(
-            "code_chunk", {row["key"]: known[row["content_hash"]] for row in rows}, model
-        )
+        # One part at a time across jobs and workers, each asking again what is still owed:
+        # the start-up catch-up and a rerun of a job a crash cut short name the same chunks as
+        # the jobs still queued, and each text is embedded once all the same.
+        async with _embedding(ctx):
+            rows = await store.owed_chunks(keys[start : start + part], model)
+            if not rows:
+                continue
+            known = await store.vectors_by_hash((row["content_hash"] for row in rows), model)
+            missing: dict[str, str] = {}
+            for row in rows:
+                if row["content_hash"] not in known:
+                    missing.setdefault(row["content_hash"], row["content"])
+            if missing:
+                vectors = await embed_off_loop(embedder, list(missing.values()))
+                known.update(zip(missing.keys(), vectors, strict=True))
+            await ctx["search"].set_vectors(
+                "code_chunk", {row["key"]: known[row["content_hash"]] for row in rows}, model
+            )
         done["chunks"] += len(rows)
         done["embedded"] += len(missing)
     if keys:

@@ -7,43 +7,25 @@ the clock. One run of a task at a time across all workers: each holds a Redis lo
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from redis.asyncio.lock import Lock
-from redis.exceptions import LockError
-
 from memoryd import hooks, jobs
 from memoryd.config import Settings
 from memoryd.embedding import embed_off_loop
 from memoryd.indexsync import IndexSync
-from memoryd.queue import MAINTENANCE_LOCK_PREFIX
 from memoryd.store import VECTOR_TABLES, Store
 from memoryd.store.maintenance import Decay, PruneRules
 from workers.context import JobContext
 from workers.ingest import EMBED_CHARS
+from workers.locks import held
 
 log = logging.getLogger(__name__)
 
 Task = Callable[..., Awaitable[dict[str, Any]]]
-# A run's lock lapses this long after its worker stops renewing it (killed, frozen): short, so
-# the next run is not locked out for long, and renewed every third of it while the run goes on.
-LOCK_SECONDS = 60.0
-
-
-async def _keep(lock: Lock, name: str) -> None:
-    while True:
-        await asyncio.sleep(LOCK_SECONDS / 3)
-        try:
-            await lock.reacquire()
-        except LockError:
-            log.warning("%s: lost its lock; another run may start", name)
-            return
 
 
 def one_at_a_time(task: Task) -> Task:
@@ -54,17 +36,11 @@ def one_at_a_time(task: Task) -> Task:
 
     @functools.wraps(task)
     async def run(ctx: JobContext, *args: Any, wait: bool = True, **kwargs: Any) -> dict[str, Any]:
-        lock = ctx["redis"].lock(MAINTENANCE_LOCK_PREFIX + name, timeout=LOCK_SECONDS)
-        if not await lock.acquire(blocking=wait):
-            log.info("%s: the previous run is still going; this one is skipped", name)
-            return {"skipped": f"another {name} run was still going"}
-        keeper = asyncio.create_task(_keep(lock, name))
-        try:
+        async with held(ctx["redis"], name, wait) as holding:
+            if not holding:
+                log.info("%s: the previous run is still going; this one is skipped", name)
+                return {"skipped": f"another {name} run was still going"}
             return await task(ctx, *args, **kwargs)
-        finally:
-            keeper.cancel()
-            with contextlib.suppress(LockError):
-                await lock.release()
 
     return run
 

@@ -9,13 +9,19 @@ from typing import Any
 
 from memoryd.store.base import StoreBase, pack_vector, rid
 from memoryd.store.blobs import BODIES_OF_DOOMED, BODY, DROP_ORPHAN_BODIES, whole_texts
+from memoryd.store.code import OWES_VECTOR
 from memoryd.store.schema import VECTOR_TABLES
 from memoryd.store.search import BUMP_GENERATION, SEARCH_FIELDS, returned
 
 # A row that should carry a vector of the configured model ($model) and does not: embedded with
 # another model, or its vector dropped when the dimension changed. Rows with no model are not
 # embedded at all (kinds that are not, texts too long).
-_STALE_VECTOR = "embedding_model IS NOT NONE AND (embedding_model != $model OR embedding IS NONE)"
+# A vector of another model, or one dropped (a dimension change). A chunk written without its
+# vector of the configured model is not stale but owed: its `embed_chunks` job embeds it.
+_STALE_VECTOR = (
+    "embedding_model IS NOT NONE AND (embedding_model != $model OR embedding IS NONE) "
+    f"AND NOT ({OWES_VECTOR})"
+)
 
 
 def _age(field: str) -> str:
