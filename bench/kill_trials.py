@@ -22,6 +22,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -84,6 +85,26 @@ def _status(data_dir: Path, env: dict[str, str]) -> dict[str, Any] | None:
 def _log(data_dir: Path) -> Path:
     """Where the daemons of a data dir log, one after another."""
     return data_dir.with_suffix(".log")
+
+
+# The lines that say how many code chunk texts the model embedded: the embedding phase's, and
+# reembed's (its dict of counts per table).
+_EMBEDDED_LINES = (
+    re.compile(r"embed_chunks: \d+ chunks given vectors \((\d+) texts embedded"),
+    re.compile(r"reembed: \{'code_chunk': (\d+)"),
+)
+
+
+def _code_texts_embedded(data_dir: Path) -> int:
+    """Code chunk texts the model embedded in the daemons of a data dir, from their log lines
+    (a run killed before its line counts nothing)."""
+    lines = _log(data_dir).read_text(errors="replace").splitlines()
+    return sum(
+        int(found.group(1))
+        for line in lines
+        for pattern in _EMBEDDED_LINES
+        if (found := pattern.search(line))
+    )
 
 
 def _start(data_dir: Path, root: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -209,6 +230,16 @@ def main() -> None:
         total, expected_total = sum(chunks.values()), sum(expected_chunks.values())
         print(f"code chunks: clean {expected_total}, after kills {total}")
         print(f"  lost {lost}, duplicated {duplicated}, stale {stale}")
+        # Each text once: the model's work on code per chunk (target 1.00 clean, <= 1.05 after
+        # kills; a text killed mid-embedding is embedded again, and content shared by several
+        # chunks is embedded once, so a clean run may print less than 1).
+        for name, data_dir, count in (
+            ("clean", clean, expected_total),
+            ("after kills", killed, total),
+        ):
+            texts = _code_texts_embedded(data_dir)
+            ratio = texts / max(count, 1)
+            print(f"code texts embedded {name}: {texts} for {count} chunks = {ratio:.3f}")
         for table in TRANSCRIPT_TABLES:
             print(f"{table}: clean {expected_rows[table]}, after kills {rows[table]}")
         print(
