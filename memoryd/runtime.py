@@ -164,8 +164,13 @@ class Runtime:
         # The command that serves here (a one-shot one) stops waiting when serving ends.
         queue.serving.set(self._serving)
         if self._daemon_lock is not None:
-            # The data dir's daemon also answers queries on its socket (memoryd/channel.py).
-            self._channel = await channel.serve(s.channel_socket, self._ctx["queries"])
+            # The data dir's daemon also answers queries on its socket (memoryd/channel.py),
+            # and serves there the MCP sessions of `memoryd mcp` (memoryd/mcp_service.py).
+            from memoryd import mcp_service
+
+            queries = self._ctx["queries"]
+            sessions = mcp_service.streams(s, queries, self.redis)
+            self._channel = await channel.serve(s.channel_socket, queries, sessions)
         self._worker_lock = HeldLock(s.data_dir / "run" / f"worker-{uuid.uuid4().hex}.lock")
         try:
             freed = await self._start_workers()
