@@ -80,25 +80,44 @@ def listening(path: Path) -> bool:
     return True
 
 
-async def serve(
-    path: Path, answer: Answer, streams: Mapping[str, Stream] | None = None
-) -> asyncio.Server:
-    """Answer queries on `path` until the server is closed, and hand the connections that
+class Channel:
+    """The daemon's listening socket and the streams open on it."""
+
+    def __init__(self) -> None:
+        self.server: asyncio.Server | None = None
+        self.streams: set[asyncio.StreamWriter] = set()
+
+    def close(self) -> None:
+        """No new connection; open streams end (their peers see the daemon stop), while the
+        queries under way finish."""
+        if self.server is not None:
+            self.server.close()
+        for writer in self.streams:
+            writer.close()
+
+
+async def serve(path: Path, answer: Answer, streams: Mapping[str, Stream] | None = None) -> Channel:
+    """Answer queries on `path` until the channel is closed, and hand the connections that
     open one of `streams` to its handler. The caller holds the daemon lock, so a socket file
     already there was left by a daemon that is gone."""
     import asyncio  # here and in `ask`: the hook's process never runs an event loop
 
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
+    served = Channel()
 
     async def one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             length = _length(await reader.readexactly(4))
             name, args = pickle.loads(await reader.readexactly(length))
             if streams and name in streams:
-                writer.write(_frame(("ok", None)))
-                await writer.drain()
-                await streams[name](tuple(args), reader, writer)
+                served.streams.add(writer)
+                try:
+                    writer.write(_frame(("ok", None)))
+                    await writer.drain()
+                    await streams[name](tuple(args), reader, writer)
+                finally:
+                    served.streams.discard(writer)
                 return
             try:
                 reply: tuple[str, Any] = ("ok", await answer(name, tuple(args)))
@@ -115,9 +134,10 @@ async def serve(
 
     old = os.umask(0o177)  # the socket is created 0600, never briefly wider
     try:
-        return await asyncio.start_unix_server(one, path=str(path), limit=STREAM_LINE)
+        served.server = await asyncio.start_unix_server(one, path=str(path), limit=STREAM_LINE)
     finally:
         os.umask(old)
+    return served
 
 
 async def ask(path: Path, name: str, args: tuple[Any, ...], timeout: float) -> Any:

@@ -82,7 +82,7 @@ class Runtime:
         self._daemon_lock: HeldLock | None = None
         self._worker_lock: HeldLock | None = None
         self._redis_lost: str | None = None
-        self._channel: asyncio.Server | None = None
+        self._channel: channel.Channel | None = None
 
     @property
     def serving(self) -> bool:
@@ -385,7 +385,7 @@ class Runtime:
             if self.embedder is not None and self._own_embedder:
                 self.embedder.interrupt()
             if self._channel is not None:
-                # No new query starts; the ones under way end with the workers' jobs.
+                # No new query starts (MCP sessions end); those under way end with the jobs.
                 self._channel.close()
                 self._channel = None
                 try:
