@@ -73,7 +73,7 @@ def mcp(
     if not (http or in_process):  # spellings memoryd/entry.py leaves here (--data-dir=DIR)
         from memoryd import mcp_shim
 
-        mcp_shim.run(data_dir)
+        mcp_shim.run(str(data_dir) if data_dir else None)
         return
     from memoryd import mcp_server
 

@@ -129,5 +129,5 @@ if __name__ == "__main__":
     from memoryd.config import load_settings
 
     text = declaration_text(asyncio.run(declaration(load_settings())))
-    DECLARATION.write_text(text)
+    Path(DECLARATION).write_text(text)
     sys.stdout.write(f"wrote {DECLARATION}\n")

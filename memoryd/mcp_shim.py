@@ -2,7 +2,8 @@
 
 Agents give an MCP server a few seconds to start (Claude Code: a 3 s version probe, then 5 s in
 all), and importing the `mcp` SDK takes one on an idle machine and many on a loaded one. So this
-process imports only the standard library, memoryd/paths.py and memoryd/channel.py, and:
+process imports only the standard library, memoryd/paths.py and memoryd/channel.py (those only
+at the first call: the handshake needs json alone), and:
 
 - answers the handshake and the static listings (`initialize`, `tools/list`, ...) itself, from
   the SDK server's own answers generated into memoryd/mcp_declaration.json
@@ -22,17 +23,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import threading
-from collections.abc import Callable
-from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from memoryd import channel, paths
-from memoryd.errors import NOT_RUNNING, DaemonUnavailable
+# Imported where a call needs them: under load every module costs the handshake (the memoryd
+# ones bring dataclasses, logging, pickle, tomllib).
+if TYPE_CHECKING:
+    import threading
+    from collections.abc import Callable
 
-DECLARATION = Path(__file__).with_name("mcp_declaration.json")
+DECLARATION = os.path.join(os.path.dirname(__file__), "mcp_declaration.json")
 STREAM = "mcp"  # memoryd/mcp_service.py serves it
 # Requests answered from the declaration (they depend on nothing but the tool table).
 STATIC = ("initialize", "tools/list", "resources/list", "resources/templates/list", "prompts/list")
@@ -48,13 +48,13 @@ OPEN_SECONDS = 10.0
 Json = dict[str, Any]
 
 
-def parse(argv: list[str]) -> tuple[Path | None] | None:
+def parse(argv: list[str]) -> tuple[str | None] | None:
     """(--data-dir,) of `mcp [--data-dir DIR]`, or None for anything else (`--http`, help),
     which the full command line answers."""
     if argv == ["mcp"]:
         return (None,)
     if len(argv) == 3 and argv[:2] == ["mcp", "--data-dir"]:
-        return (Path(argv[2]),)
+        return (argv[2],)
     return None
 
 
@@ -76,23 +76,30 @@ def _key(request_id: object) -> str:
 
 
 class Shim:
-    def __init__(self, data_dir: Path, redis_url: str | None, out: IO[bytes]) -> None:
-        self.data_dir = data_dir
-        self.redis_url = redis_url
+    def __init__(self, data_dir: str | None, out: IO[bytes]) -> None:
+        self.data_dir = data_dir  # --data-dir, if given
         self.out = out
-        self.declaration: dict[str, dict[str, Json]] = json.loads(DECLARATION.read_text())
+        with open(DECLARATION, "rb") as f:
+            self.declaration: dict[str, dict[str, Json]] = json.load(f)
         self.version = list(self.declaration)[-1]  # the newest, until the client asks
         self.init_params: Json | None = None
         self.upstream: Upstream | None = None
-        self.lock = threading.Lock()  # upstream and its pending requests
-        self.out_lock = threading.Lock()  # whole lines on stdout
+        # Made with the first session: no thread runs before it.
+        self.lock: threading.Lock | None = None  # upstream and its pending requests
+        self.out_lock: threading.Lock | None = None  # whole lines on stdout
 
     # -- to the client ---------------------------------------------------------------------
 
     def write(self, line: bytes) -> None:
-        with self.out_lock:
-            self.out.write(line.rstrip(b"\n") + b"\n")
-            self.out.flush()
+        if self.out_lock is None:
+            self._write(line)
+        else:
+            with self.out_lock:
+                self._write(line)
+
+    def _write(self, line: bytes) -> None:
+        self.out.write(line.rstrip(b"\n") + b"\n")
+        self.out.flush()
 
     def reply(self, request_id: object, result: Json) -> None:
         self.write(
@@ -105,9 +112,12 @@ class Shim:
         answer = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
         self.write(json.dumps(answer, separators=(",", ":")).encode())
 
-    def unanswered(self, request: Json, why: str) -> None:
+    def unanswered(self, request: Json, why: str | None = None) -> None:
         """A request no session can answer: a tool call's error result, as the SDK gives one
         (the agent reads it), or a JSON-RPC error."""
+        from memoryd.errors import NOT_RUNNING
+
+        why = why or NOT_RUNNING
         if request.get("method") == "tools/call":
             name = (request.get("params") or {}).get("name")
             text = f"Error executing tool {name}: {why}"
@@ -151,6 +161,10 @@ class Shim:
     def forward(self, message: Json, line: bytes, answer: bool) -> None:
         """Send `message` to the session, opening one if needed; a request that cannot be
         sent (no daemon) is answered here. A session that broke is opened again once."""
+        if self.lock is None:
+            import threading
+
+            self.lock, self.out_lock = threading.Lock(), threading.Lock()
         for _ in range(2):
             with self.lock:
                 upstream = self.upstream
@@ -168,13 +182,17 @@ class Shim:
                     self.upstream = None  # its reader answers what it still owed
                     upstream.close()
         if answer:
-            self.unanswered(message, NOT_RUNNING)
+            self.unanswered(message)
 
     # -- the session -----------------------------------------------------------------------
 
     def attach(self) -> Upstream | None:
         """A session opened and initialized as the client asked, its reader started; None
         when nothing can serve one (no daemon)."""
+        import threading
+
+        from memoryd.errors import DaemonUnavailable
+
         try:
             upstream = self.open()
         except (DaemonUnavailable, OSError):
@@ -207,13 +225,20 @@ class Shim:
     def open(self) -> Upstream:
         """The daemon's session when it runs in this data dir; with an external Redis, a child
         serving one through the queue (the daemon may be elsewhere)."""
-        socket_path = paths.channel_socket(self.data_dir)
-        if channel.listening(socket_path) or not self.redis_url:
+        import subprocess
+
+        from memoryd import channel, paths
+
+        # Read at each call: a config changed during the agent's session counts.
+        given = paths.plain_settings("redis_url", "data_dir")
+        data_dir = paths.plain_data_dir(self.data_dir or given.get("data_dir"))
+        socket_path = paths.channel_socket(data_dir)
+        if channel.listening(socket_path) or not given.get("redis_url"):
             sock = channel.open_stream(socket_path, STREAM, (os.getcwd(),), OPEN_SECONDS)
             return Upstream(sock.sendall, sock.makefile("rb"), sock.close)
         command = [sys.executable, "-c", "from memoryd.entry import main; main()", "mcp"]
         child = subprocess.Popen(
-            [*command, "--in-process", "--data-dir", str(self.data_dir)],
+            [*command, "--in-process", "--data-dir", str(data_dir)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
@@ -243,32 +268,28 @@ class Shim:
                 except ValueError:
                     message = {}
                 if isinstance(message, dict) and "method" not in message:
+                    assert self.lock is not None
                     with self.lock:
                         upstream.pending.pop(_key(message.get("id")), None)
                 self.write(line)
         except OSError:
             pass  # a connection reset: the same end as a close
+        assert self.lock is not None  # made before the first session
         with self.lock:
             if self.upstream is upstream:
                 self.upstream = None
             owed, upstream.pending = list(upstream.pending.values()), {}
         for request in owed:
-            self.unanswered(request, f"memoryd stopped during the call; {NOT_RUNNING}")
+            self.unanswered(request, "memoryd stopped during the call; call again once it runs")
 
     def close(self) -> None:
-        with self.lock:
-            if self.upstream is not None:
-                self.upstream.close()
-                self.upstream = None
+        if self.upstream is not None:
+            self.upstream.close()
+            self.upstream = None
 
 
-def run(data_dir: Path | None) -> None:
-    given = paths.plain_settings("redis_url", "data_dir")
-    shim = Shim(
-        paths.plain_data_dir(data_dir or given.get("data_dir")),
-        given.get("redis_url"),
-        sys.stdout.buffer,
-    )
+def run(data_dir: str | None) -> None:
+    shim = Shim(data_dir, sys.stdout.buffer)
     try:
         for line in sys.stdin.buffer:
             if line.strip():

@@ -540,8 +540,8 @@ class ClaudeHome(_ClientHome):
         return self.config_dir / "projects", "*/*.jsonl"
 
     def env(self, base_url: str | None = None, *, patient_mcp: bool = True) -> dict[str, str]:
-        """The client's environment; `patient_mcp=False` leaves out what makes it wait for MCP
-        servers (and list their tools directly), as a user's environment does."""
+        """The client's environment; `patient_mcp=False` leaves out what makes it wait longer
+        for MCP servers than it does in a user's environment."""
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": str(self.home),
@@ -552,11 +552,11 @@ class ClaudeHome(_ClientHome):
             "DISABLE_AUTOUPDATER": "1",
             "DISABLE_TELEMETRY": "1",
             "DISABLE_ERROR_REPORTING": "1",
+            # MCP tools are listed directly instead of behind the ToolSearch tool.
+            "ENABLE_TOOL_SEARCH": "false",
         }
         if patient_mcp:
             env |= {
-                # MCP tools are listed directly instead of behind the ToolSearch tool.
-                "ENABLE_TOOL_SEARCH": "false",
                 # Connect MCP servers before the first request: by default `-p` waits at most
                 # 5 s, and a server still starting is missing from that request's tools.
                 "MCP_CONNECTION_NONBLOCKING": "0",
