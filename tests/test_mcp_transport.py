@@ -12,8 +12,6 @@ import json
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -28,21 +26,13 @@ from memoryd.runtime import Runtime
 from tests.clients import ClaudeHome, ScriptedAnthropic, install_clients, text, tool_names
 from tests.conftest import MEMORYD, _serving, settings_for
 from tests.hog import cpu_hog
-from tests.test_agents import call, clean_env
+from tests.test_agents import call, clean_env, mcp_stdio
 
 
 async def sdk_tool_names(data_dir: Path) -> list[str]:
     """The tool table as the SDK server lists it."""
     tools = await mcp_server.build_server(settings_for(data_dir)).list_tools()
     return [tool.name for tool in tools]
-
-
-@asynccontextmanager
-async def shim_session(data_dir: Path, cwd: Path) -> AsyncIterator[ClientSession]:
-    params = StdioServerParameters(command=MEMORYD, args=["mcp"], cwd=cwd, env=clean_env(data_dir))
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
-        yield session
 
 
 async def test_the_shims_declaration_is_what_the_sdk_server_answers(data_dir: Path) -> None:
@@ -115,7 +105,7 @@ async def test_a_daemon_started_or_restarted_during_the_session_serves_its_calls
     data_dir: Path, embedder: Embedder
 ) -> None:
     not_running = f"Error executing tool status: {NOT_RUNNING}"
-    async with shim_session(data_dir, data_dir) as mcp:
+    async with mcp_stdio(data_dir, data_dir) as mcp:
         listed = await mcp.list_tools()
         assert [tool.name for tool in listed.tools] == await sdk_tool_names(data_dir)
         assert await call(mcp, "status") == (True, not_running)
