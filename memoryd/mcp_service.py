@@ -18,7 +18,7 @@ import contextlib
 import json
 import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +34,15 @@ from memoryd.config import Settings
 from memoryd.mcp_shim import DECLARATION, STATIC, STREAM
 
 
-def streams(settings: Settings, answer: channel.Answer, redis: Any) -> dict[str, channel.Stream]:
+def streams(ctx: Mapping[str, Any]) -> dict[str, channel.Stream]:
     """The handler of `mcp` streams: one SDK session per connection, in the shim's working
-    directory (the project its calls are about by default)."""
+    directory (the project its calls are about by default). `ctx`: the daemon's job context,
+    read at each call as the hook's query does (a private Redis restarted is a new one)."""
+    settings: Settings = ctx["settings"]
 
     @contextlib.asynccontextmanager
     async def connect() -> AsyncIterator[client.Client]:
-        yield client.Client.answering(redis, settings, answer)
+        yield client.Client.answering(ctx["redis"], settings, ctx["queries"])
 
     async def session(
         args: tuple[Any, ...], reader: asyncio.StreamReader, writer: asyncio.StreamWriter

@@ -75,6 +75,11 @@ def _key(request_id: object) -> str:
     return json.dumps(request_id)
 
 
+def _line(message: Json) -> bytes:
+    """One JSON-RPC message as the wire has it (compact, as the SDK writes)."""
+    return json.dumps(message, separators=(",", ":")).encode() + b"\n"
+
+
 class Shim:
     def __init__(self, data_dir: str | None, out: IO[bytes]) -> None:
         self.data_dir = data_dir  # --data-dir, if given
@@ -102,15 +107,11 @@ class Shim:
         self.out.flush()
 
     def reply(self, request_id: object, result: Json) -> None:
-        self.write(
-            json.dumps(
-                {"jsonrpc": "2.0", "id": request_id, "result": result}, separators=(",", ":")
-            ).encode()
-        )
+        self.write(_line({"jsonrpc": "2.0", "id": request_id, "result": result}))
 
     def error(self, request_id: object, code: int, message: str) -> None:
-        answer = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
-        self.write(json.dumps(answer, separators=(",", ":")).encode())
+        error = {"code": code, "message": message}
+        self.write(_line({"jsonrpc": "2.0", "id": request_id, "error": error}))
 
     def unanswered(self, request: Json, why: str | None = None) -> None:
         """A request no session can answer: a tool call's error result, as the SDK gives one
@@ -204,7 +205,7 @@ class Shim:
         }
         replay = {"jsonrpc": "2.0", "id": ATTACH_ID, "method": "initialize", "params": params}
         try:
-            upstream.send(json.dumps(replay, separators=(",", ":")).encode() + b"\n")
+            upstream.send(_line(replay))
             for line in upstream.lines:
                 answer = json.loads(line)
                 if answer.get("id") == ATTACH_ID and "method" not in answer:
@@ -214,7 +215,7 @@ class Shim:
             if "result" not in answer:
                 raise EOFError(f"the session refused its handshake: {answer.get('error')}")
             initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-            upstream.send(json.dumps(initialized, separators=(",", ":")).encode() + b"\n")
+            upstream.send(_line(initialized))
         except (OSError, ValueError, EOFError) as exc:
             sys.stderr.write(f"memoryd mcp: {exc}\n")
             upstream.close()
@@ -225,17 +226,26 @@ class Shim:
     def open(self) -> Upstream:
         """The daemon's session when it runs in this data dir; with an external Redis, a child
         serving one through the queue (the daemon may be elsewhere)."""
+        import contextlib
+        import socket
         import subprocess
 
         from memoryd import channel, paths
 
-        # Read at each call: a config changed during the agent's session counts.
+        # Read for each session opened: a config changed during the agent's session counts.
         given = paths.plain_settings("redis_url", "data_dir")
         data_dir = paths.plain_data_dir(self.data_dir or given.get("data_dir"))
         socket_path = paths.channel_socket(data_dir)
         if channel.listening(socket_path) or not given.get("redis_url"):
             sock = channel.open_stream(socket_path, STREAM, (os.getcwd(),), OPEN_SECONDS)
-            return Upstream(sock.sendall, sock.makefile("rb"), sock.close)
+
+            def hang_up() -> None:
+                # Shut down, not only closed: the reader's file keeps the socket open.
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+
+            return Upstream(sock.sendall, sock.makefile("rb"), hang_up)
         command = [sys.executable, "-c", "from memoryd.entry import main; main()", "mcp"]
         child = subprocess.Popen(
             [*command, "--in-process", "--data-dir", str(data_dir)],

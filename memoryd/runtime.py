@@ -168,9 +168,8 @@ class Runtime:
             # and serves there the MCP sessions of `memoryd mcp` (memoryd/mcp_service.py).
             from memoryd import mcp_service
 
-            queries = self._ctx["queries"]
-            sessions = mcp_service.streams(s, queries, self.redis)
-            self._channel = await channel.serve(s.channel_socket, queries, sessions)
+            sessions = mcp_service.streams(self._ctx)
+            self._channel = await channel.serve(s.channel_socket, self._ctx["queries"], sessions)
         self._worker_lock = HeldLock(s.data_dir / "run" / f"worker-{uuid.uuid4().hex}.lock")
         try:
             freed = await self._start_workers()
