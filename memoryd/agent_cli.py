@@ -67,7 +67,7 @@ def mcp(
 ) -> None:
     """MCP server for agents (stdio; --http: streamable HTTP with a bearer token from
     <data dir>/mcp-token). Needs a running daemon (`memoryd service install` or `memoryd run`).
-    Plain `memoryd mcp` is memoryd/mcp_shim.py: this command serves --http and --in-process."""
+    Over stdio it lists the tools at once and passes calls to an MCP session in the daemon."""
     import asyncio
 
     if not (http or in_process):  # spellings memoryd/entry.py leaves here (--data-dir=DIR)
