@@ -55,12 +55,26 @@ def mcp(
         list[str] | None,
         typer.Option("--allow-host", help="Another Host name clients use for --http (repeatable)."),
     ] = None,
+    in_process: Annotated[
+        bool,
+        typer.Option(
+            "--in-process",
+            help="Serve stdio from this process (slow to start: it imports the MCP SDK) instead "
+            "of the daemon's session; what plain `memoryd mcp` starts with an external Redis.",
+        ),
+    ] = False,
     data_dir: DataDir = None,
 ) -> None:
     """MCP server for agents (stdio; --http: streamable HTTP with a bearer token from
-    <data dir>/mcp-token). Needs a running daemon (`memoryd service install` or `memoryd run`)."""
+    <data dir>/mcp-token). Needs a running daemon (`memoryd service install` or `memoryd run`).
+    Over stdio it lists the tools at once and passes calls to an MCP session in the daemon."""
     import asyncio
 
+    if not (http or in_process):  # spellings memoryd/entry.py leaves here (--data-dir=DIR)
+        from memoryd import mcp_shim
+
+        mcp_shim.run(str(data_dir) if data_dir else None)
+        return
     from memoryd import mcp_server
 
     settings = _settings(data_dir)

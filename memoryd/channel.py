@@ -6,10 +6,13 @@ asking process needs neither arq nor the Redis client. The hook that agents run 
 prompt uses it from a process that loads nothing else (memoryd/hook_client.py).
 
 One request per connection: a frame holding (query name, arguments), answered by a frame
-holding ("ok", value) or ("failed", message). A frame is a 4-byte length and a pickle, as arq
-pickles its jobs: the socket is 0600 in the 0700 data dir, so only its owner can connect, and
-the answers are the same typed results the queue carries. The daemon serves it; with an
-external Redis, workers elsewhere serve the queue and clients use that (memoryd/client.py).
+holding ("ok", value) or ("failed", message). A stream (the MCP session of `memoryd mcp`,
+memoryd/mcp_service.py) opens the same way; its ("ok", None) answer turns the connection
+into a byte stream its handler owns until either side closes it. A frame is a 4-byte length and
+a pickle, as arq pickles its jobs: the socket is 0600 in the 0700 data dir, so only its owner
+can connect, and the answers are the same typed results the queue carries. The daemon serves
+it; with an external Redis, workers elsewhere serve the queue and clients use that
+(memoryd/client.py).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import os
 import pickle
 import socket
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +40,12 @@ _LENGTH = struct.Struct(">I")
 MAX_FRAME = 256 << 20
 
 Answer = Callable[[str, tuple[Any, ...]], Awaitable[Any]]
+# A stream's handler: its arguments and the connection, after the ("ok", None) frame.
+Stream = Callable[
+    [tuple[Any, ...], "asyncio.StreamReader", "asyncio.StreamWriter"], Awaitable[None]
+]
+# The longest line a stream's reader takes (an MCP message is one JSON line).
+STREAM_LINE = 16 << 20
 
 
 def _frame(value: Any) -> bytes:
@@ -71,18 +80,45 @@ def listening(path: Path) -> bool:
     return True
 
 
-async def serve(path: Path, answer: Answer) -> asyncio.Server:
-    """Answer queries on `path` until the server is closed. The caller holds the daemon lock,
-    so a socket file already there was left by a daemon that is gone."""
+class Channel:
+    """The daemon's listening socket and the streams open on it."""
+
+    def __init__(self) -> None:
+        self.server: asyncio.Server | None = None
+        self.streams: set[asyncio.StreamWriter] = set()
+
+    def close(self) -> None:
+        """No new connection; open streams end (their peers see the daemon stop), while the
+        queries under way finish."""
+        if self.server is not None:
+            self.server.close()
+        for writer in self.streams:
+            writer.close()
+
+
+async def serve(path: Path, answer: Answer, streams: Mapping[str, Stream] | None = None) -> Channel:
+    """Answer queries on `path` until the channel is closed, and hand the connections that
+    open one of `streams` to its handler. The caller holds the daemon lock, so a socket file
+    already there was left by a daemon that is gone."""
     import asyncio  # here and in `ask`: the hook's process never runs an event loop
 
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
+    served = Channel()
 
     async def one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             length = _length(await reader.readexactly(4))
             name, args = pickle.loads(await reader.readexactly(length))
+            if streams and name in streams:
+                served.streams.add(writer)
+                try:
+                    writer.write(_frame(("ok", None)))
+                    await writer.drain()
+                    await streams[name](tuple(args), reader, writer)
+                finally:
+                    served.streams.discard(writer)
+                return
             try:
                 reply: tuple[str, Any] = ("ok", await answer(name, tuple(args)))
             except MemorydError as exc:  # the answer's own errors cross as they do on the queue
@@ -98,9 +134,10 @@ async def serve(path: Path, answer: Answer) -> asyncio.Server:
 
     old = os.umask(0o177)  # the socket is created 0600, never briefly wider
     try:
-        return await asyncio.start_unix_server(one, path=str(path))
+        served.server = await asyncio.start_unix_server(one, path=str(path), limit=STREAM_LINE)
     finally:
         os.umask(old)
+    return served
 
 
 async def ask(path: Path, name: str, args: tuple[Any, ...], timeout: float) -> Any:
@@ -144,3 +181,35 @@ def ask_blocking(path: Path, name: str, args: tuple[Any, ...], timeout: float) -
     if len(head) < 4 or len(body) < _length(head):
         raise DaemonUnavailable(f"memoryd closed the channel during {name}")
     return _result(pickle.loads(body))
+
+
+def open_stream(path: Path, name: str, args: tuple[Any, ...], timeout: float) -> socket.socket:
+    """A stream opened on the daemon listening on `path` (blocking, for a process that runs
+    no event loop): the connected socket, in blocking mode, once the daemon said yes.
+    DaemonUnavailable when none listens or it refuses (a daemon too old to know `name`)."""
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(str(path))
+        sock.sendall(_frame((name, args)))
+        head = _read_exactly(sock, 4)
+        status, value = pickle.loads(_read_exactly(sock, _length(head)))
+        if status != "ok":
+            raise DaemonUnavailable(f"memoryd refused the {name} stream ({value})")
+        sock.settimeout(None)
+        return sock
+    except (OSError, EOFError) as exc:
+        sock.close()
+        raise DaemonUnavailable(f"no memoryd answers on {path} ({exc})") from None
+    except BaseException:
+        sock.close()
+        raise
+
+
+def _read_exactly(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        if not (part := sock.recv(size - len(data))):
+            raise EOFError("the channel closed")
+        data += part
+    return data

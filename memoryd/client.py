@@ -19,7 +19,7 @@ from typing import IO, TYPE_CHECKING, Any
 from memoryd import channel, jobs
 from memoryd.agent import DEFAULT_BUDGET, Scope, resolve_scope
 from memoryd.config import Settings
-from memoryd.errors import DaemonUnavailable, InvalidRequest, value_of
+from memoryd.errors import NOT_RUNNING, DaemonUnavailable, InvalidRequest, value_of
 from memoryd.export import read_jsonl, write_jsonl
 from memoryd.paths import config_file, default_transcripts
 from memoryd.results import (
@@ -40,12 +40,6 @@ from memoryd.results import (
 # the daemon's channel (a CLI search, get, session…) never loads it.
 if TYPE_CHECKING:
     from arq import ArqRedis
-
-NOT_RUNNING = (
-    "memoryd is not running: start it with `memoryd service install` (a user service) "
-    "or `memoryd run`"
-)
-
 
 # How a client puts a query to memoryd: over the queue, the daemon's channel, or (inside the
 # daemon) straight to the query functions.

@@ -1,6 +1,7 @@
-"""The `memoryd` console script. A hook runs from memoryd/hook_client.py, on the standard library
-alone; the other commands agents start (`mcp`, `integrate`) run from the light app of
-memoryd/agent_cli.py; everything else loads the full CLI."""
+"""The `memoryd` console script. A hook runs from memoryd/hook_client.py and `memoryd mcp` from
+memoryd/mcp_shim.py, on the standard library alone; the other commands agents start (`mcp
+--http`, `integrate`) run from the light app of memoryd/agent_cli.py; everything else loads the
+full CLI."""
 
 from __future__ import annotations
 
@@ -15,6 +16,12 @@ def main() -> None:
     if (hook := hook_client.parse(sys.argv[1:])) is not None:
         hook_client.run(*hook)  # the lightest path: agents wait on it at every prompt
         return
+    if sys.argv[1:2] == ["mcp"]:
+        from memoryd import mcp_shim
+
+        if (mcp := mcp_shim.parse(sys.argv[1:])) is not None:
+            mcp_shim.run(*mcp)  # agents give it seconds to list its tools
+            return
     if len(sys.argv) > 1 and sys.argv[1] in LIGHT:
         from memoryd.agent_cli import app
     else:

@@ -28,6 +28,13 @@ class DaemonUnavailable(MemorydError):
     """No memoryd daemon serves the queue (or Redis cannot be reached)."""
 
 
+# What an agent's process says when no daemon runs (here: the MCP shim has only this module).
+NOT_RUNNING = (
+    "memoryd is not running: start it with `memoryd service install` (a user service) "
+    "or `memoryd run`"
+)
+
+
 class JobFailed(MemorydError):
     """A job failed on the worker for a reason that is not the user's (its message says why)."""
 

@@ -1,9 +1,12 @@
-"""`memoryd mcp`: memoryd's tools for agents over the Model Context Protocol (official SDK).
+"""memoryd's tools for agents over the Model Context Protocol (official SDK).
 
-A thin client: every tool is a call of the typed client API (memoryd/client.py) on the daemon's
-queue; this process loads no model and no database SDK, and never starts a daemon (one in an
-agent's process tree would die with the session and fight the service for the database). When
-none runs, each tool answers at once with how to start one.
+The daemon serves them to `memoryd mcp` (a standard-library shim, memoryd/mcp_shim.py) over its
+query channel (memoryd/mcp_service.py), calling its queries directly. `memoryd mcp --http` and
+`memoryd mcp --in-process` serve them from their own process as a thin client of the daemon:
+every tool is a call of the typed client API (memoryd/client.py); that process loads no model
+and no database SDK, and never starts a daemon (one in an agent's process tree would die with
+the session and fight the service for the database). When none runs, each tool answers at once
+with how to start one.
 
 Token economy: `search` returns compact hits with ids, `get` the full records on demand; every
 tool's answer is cut to `max_chars` characters (default 8000) the same way every time.
@@ -16,6 +19,7 @@ import hmac
 import os
 import secrets
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -46,13 +50,17 @@ MAX_LIMIT = 100
 TOKEN_FILE = "mcp-token"
 
 
-class Tools:
-    """The tools' work, on a fresh client connection per call (a unix socket: cheap), so the
-    server starts and lists its tools whether or not the daemon runs."""
+# A client for one call: by default a fresh connection to the daemon (a unix socket: cheap), so
+# the server starts and lists its tools whether or not the daemon runs.
+Connect = Callable[[], AbstractAsyncContextManager[client.Client]]
 
-    def __init__(self, settings: Settings, cwd: Path) -> None:
-        self.settings = settings
+
+class Tools:
+    """The tools' work, each call on a client from `connect`."""
+
+    def __init__(self, settings: Settings, cwd: Path, connect: Connect | None = None) -> None:
         self.cwd = cwd
+        self._connect = connect or (lambda: client.connect(settings))
 
     async def _with(
         self, work: Callable[[client.Client], Awaitable[str]], max_chars: int | None = None
@@ -60,7 +68,7 @@ class Tools:
         try:
             if max_chars is not None:
                 check_budget(max_chars)
-            async with client.connect(self.settings) as memoryd:
+            async with self._connect() as memoryd:
                 return await work(memoryd)
         except MemorydError as exc:
             raise ToolError(str(exc)) from None
@@ -187,8 +195,10 @@ class Tools:
         return await self._with(work, max_chars)
 
 
-def build_server(settings: Settings, cwd: Path | None = None) -> MCPServer:
-    tools = Tools(settings, (cwd or Path.cwd()).resolve())
+def build_server(
+    settings: Settings, cwd: Path | None = None, connect: Connect | None = None
+) -> MCPServer:
+    tools = Tools(settings, (cwd or Path.cwd()).resolve(), connect)
     # Tools answer in plain text: with structured output the clients hand the model a JSON
     # string with its newlines escaped (docs/clients.md).
     server = MCPServer("memoryd", instructions=INSTRUCTIONS)

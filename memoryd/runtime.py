@@ -82,7 +82,7 @@ class Runtime:
         self._daemon_lock: HeldLock | None = None
         self._worker_lock: HeldLock | None = None
         self._redis_lost: str | None = None
-        self._channel: asyncio.Server | None = None
+        self._channel: channel.Channel | None = None
 
     @property
     def serving(self) -> bool:
@@ -164,8 +164,12 @@ class Runtime:
         # The command that serves here (a one-shot one) stops waiting when serving ends.
         queue.serving.set(self._serving)
         if self._daemon_lock is not None:
-            # The data dir's daemon also answers queries on its socket (memoryd/channel.py).
-            self._channel = await channel.serve(s.channel_socket, self._ctx["queries"])
+            # The data dir's daemon also answers queries on its socket (memoryd/channel.py),
+            # and serves there the MCP sessions of `memoryd mcp` (memoryd/mcp_service.py).
+            from memoryd import mcp_service
+
+            sessions = mcp_service.streams(self._ctx)
+            self._channel = await channel.serve(s.channel_socket, self._ctx["queries"], sessions)
         self._worker_lock = HeldLock(s.data_dir / "run" / f"worker-{uuid.uuid4().hex}.lock")
         try:
             freed = await self._start_workers()
@@ -380,7 +384,7 @@ class Runtime:
             if self.embedder is not None and self._own_embedder:
                 self.embedder.interrupt()
             if self._channel is not None:
-                # No new query starts; the ones under way end with the workers' jobs.
+                # No new query starts (MCP sessions end); those under way end with the jobs.
                 self._channel.close()
                 self._channel = None
                 try:

@@ -539,7 +539,9 @@ class ClaudeHome(_ClientHome):
     def _sessions(self) -> tuple[Path, str]:
         return self.config_dir / "projects", "*/*.jsonl"
 
-    def env(self, base_url: str | None = None) -> dict[str, str]:
+    def env(self, base_url: str | None = None, *, patient_mcp: bool = True) -> dict[str, str]:
+        """The client's environment; `patient_mcp=False` leaves out what makes it wait longer
+        for MCP servers than it does in a user's environment."""
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": str(self.home),
@@ -552,13 +554,17 @@ class ClaudeHome(_ClientHome):
             "DISABLE_ERROR_REPORTING": "1",
             # MCP tools are listed directly instead of behind the ToolSearch tool.
             "ENABLE_TOOL_SEARCH": "false",
-            # Connect MCP servers before the first request: by default `-p` does not wait, and
-            # a server still starting is missing from that request's tools.
-            "MCP_CONNECTION_NONBLOCKING": "0",
-            # A loaded test machine can take longer to start an MCP server than Claude Code's
-            # default connect timeout; then its tools are silently missing from the request.
-            "MCP_TIMEOUT": "60000",
         }
+        if patient_mcp:
+            env |= {
+                # Connect MCP servers before the first request: by default `-p` waits at most
+                # 5 s, and a server still starting is missing from that request's tools.
+                "MCP_CONNECTION_NONBLOCKING": "0",
+                # A loaded test machine can take longer to start an MCP server than Claude
+                # Code's default connect timeout; then its tools are silently missing from the
+                # request. memoryd's own server does not need it (tests/test_mcp_transport.py).
+                "MCP_TIMEOUT": "60000",
+            }
         if base_url is not None:
             env["ANTHROPIC_BASE_URL"] = base_url
             env["ANTHROPIC_API_KEY"] = "sk-ant-scripted-test-key"
@@ -573,8 +579,9 @@ class ClaudeHome(_ClientHome):
         allowed_tools: Sequence[str] = (),
         extra_args: Sequence[str] = (),
         timeout: float = 45.0,
+        patient_mcp: bool = True,
     ) -> ClaudeRun:
-        """`claude -p PROMPT` headless against the scripted server."""
+        """`claude -p PROMPT` headless against the scripted server (`patient_mcp`: see env)."""
         before = self.transcripts()
         args = [str(self.claude), "-p", prompt, "--output-format", "json"]
         if allowed_tools:
@@ -582,7 +589,7 @@ class ClaudeHome(_ClientHome):
         result = subprocess.run(
             [*args, *extra_args],
             cwd=cwd,
-            env=self.env(server.base_url),
+            env=self.env(server.base_url, patient_mcp=patient_mcp),
             capture_output=True,
             text=True,
             timeout=timeout,

@@ -944,8 +944,16 @@ async def test_codex_finds_memoryd_by_tool_search_and_its_patches_are_remembered
     codex = integrated_codex(daemon, tmp_path)
     words = daemon.repo / "PATCHED.md"
     words.write_text("alpha\nbeta\n")
+    # The answer Codex will get, once the watcher indexed the new file (memoryd mcp answers
+    # before it would have: the history must not change between this call and Codex's).
+    deadline = time.monotonic() + 120
     async with mcp_stdio(daemon.data, daemon.repo) as mcp:
-        error, answer = await call(mcp, "file_history", path=str(words))
+        while True:
+            error, answer = await call(mcp, "file_history", path=str(words))
+            if error or "current chunks:" in answer:
+                break
+            assert time.monotonic() < deadline, f"PATCHED.md was never indexed: {answer}"
+            await asyncio.sleep(0.5)
     assert not error
     applies = (
         "*** Begin Patch\n*** Update File: PATCHED.md\n@@\n alpha\n-beta\n+BETA\n*** End Patch\n"

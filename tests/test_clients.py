@@ -2,7 +2,7 @@
 
 Each test runs a real client (installed from npm by tests/clients.py) in a throwaway home.
 Claude Code against the scripted Messages-API server: a real tool edits a real file, a stdio
-MCP server on the `mcp` SDK is registered, health-checked and called, and settings.json hooks
+MCP server is registered, health-checked and called, and settings.json hooks
 put their context into the request the client sends to the model. Codex against the scripted
 Responses-API server: a command and an MCP call run, and hooks run once trusted. Gemini CLI:
 MCP registration, its folder trust, and against the scripted Gemini API an MCP call and hooks.
@@ -45,21 +45,62 @@ from tests.clients import (
 )
 from tests.conftest import git_init
 
-# A minimal MCP server on the official SDK: the peer until memoryd's own exists. Its answer
-# (reversed, upper-cased) cannot be guessed from the input, so seeing it proves the call ran.
+# A minimal stdio MCP server on the standard library, so that it starts in milliseconds on a
+# loaded machine. On the `mcp` SDK it took seconds there (the import), and the tests flaked
+# (issue 31): Claude Code sends a `server/discover` probe first and gives it 3 s; a server still
+# importing then reads the probe, opens the 2026 era on it and refuses the `initialize` that
+# follows, so its tools were missing from the first request whatever MCP_TIMEOUT said; and
+# `gemini mcp list` called it Disconnected. It answers a call as the SDK does for a tool that
+# returns a str (content and structured content), and its answer (reversed, upper-cased)
+# cannot be guessed from the input, so seeing it proves the call ran.
 ECHO_SERVER = """\
-from mcp.server.mcpserver import MCPServer
+import json
+import sys
 
-server = MCPServer("echo")
+TOOL = {
+    "name": "echo",
+    "description": "Echo the text back, reversed and upper-cased.",
+    "inputSchema": {
+        "type": "object",
+        "properties": {"text": {"type": "string", "title": "Text"}},
+        "required": ["text"],
+    },
+}
 
 
-@server.tool()
-def echo(text: str) -> str:
-    \"\"\"Echo the text back, reversed and upper-cased.\"\"\"
-    return "echoed:" + text[::-1].upper()
+def answer(request):
+    method = request["method"]
+    if method == "initialize":
+        return {
+            "protocolVersion": request["params"]["protocolVersion"],
+            "capabilities": {"tools": {"listChanged": False}},
+            "serverInfo": {"name": "echo", "version": "1"},
+        }
+    if method == "tools/list":
+        return {"tools": [TOOL]}
+    if method == "tools/call":
+        echoed = "echoed:" + request["params"]["arguments"]["text"][::-1].upper()
+        return {
+            "content": [{"type": "text", "text": echoed}],
+            "structuredContent": {"result": echoed},
+            "isError": False,
+        }
+    if method == "ping":
+        return {}
+    return None
 
 
-server.run()
+for line in sys.stdin:
+    request = json.loads(line)
+    if "id" not in request or "method" not in request:
+        continue  # notifications
+    result = answer(request)
+    reply = {"jsonrpc": "2.0", "id": request["id"]}
+    if result is None:  # server/discover among them: this server speaks the handshake era
+        reply["error"] = {"code": -32601, "message": "Method not found"}
+    else:
+        reply["result"] = result
+    print(json.dumps(reply), flush=True)
 """
 
 # A hook command: logs the JSON it got on stdin and answers with context naming its event.
@@ -358,7 +399,7 @@ def test_a_scripted_mcp_tool_call_reaches_the_real_server_and_its_answer_the_mod
     # ENABLE_TOOL_SEARCH=false: the MCP tool is listed itself, not deferred behind ToolSearch.
     assert "mcp__echo__echo" in tool_names(first)
     assert "ToolSearch" not in tool_names(first)
-    # The SDK returns a str result as structured content; the client hands that JSON on.
+    # A result with structured content (as the SDK gives a str): the client hands that JSON on.
     [result] = tool_results(second)
     assert (result["tool_use_id"], result["content"]) == (
         "toolu_scripted0001",
