@@ -69,7 +69,12 @@ def test_the_wheel_installs_and_indexes_and_searches_from_outside_the_checkout(
     # Every module of the tree is in the wheel, and the data the package reads at run time.
     for module in [*(REPO / "memoryd").rglob("*.py"), *(REPO / "workers").rglob("*.py")]:
         assert str(module.relative_to(REPO)) in names, module
-    assert {"memoryd/schema/001_core.surql", "memoryd/systemd/memoryd.service.in"} <= names
+    settings = PYPROJECT["tool"]["setuptools"]
+    for package, patterns in settings["package-data"].items():
+        folder = REPO / settings["package-dir"].get(package, package.replace(".", "/"))
+        target = package.replace(".", "/")
+        data = {f"{target}/{f.name}" for pattern in patterns for f in folder.glob(pattern)}
+        assert data and data <= names, (package, data - names)
 
     # A fresh environment that sees the dependencies already installed (a .pth line adds their
     # folder without running its .pth files, so the editable install of the checkout stays out).
