@@ -9,6 +9,7 @@ delayed."""
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -158,3 +159,36 @@ async def test_a_stop_between_the_phases_heals_at_the_next_start(
         assert len(all_vectors(second, pid, vector)) == chunks
     finally:
         await second.close()
+
+
+async def test_status_says_what_a_first_index_waits_for(
+    data_dir: Path, embedder: Embedder, arq_tree: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A new user's first index, between its two phases: `status` said `ready`, "re-embedding
+    N rows wait for the configured model" (it is the first embedding), and `repos -` while the
+    daemon watched the `--repo` it was given (the asking process's config has none)."""
+    from memoryd.cli import print_status
+    from memoryd.client import Client
+
+    rt = Runtime(settings_for(data_dir, extra_repos=[arq_tree]), embedder)
+    try:
+        await rt.start_queue(exclusive=True)
+        await rt.serve(scheduled=False)
+        assert rt.redis is not None
+        asking = Client(rt.redis, settings_for(data_dir))
+        with model_held(embedder):
+            chunks = sum(r["chunks"] for r in await first_phase(rt, arq_tree))
+            info = await asking.status()
+            assert info["waiting_for_first_vector"]["code_chunk"] == chunks
+            assert info["waiting_for_reembed"]["code_chunk"] == chunks
+            assert info["remembered"]["repos"] == [str(arq_tree)]
+            print_status(info)
+        lines = capsys.readouterr().out.splitlines()
+        assert f"repos         {arq_tree}" in lines
+        assert f"vectors       {chunks} rows wait for their first vector" in lines
+        assert "re-embedding  0 rows wait for the configured model" in lines
+        [project] = [line for line in lines if line.startswith("project ")]
+        waiting = rf"  embedding (\d+)/\1 files, {chunks} chunks \({chunks} waiting for vectors"
+        assert re.search(waiting, project), project
+    finally:
+        await rt.close()
