@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from redis.asyncio.lock import Lock
-from redis.exceptions import LockError
+from redis.exceptions import RedisError
 
 from memoryd import hooks
 from memoryd.config import Settings
@@ -41,8 +41,10 @@ async def _keep(lock: Lock, name: str) -> None:
         await asyncio.sleep(LOCK_SECONDS / 3)
         try:
             await lock.reacquire()
-        except LockError:
-            log.warning("%s: lost its lock; another run may start", name)
+        except (RedisError, OSError) as exc:
+            # Redis gone too (its loss is said where serving ends): an error left in this
+            # task, which nobody awaits, was a "Task exception was never retrieved" traceback.
+            log.warning("%s: lost its lock (%s); another run may start", name, exc)
             return
 
 
@@ -63,7 +65,8 @@ def one_at_a_time(task: Task) -> Task:
             return await task(ctx, *args, **kwargs)
         finally:
             keeper.cancel()
-            with contextlib.suppress(LockError):
+            # A lock not released (lost, or Redis gone) lapses by itself.
+            with contextlib.suppress(RedisError, OSError):
                 await lock.release()
 
     return run
