@@ -94,6 +94,11 @@ class Runtime:
     def serving(self) -> bool:
         return bool(self.workers)
 
+    @property
+    def owns_data_dir(self) -> bool:
+        """This process holds the data dir's serving lock (may open its embedded database)."""
+        return self._serving_lock is not None
+
     async def start_queue(self, exclusive: bool = False, one_shot: bool = False) -> ArqRedis:
         """Connect to Redis, starting the private one when it is the default and not running.
         `exclusive` (the daemon) refuses to share the data dir with another daemon, and waits
