@@ -192,3 +192,43 @@ async def test_status_says_what_a_first_index_waits_for(
         assert re.search(waiting, project), project
     finally:
         await rt.close()
+
+
+async def test_a_long_embedding_says_what_it_does(
+    data_dir: Path,
+    embedder: Embedder,
+    arq_tree: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Six and a half minutes passed with no log line between "initial index … done" and the
+    end of the first embedding job (the model runs at low priority; the machine was busy)."""
+    import logging
+
+    from workers import indexing
+
+    caplog.set_level(logging.INFO, logger="workers.indexing")
+    monkeypatch.setattr(indexing, "EMBED_PROGRESS_SECONDS", 0.0)  # a line before every part
+    rt = Runtime(settings_for(data_dir, index_write_chunks=40), embedder)
+    try:
+        await rt.start_queue(exclusive=True)
+        await rt.serve(scheduled=False)
+        assert rt.redis is not None
+        reports = await first_phase(rt, arq_tree)
+        for report in reports:
+            await queue.embedded_later(rt.redis, report, 300)
+    finally:
+        await rt.close()
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("embed_chunks")]
+    long = [r["owed"] for r in reports if r["owed"] > 40]
+    assert long  # embedded in more than one part
+    for owed in long:
+        assert (
+            f"embed_chunks: {owed} chunks to give vectors, 40 at a time (at low priority: other "
+            "work on this machine goes first)"
+        ) in said
+        for done in range(40, owed, 40):
+            assert any(
+                line.startswith(f"embed_chunks: {done} of {owed} chunks given vectors so far (")
+                for line in said
+            ), (done, owed, said)

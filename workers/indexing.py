@@ -68,6 +68,10 @@ from workers.redact import SecretMemory, redact
 
 log = logging.getLogger(__name__)
 
+# A line at least this often while an embedding job runs: the first ones after a cold index
+# take minutes on a loaded machine (the model's pace), and said nothing until they ended.
+EMBED_PROGRESS_SECONDS = 30.0
+
 # A file modified this close to the moment it was read may be modified again within the same
 # clock tick without its mtime changing ("racy" in git's words). Its state is stored with
 # mtime 0, so the next look hashes it instead of trusting size and mtime.
@@ -722,7 +726,25 @@ async def embed_chunks(ctx: JobContext, keys: list[str] | None = None) -> dict[s
         keys = await store.owed_chunk_keys(model)
     done = {"chunks": 0, "embedded": 0}
     part = settings.index_write_chunks
+    if len(keys) > part:
+        # The model's batches run at low priority (BATCH_NICE): on a busy machine this takes
+        # long, and the lines say so while it does.
+        log.info(
+            "embed_chunks: %d chunks to give vectors, %d at a time (at low priority: other "
+            "work on this machine goes first)",
+            len(keys),
+            part,
+        )
+    said = time.monotonic()
     for start in range(0, len(keys), part):
+        if time.monotonic() - said >= EMBED_PROGRESS_SECONDS:
+            log.info(
+                "embed_chunks: %d of %d chunks given vectors so far (%d texts embedded)",
+                done["chunks"],
+                len(keys),
+                done["embedded"],
+            )
+            said = time.monotonic()
         rows = await store.owed_chunks(keys[start : start + part], model)
         if not rows:
             continue
