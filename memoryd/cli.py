@@ -839,15 +839,31 @@ def status(
 ) -> None:
     """Queue depth, rows per table, data dir, and which Redis and SurrealDB are in use."""
     settings = _client(data_dir, redis_url, surreal_url)
+    if (starting := _daemon_not_answering(settings)) is not None:
+        # Its database is not open to queries yet: opening it here would take it from the
+        # daemon. What is known without it, said so, with exit code 3.
+        from memoryd.client import local_status
 
+        info = {**local_status(settings), "daemon_running": False, "daemon_starting": starting}
+        if as_json:
+            print(json.dumps(info, indent=2, default=str))
+        else:
+            _status_head(info)
+            print(
+                f"daemon        starting or stopping (pid {starting}): its database is not open "
+                "to queries; ask again in a moment"
+            )
+        raise typer.Exit(3)
     info = _with_client(settings, lambda memoryd: memoryd.status())
     if as_json:
         print(json.dumps(info, indent=2, default=str))
         return
-    print(f"data dir      {info['data_dir']}")
-    print(f"config file   {info['config_file']}")
-    print(f"redis         {info['redis']} ({info['redis_mode']})")
-    print(f"surrealdb     {info['surreal']} ({info['surreal_mode']})")
+    print_status(info)
+
+
+def print_status(info: dict[str, Any]) -> None:
+    """`status` for people: a line per fact."""
+    _status_head(info)
     print(f"daemon        {'running' if info['daemon_running'] else 'not running'}")
     if info["paused_since"]:
         print(f"capture       paused since {info['paused_since']} (`memoryd resume`)")
@@ -859,6 +875,9 @@ def status(
     )
     for label in ("transcripts", "repos", "exclude", "include"):
         print(f"{label:<14}{', '.join(kept[label]) or '-'}")
+    first = sum(info["waiting_for_first_vector"].values())
+    if first:
+        print(f"vectors       {first} rows wait for their first vector")
     waiting = sum(info["waiting_for_reembed"].values())
     print(f"re-embedding  {waiting} rows wait for the configured model")
     print(f"schema        {info['schema_version']}")
@@ -879,9 +898,8 @@ def status(
         print(f"  {table:<14}{n}")
     print(f"  {'valid chunks':<14}{info['valid_chunks']}")
     for p in info["projects"]:
-        print(
-            f"project       {p['id']}  {p['root']}  {_progress_line(p['index'], p['vectors_owed'])}"
-        )
+        progress = _progress_line(p["index"], p["vectors_owed"], ago)
+        print(f"project       {p['id']}  {p['root']}  {progress}")
         if p["index"] and p["index"]["last_error"]:
             print(f"              last error: {_one_line(p['index']['last_error'])}")
     for f in info["skipped_files"]:
@@ -890,19 +908,42 @@ def status(
         print(f"last {task:<9}{run['finished_at']}  {_summary(run['result'])}")
 
 
-def _progress_line(index: dict[str, Any] | None, vectors_owed: int) -> str:
+def _daemon_not_answering(settings: Settings) -> int | None:
+    """The pid of a daemon of this data dir that does not answer on its channel yet (it is
+    starting, or stopping), else None."""
+    from memoryd import channel
+    from memoryd.liveness import holder
+    from memoryd.paths import daemon_lock_path
+
+    owner = holder(daemon_lock_path(settings.data_dir))
+    if owner is None or channel.listening(settings.channel_socket):
+        return None
+    return owner
+
+
+def _status_head(info: dict[str, Any]) -> None:
+    print(f"data dir      {info['data_dir']}")
+    print(f"config file   {info['config_file']}")
+    print(f"redis         {info['redis']} ({info['redis_mode']})")
+    print(f"surrealdb     {info['surreal']} ({info['surreal_mode']})")
+
+
+def _progress_line(index: dict[str, Any] | None, vectors_owed: int, counted_ago: float) -> str:
     """`ready 120/120 files, 950 chunks, <start> .. <end>` (or `indexing … since <start>`),
-    and how many chunks, found by words already, still wait for their vectors."""
+    and how many chunks, found by words already, still wait for their vectors: while any do,
+    the project is `embedding`, not `ready` (the count is as old as the row counts)."""
     if index is None:
         return "not indexed yet"
-    done = f"{index['state']} {index['files_done']}/{index['files_total']} files"
+    state = "embedding" if index["state"] == "ready" and vectors_owed else index["state"]
+    done = f"{state} {index['files_done']}/{index['files_total']} files"
     started = _short_time(index["started_at"])
     when = (
         f"{started} .. {_short_time(index['finished_at'])}"
         if index["finished_at"]
         else f"since {started}"
     )
-    owed = f" ({vectors_owed} waiting for vectors)" if vectors_owed else ""
+    age = f", counted {counted_ago:.0f}s ago" if counted_ago >= 1 else ""
+    owed = f" ({vectors_owed} waiting for vectors{age})" if vectors_owed else ""
     return f"{done}, {index['chunks']} chunks{owed}, {when}"
 
 

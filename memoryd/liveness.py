@@ -9,6 +9,11 @@ import fcntl
 import os
 from pathlib import Path
 
+# A daemon that starts while a one-shot command serves the data dir (no daemon ran when it
+# began) waits this long for it to end; a one-shot command waits as long for a daemon that is
+# starting (memoryd/client.py). Loading the model alone takes 15 s on a loaded machine.
+SERVING_WAIT_SECONDS = 300.0
+
 
 class HeldLock:
     """An exclusive lock on `path`, held until :meth:`release` or the process's end."""

@@ -89,3 +89,14 @@ def plain_data_dir(named: str | Path | None) -> Path:
 
 def channel_socket(data_dir: Path) -> Path:
     return data_dir / CHANNEL_SOCKET
+
+
+def daemon_lock_path(data_dir: Path) -> Path:
+    """Held by the daemon that owns the data dir for as long as it lives."""
+    return data_dir / "memoryd.lock"
+
+
+def serving_lock_path(data_dir: Path) -> Path:
+    """Held by the one process that serves this data dir (starts its private Redis, opens its
+    embedded database): the daemon, or a one-shot command while no daemon runs."""
+    return data_dir / "run" / "serving.lock"

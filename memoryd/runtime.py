@@ -31,8 +31,9 @@ from memoryd.embedded import (
 from memoryd.embedding import Embedder
 from memoryd.errors import MemorydError
 from memoryd.indexsync import IndexSync
-from memoryd.liveness import HeldLock
+from memoryd.liveness import SERVING_WAIT_SECONDS, HeldLock, holder
 from memoryd.migrate import migrate
+from memoryd.paths import serving_lock_path
 from memoryd.store import Store
 
 if TYPE_CHECKING:
@@ -55,6 +56,10 @@ REDIS_START_SECONDS = 15.0
 # A worker that lost its private Redis fails with a bare connection error a moment before the
 # server's exit can be seen: wait this long for it before calling the loss something else.
 REDIS_EXIT_SECONDS = 2.0
+
+
+class ServedElsewhere(MemorydError):
+    """Another memoryd process took the data dir first (a daemon starting, another command)."""
 
 
 class Runtime:
@@ -80,6 +85,7 @@ class Runtime:
         self._restarts: list[float] = []
         self._serving = queue.Serving()
         self._daemon_lock: HeldLock | None = None
+        self._serving_lock: HeldLock | None = None
         self._worker_lock: HeldLock | None = None
         self._redis_lost: str | None = None
         self._channel: channel.Channel | None = None
@@ -88,26 +94,20 @@ class Runtime:
     def serving(self) -> bool:
         return bool(self.workers)
 
-    async def start_queue(self, exclusive: bool = False) -> ArqRedis:
+    @property
+    def owns_data_dir(self) -> bool:
+        """This process holds the data dir's serving lock (may open its embedded database)."""
+        return self._serving_lock is not None
+
+    async def start_queue(self, exclusive: bool = False, one_shot: bool = False) -> ArqRedis:
         """Connect to Redis, starting the private one when it is the default and not running.
-        `exclusive` (the daemon) refuses to share a private Redis with another daemon."""
+        `exclusive` (the daemon) refuses to share the data dir with another daemon, and waits
+        for a one-shot command that serves it to end. `one_shot` (a command that serves the
+        data dir itself when nothing else does) raises ServedElsewhere when another process
+        serves it, even one that is only starting."""
         prepare_data_dir(self.settings.data_dir)
-        if self.settings.embedded_redis:
-            if socket_alive(self.settings.redis_socket) and exclusive:
-                owner = daemon_pid(self.settings.data_dir)
-                if owner is not None:
-                    raise MemorydError(
-                        f"memoryd is already running with data dir {self.settings.data_dir} "
-                        f"(pid {owner}); stop it first"
-                    )
-                # Its owner was killed: stop it in order (AOF flushed) and start our own.
-                log.info("stopping the private Redis left by a memoryd that was killed")
-                await asyncio.to_thread(stop_orphan, self.settings.redis_socket)
-            if not socket_alive(self.settings.redis_socket):
-                self.redis_service = EmbeddedRedis(self.settings.data_dir)
-                pid = await asyncio.to_thread(self.redis_service.start, REDIS_START_SECONDS)
-                log.info("redis started on %s (pid %d)", self.redis_service.socket, pid)
         if exclusive:
+            # First of all: a one-shot command that sees this lock held never serves.
             try:
                 self._daemon_lock = HeldLock(daemon_lock_path(self.settings.data_dir))
             except BlockingIOError:
@@ -115,8 +115,44 @@ class Runtime:
                     f"memoryd is already running with data dir {self.settings.data_dir} "
                     f"(pid {daemon_pid(self.settings.data_dir)}); stop it first"
                 ) from None
+        if exclusive or one_shot:
+            self._serving_lock = await self._take_serving(wait=exclusive)
+        if self.settings.embedded_redis:
+            if socket_alive(self.settings.redis_socket) and exclusive:
+                # Only the holder of the serving lock starts the private Redis: one that
+                # answers now was left by a memoryd that was killed. Stopped in order (AOF
+                # flushed) before our own starts.
+                log.info("stopping the private Redis left by a memoryd that was killed")
+                await asyncio.to_thread(stop_orphan, self.settings.redis_socket)
+            if not socket_alive(self.settings.redis_socket):
+                self.redis_service = EmbeddedRedis(self.settings.data_dir)
+                pid = await asyncio.to_thread(self.redis_service.start, REDIS_START_SECONDS)
+                log.info("redis started on %s (pid %d)", self.redis_service.socket, pid)
         self.redis = await queue.connect(self.settings.queue_url)
         return self.redis
+
+    async def _take_serving(self, wait: bool) -> HeldLock:
+        """The serving lock; `wait`: for a one-shot command that holds it to end (bounded),
+        else ServedElsewhere at once."""
+        path = serving_lock_path(self.settings.data_dir)
+        deadline = time.monotonic() + SERVING_WAIT_SECONDS
+        said = False
+        while True:
+            try:
+                return HeldLock(path)
+            except BlockingIOError:
+                pid = holder(path)
+                if not wait:
+                    raise ServedElsewhere(f"memoryd (pid {pid}) serves this data dir") from None
+            if time.monotonic() > deadline:
+                raise MemorydError(
+                    f"memoryd (pid {pid}), a command serving data dir {self.settings.data_dir}, "
+                    f"did not end within {SERVING_WAIT_SECONDS:.0f}s; start the daemon after it"
+                )
+            if not said:
+                log.info("waiting for memoryd (pid %s), a command using the data dir, to end", pid)
+                said = True
+            await asyncio.sleep(0.2)
 
     async def serve(self, scheduled: bool = True) -> None:
         """Open the database and the model, apply the schema, start the workers."""
@@ -432,6 +468,9 @@ class Runtime:
             if self.redis_service is not None:
                 await asyncio.to_thread(self.redis_service.stop)
                 self.redis_service = None
+            if self._serving_lock is not None:
+                self._serving_lock.release()
+                self._serving_lock = None
             if self._daemon_lock is not None:
                 self._daemon_lock.release()
                 self._daemon_lock = None

@@ -179,12 +179,12 @@ def expected_index(root: Path, project_id: str, max_chars: int) -> dict[str, lis
     import stat as stat_module
 
     from memoryd.config import DEFAULT_SECRET_FILES
-    from memoryd.scan import read_source, secret_file, walk
+    from memoryd.scan import generated_by_name, read_source, secret_file, walk
     from workers.indexing import plan_file
 
     index: dict[str, list[tuple]] = {}
     for rel in walk(root):
-        if secret_file(rel, DEFAULT_SECRET_FILES):
+        if secret_file(rel, DEFAULT_SECRET_FILES) or generated_by_name(rel):
             continue
         try:
             if not (root / rel).resolve().is_relative_to(root.resolve()):

@@ -254,3 +254,67 @@ def test_worker_and_watcher_as_separate_processes(
                 process.send_signal(signal.SIGTERM)
                 process.communicate(timeout=60)
     assert watcher is not None and watcher.returncode == 0 and worker.returncode == 0
+
+
+def _wait_for_line(log: Path, text: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in log.read_text():
+        assert proc.poll() is None, f"exited {proc.returncode}:\n{log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"no {text!r} in:\n{log.read_text()[-3000:]}"
+        time.sleep(0.1)
+
+
+def test_commands_run_while_the_daemon_starts_never_take_its_database(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """`memoryd status` while `memoryd run` was starting opened the database itself, and the
+    daemon exited 1 ("locked by another memoryd process"). The start is held open here by
+    holding the data dir's serving lock, as a one-shot command that serves it does: status
+    answers what it knows without the database (exit 3) and a search waits for the daemon."""
+    from memoryd.liveness import HeldLock
+    from memoryd.paths import serving_lock_path
+
+    data_dir.mkdir(mode=0o700, exist_ok=True)
+    held = HeldLock(serving_lock_path(data_dir))
+    log = tmp_path / "daemon.log"
+    with log.open("wb") as out:
+        daemon = subprocess.Popen(
+            [MEMORYD, "run", "--data-dir", str(data_dir), "--log-format", "human"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    searching = None
+    try:
+        _wait_for_line(log, "a command using the data dir, to end", daemon, 120)
+        status = memoryd("status", "--data-dir", str(data_dir))
+        assert status.returncode == 3, status.stderr
+        assert f"daemon        starting or stopping (pid {daemon.pid})" in status.stdout
+        assert f"data dir      {data_dir}" in status.stdout
+        as_json = json.loads(memoryd("status", "--data-dir", str(data_dir), "--json").stdout)
+        assert (as_json["daemon_running"], as_json["daemon_starting"]) == (False, daemon.pid)
+        said_by_search = tmp_path / "search.err"
+        with said_by_search.open("wb") as err:
+            searching = subprocess.Popen(
+                [MEMORYD, "search", "anything", "--data-dir", str(data_dir), "--json"],
+                stdout=subprocess.PIPE,
+                stderr=err,
+            )
+        # The search waits, and says so: it serves nothing itself (nor did status).
+        _wait_for_line(said_by_search, "waiting for it", searching, 120)
+        waiting = f"memoryd (pid {daemon.pid}) is starting with data dir {data_dir}"
+        assert waiting in said_by_search.read_text()
+        held.release()
+        out, _ = searching.communicate(timeout=300)
+        assert searching.returncode == 0, said_by_search.read_text()
+        assert json.loads(out)["results"] == []
+        assert daemon.poll() is None
+        assert memoryd("status", "--data-dir", str(data_dir)).returncode == 0
+    finally:
+        held.release()
+        if searching is not None and searching.poll() is None:
+            searching.kill()
+        daemon.send_signal(signal.SIGTERM)
+        code = daemon.wait(120)
+    said = log.read_text()
+    assert code == 0, said
+    assert "locked" not in said and "left by a memoryd that was killed" not in said

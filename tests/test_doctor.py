@@ -290,3 +290,32 @@ def test_report_and_unknown_checks(data_dir: Path) -> None:
     assert doctor.exit_code(checks) == 1
     with pytest.raises(MemorydError, match="unknown check bogus"):
         doctor.run(settings_for(data_dir), ["bogus"])
+
+
+def test_doctor_creates_nothing_it_says_is_absent_and_loads_no_model(tmp_path: Path) -> None:
+    """doctor said the data dir "does not exist yet", then created it with `redis/` and
+    `models/` in it; and each run took 14-16 s on a loaded machine, loading the model."""
+    import subprocess
+
+    data = tmp_path / "fresh" / "data"
+    code = (
+        "import json, sys; from memoryd import doctor; from memoryd.config import load_settings; "
+        f"s = load_settings(data_dir={str(data)!r}); "
+        "checks = doctor.run(s, ['data_dir', 'redis', 'database', 'model']); "
+        "print(json.dumps({'checks': [c.as_dict() for c in checks], "
+        "'fastembed': 'fastembed' in sys.modules}))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    checks = [doctor.Check(**c) for c in report["checks"]]
+    assert [c.level for c in checks] == ["ok"] * 4, doctor.render(checks)
+    found = by_name(checks)
+    assert "does not exist yet" in found["data_dir"][0].summary
+    assert found["redis"][0].summary.endswith(
+        "(started for this check), in a scratch dir (no data dir yet)"
+    )
+    assert "created at first start" in found["database"][0].summary
+    assert "(384 dims): its files are in place" in found["model"][0].summary
+    assert report["fastembed"] is False  # the model was not loaded
+    assert not (tmp_path / "fresh").exists()

@@ -147,3 +147,30 @@ def test_a_query_is_answered_while_a_batch_runs_on_the_same_session(tmp_path: Pa
         release.set()
     assert len(batch.result(60)) == 4
     assert np.allclose(during, idle, atol=1e-6)
+
+
+def test_the_model_writes_nothing_outside_the_data_dir(tmp_path: Path) -> None:
+    """onnxruntime wrote ~/.cache/Microsoft/DeveloperTools/.onnxruntime/{deviceid,onnxruntime.db}
+    (its telemetry) at the first model load: outside the data dir."""
+    import subprocess
+
+    home = tmp_path / "home"
+    home.mkdir()
+    script = (
+        "import sys; from pathlib import Path; "
+        "import memoryd.searchindex.vectors; "  # it loads onnxruntime first, as the daemon does
+        "from memoryd.embedding import Embedder; "
+        "Embedder(sys.argv[1], Path(sys.argv[2])).embed(['hello'])"
+    )
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("XDG_CACHE_HOME", "ORT_DISABLE_TELEMETRY")
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script, DEFAULT_MODEL, str(tmp_path / "models")],
+        env={**env, "HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.relative_to(home) for p in home.rglob("*")) == []

@@ -9,6 +9,7 @@ delayed."""
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -194,3 +195,76 @@ async def test_each_text_is_embedded_once_when_embedding_jobs_and_reembed_overla
     assert all(r["embedding"] is not None for r in rows)
     distinct = {r["content"] for r in rows}
     assert len(given) == len(set(given)) == len(distinct)
+
+
+async def test_status_says_what_a_first_index_waits_for(
+    data_dir: Path, embedder: Embedder, arq_tree: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A new user's first index, between its two phases: `status` said `ready`, "re-embedding
+    N rows wait for the configured model" (it is the first embedding), and `repos -` while the
+    daemon watched the `--repo` it was given (the asking process's config has none)."""
+    from memoryd.cli import print_status
+    from memoryd.client import Client
+
+    rt = Runtime(settings_for(data_dir, extra_repos=[arq_tree]), embedder)
+    try:
+        await rt.start_queue(exclusive=True)
+        await rt.serve(scheduled=False)
+        assert rt.redis is not None
+        asking = Client(rt.redis, settings_for(data_dir))
+        with model_held(embedder):
+            chunks = sum(r["chunks"] for r in await first_phase(rt, arq_tree))
+            info = await asking.status()
+            assert info["waiting_for_first_vector"]["code_chunk"] == chunks
+            assert info["waiting_for_reembed"]["code_chunk"] == 0  # their embed_chunks job's
+            assert info["remembered"]["repos"] == [str(arq_tree)]
+            print_status(info)
+        lines = capsys.readouterr().out.splitlines()
+        assert f"repos         {arq_tree}" in lines
+        assert f"vectors       {chunks} rows wait for their first vector" in lines
+        assert "re-embedding  0 rows wait for the configured model" in lines
+        [project] = [line for line in lines if line.startswith("project ")]
+        waiting = rf"  embedding (\d+)/\1 files, {chunks} chunks \({chunks} waiting for vectors"
+        assert re.search(waiting, project), project
+    finally:
+        await rt.close()
+
+
+async def test_a_long_embedding_says_what_it_does(
+    data_dir: Path,
+    embedder: Embedder,
+    arq_tree: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Six and a half minutes passed with no log line between "initial index … done" and the
+    end of the first embedding job (the model runs at low priority; the machine was busy)."""
+    import logging
+
+    from workers import indexing
+
+    caplog.set_level(logging.INFO, logger="workers.indexing")
+    monkeypatch.setattr(indexing, "EMBED_PROGRESS_SECONDS", 0.0)  # a line before every part
+    rt = Runtime(settings_for(data_dir, index_write_chunks=40), embedder)
+    try:
+        await rt.start_queue(exclusive=True)
+        await rt.serve(scheduled=False)
+        assert rt.redis is not None
+        reports = await first_phase(rt, arq_tree)
+        for report in reports:
+            await queue.embedded_later(rt.redis, report, 300)
+    finally:
+        await rt.close()
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("embed_chunks")]
+    long = [r["owed"] for r in reports if r["owed"] > 40]
+    assert long  # embedded in more than one part
+    for owed in long:
+        assert (
+            f"embed_chunks: {owed} chunks to give vectors, 40 at a time (at low priority: other "
+            "work on this machine goes first)"
+        ) in said
+        for done in range(40, owed, 40):
+            assert any(
+                line.startswith(f"embed_chunks: {done} of {owed} chunks given vectors so far (")
+                for line in said
+            ), (done, owed, said)

@@ -72,6 +72,13 @@ async def test_bad_files_are_skipped_with_one_line_each(
     (tmp_path / "elsewhere.py").write_text("PASSWORD = 'not for the index'\n")
     (root / "outside.py").symlink_to(tmp_path / "elsewhere.py")
     (root / "inside.py").symlink_to("good.py")  # a link within the tree is indexed as a file
+    # Skipped once with no line and no record: a link to nothing, a link to a directory, a
+    # minified bundle known by its name.
+    (root / "dangling.py").symlink_to("nowhere.py")
+    (root / "pkg").mkdir()
+    (root / "pkg" / "mod.py").write_text(GOOD.replace("tax_rate", "duty_rate"))
+    (root / "linked_pkg").symlink_to("pkg")
+    (root / "app.min.js").write_text("function a(){return 1}\n")
     (root / os.fsdecode(b"caf\xe9-latin1-name.py")).write_text("def x():\n    return 1\n")
     (root / NON_ASCII).parent.mkdir(parents=True)
     (root / NON_ASCII).write_text("def crème_brûlée_recipe():\n    return 'caramelise the top'\n")
@@ -96,9 +103,12 @@ async def test_bad_files_are_skipped_with_one_line_each(
         "loop_a.py": "unreadable: Too many levels of symbolic links",
         "loop_b.py": "unreadable: Too many levels of symbolic links",
         "outside.py": "a symlink to outside the repository",
+        "dangling.py": "a symlink to nothing (nowhere.py)",
+        "linked_pkg": "a symlink to a directory (not followed)",
+        "app.min.js": "minified or generated (its name ends in .min.js)",
     }
     assert totals["failed"] == 0
-    assert "huge_generated.py" not in opened and "pipe.py" not in opened
+    assert not {"huge_generated.py", "pipe.py", "app.min.js"} & set(opened)
     for name in totals["skips"]:
         assert len(_lines_about(caplog, name)) == 1, (name, _lines_about(caplog, name))
     assert _lines_about(caplog, "latin1.py") == [
@@ -111,7 +121,7 @@ async def test_bad_files_are_skipped_with_one_line_each(
     # Everything else is indexed exactly, the odd path included, and found by search.
     pid = projects.resolve(root).id
     index = await settle(stack, root, pid)
-    assert set(index) == {"good.py", "inside.py", "latin1.py", NON_ASCII}
+    assert set(index) == {"good.py", "inside.py", "latin1.py", "pkg/mod.py", NON_ASCII}
     hits = await queue.call(stack.redis, jobs.SEARCH, "crème brûlée recipe", 1, None, "code")
     assert hits[0]["path"] == NON_ASCII and hits[0]["name"] == "crème_brûlée_recipe"
     hits = await queue.call(stack.redis, jobs.SEARCH, "brew latin coffee", 1, None, "code")

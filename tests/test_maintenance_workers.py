@@ -411,3 +411,39 @@ async def test_a_prune_killed_half_way_leaves_no_dangling_edge_and_the_next_run_
     assert {str(r["id"].id) for r in final["entity"]} == {
         str(r["id"].id) for r in dump["entity"]
     } - orphaned
+
+
+async def test_a_run_whose_redis_dies_leaves_no_task_unanswered(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The task that renews a run's lock met a dead Redis, died of it, and was cancelled after
+    its end: asyncio printed "Task exception was never retrieved" with a traceback (four after
+    one exit line, when repeated Redis deaths stopped the daemon). It says so in one line."""
+    import gc
+
+    from workers import maintenance
+
+    monkeypatch.setattr(maintenance, "LOCK_SECONDS", 0.3)
+    unanswered: list[dict[str, Any]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _, context: unanswered.append(context))
+    service = EmbeddedRedis(data_dir)
+    service.start()
+    redis = await queue.connect(service.url)
+
+    async def upkeep(ctx: dict[str, Any]) -> dict[str, Any]:
+        await asyncio.to_thread(service.stop)
+        while not any("lost its lock" in r.getMessage() for r in caplog.records):
+            await asyncio.sleep(0.05)
+        return {"done": 1}
+
+    try:
+        run = maintenance.one_at_a_time(upkeep)
+        assert await asyncio.wait_for(run({"redis": redis}), 30) == {"done": 1}
+    finally:
+        service.stop()
+        await redis.aclose()
+    gc.collect()
+    await asyncio.sleep(0)
+    assert [c.get("message") for c in unanswered] == []
+    [line] = [r.getMessage() for r in caplog.records if "lost its lock" in r.getMessage()]
+    assert line.startswith("upkeep: lost its lock (")

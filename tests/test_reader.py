@@ -70,3 +70,39 @@ async def test_an_idle_process_goes_and_comes_back_when_needed(
         assert again not in (pid, os.getpid())
     finally:
         await reader.close()
+
+
+PARENT = """
+import asyncio, os, sys, time
+from workers.reader import Reader
+
+async def main():
+    reader = Reader()
+    print(await reader.run(os.getpid), flush=True)
+    await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+async def test_the_reader_process_and_its_helper_end_when_memoryd_is_killed() -> None:
+    """kill -9 of `memoryd run` left the reader process and multiprocessing's resource tracker
+    alive for ever (parent pid 1), each waiting on a pipe whose write end the reader holds."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True, cwd=os.getcwd()
+    )
+    try:
+        assert parent.stdout is not None
+        reader_pid = int(parent.stdout.readline())
+        children = {p.pid for p in psutil.Process(parent.pid).children(recursive=True)}
+        assert reader_pid in children and len(children) == 2  # the reader and the tracker
+    finally:
+        parent.kill()
+        parent.wait()
+    for pid in children:
+        assert await _until_gone(pid, 30), pid

@@ -23,7 +23,7 @@ from memoryd import jobs, projects, queue
 from memoryd.embedded import socket_alive
 from memoryd.embedding import Embedder
 from memoryd.errors import MemorydError
-from memoryd.runtime import REDIS_RESTARTS, Runtime
+from memoryd.runtime import REDIS_RESTARTS, Runtime, ServedElsewhere
 from memoryd.store.connection import files_of
 from memoryd.watch.repos import RepoWatcher
 from memoryd.watch.transcripts import TranscriptWatcher
@@ -343,3 +343,45 @@ async def test_a_job_cut_short_by_redis_restarts_runs_to_the_end(
         assert info is not None and info.success and info.job_try == 1, info
         # No job causes a Redis restart: none counts towards ORPHANED_LIMIT.
         assert not await redis.exists(queue.ORPHANED_PREFIX + job.job_id)
+
+
+async def test_a_daemon_that_starts_while_a_command_serves_the_data_dir_waits_for_it(
+    data_dir: Path, embedder: Embedder, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A one-shot command (`memoryd status` with no daemon) serves the data dir itself: its
+    own private Redis, the database. A daemon starting meanwhile took that Redis for one left
+    by a killed memoryd and stopped it ("stopping the private Redis left by…" on a brand-new
+    data dir), then fought the command for the database. It waits for the command instead;
+    and a command that starts while a daemon starts never serves the data dir itself."""
+    caplog.set_level(logging.INFO, logger="memoryd.runtime")
+    command = Runtime(settings_for(data_dir), embedder)
+    daemon = Runtime(settings_for(data_dir), embedder)
+    late = Runtime(settings_for(data_dir), embedder)
+    try:
+        await command.start_queue(one_shot=True)
+        await command.serve_if_needed()
+        assert command.redis_service is not None
+        theirs = command.redis_service.pid
+        starting = asyncio.create_task(daemon.start_queue(exclusive=True))
+        while not any("a command using the data dir" in r.getMessage() for r in caplog.records):
+            assert not starting.done(), starting.result()
+            await asyncio.sleep(0.05)
+        # The command's Redis still serves it.
+        assert await queue.call(command.redis, jobs.PROJECTS, timeout=30) == []
+        with pytest.raises(ServedElsewhere):
+            await late.start_queue(one_shot=True)
+        await command.close()
+        await asyncio.wait_for(starting, 60)
+        assert daemon.redis_service is not None and daemon.redis_service.pid != theirs
+        await daemon.serve(scheduled=False)
+        assert daemon.redis is not None
+        assert await queue.call(daemon.redis, jobs.PROJECTS, timeout=30) == []
+        # A command that starts while the daemon serves is refused the data dir too.
+        with pytest.raises(ServedElsewhere):
+            await late.start_queue(one_shot=True)
+    finally:
+        for rt in (late, command, daemon):
+            await rt.close()
+    said = [r.getMessage() for r in caplog.records]
+    assert not any("left by a memoryd that was killed" in line for line in said)
+    assert sum("a command using the data dir" in line for line in said) == 1

@@ -557,3 +557,34 @@ def test_a_full_disk_under_either_index_is_an_os_error(tmp_path: Path, corpus: C
         assert ix.generation == 2 and len(ix) == len(docs)
         vectors.checkpoint()
         ix.close()
+
+
+@pytest.mark.parametrize("room", [0, 4096, 16384])
+def test_tantivy_disk_faults_in_its_other_words_are_os_errors(
+    tmp_path: Path, corpus: Corpus, room: int
+) -> None:
+    """With a few pages left, a commit fails in words other than "An IO error occurred":
+    "Internal error: 'No space left on device (os error 28)'" or "Failed to open file for
+    write: 'IoError { … Os { code: 28 …'". They too are the disk's fault (one log line), and
+    the writer that met them is let go, so the index writes again once there is room."""
+    docs = [replace(d, vector=None) for d in corpus.docs]
+    with small_disk(tmp_path / "disk", "2m") as disk:
+        ix = SearchIndex(disk / "search")
+        ix.upsert(docs[:20])
+        ix.commit(1)
+        fill_disk(disk)
+        filler = disk / "filler"
+        os.truncate(filler, max(0, filler.stat().st_size - room))
+        faults = 0
+        for generation, doc in enumerate(docs[20:26], start=2):
+            try:
+                ix.upsert([doc])
+                ix.commit(generation)
+            except OSError:
+                faults += 1
+        assert faults > 0  # the disk was full for some of them at least
+        filler.unlink()
+        ix.upsert(docs)
+        ix.commit(100)
+        assert ix.generation == 100 and len(ix) == len(docs)
+        ix.close()

@@ -99,3 +99,37 @@ async def test_aiders_log_in_a_watched_repo_is_ingested(stack: Runtime, tmp_path
         assert set(rows[0]) == {"aider"} and len(rows[0]) == 2
     finally:
         await watcher.stop()
+
+
+async def test_odd_entries_in_a_transcript_folder_are_skipped_with_one_line_each(
+    stack: Runtime, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A FIFO, a symlink loop or a symlink to nothing named like a transcript were passed over
+    without a word; a FIFO reaching the ingest job (a watch event) would hold its read."""
+    import logging
+    import os
+
+    from memoryd.watch.transcripts import TranscriptWatcher
+
+    caplog.set_level(logging.INFO)
+    folder = tmp_path / "projects" / "p"
+    folder.mkdir(parents=True)
+    (folder / "real.jsonl").write_text("")
+    os.mkfifo(folder / "pipe.jsonl")
+    (folder / "loop_a.jsonl").symlink_to("loop_b.jsonl")
+    (folder / "loop_b.jsonl").symlink_to("loop_a.jsonl")
+    (folder / "dangling.jsonl").symlink_to("nowhere.jsonl")
+    assert stack.redis is not None
+    watcher = TranscriptWatcher(stack.redis, [tmp_path / "projects"], 0.1)
+    await watcher.start()
+    await watcher.stop()
+    said = sorted(m for m in caplog.messages if m.startswith("skip transcript "))
+    assert said == [
+        f"skip transcript {folder / 'dangling.jsonl'}: unreadable: No such file or directory",
+        f"skip transcript {folder / 'loop_a.jsonl'}: unreadable: Too many levels of symbolic links",
+        f"skip transcript {folder / 'loop_b.jsonl'}: unreadable: Too many levels of symbolic links",
+        f"skip transcript {folder / 'pipe.jsonl'}: not a regular file (a FIFO)",
+    ]
+    [job] = await queue.enqueue_ingest(stack.redis, [str(folder / "pipe.jsonl")], fresh=True)
+    report = await queue.wait_for(job, 60)
+    assert report["note"] == "not a regular file (a FIFO); skipped"

@@ -52,7 +52,14 @@ from memoryd.ids import (
     symbol_key,
 )
 from memoryd.indexsync import IndexSync
-from memoryd.scan import SECRET_FILE, read_source, secret_file, wanted_paths
+from memoryd.scan import (
+    SECRET_FILE,
+    generated_by_name,
+    not_regular,
+    read_source,
+    secret_file,
+    wanted_paths,
+)
 from memoryd.store import QueryFailed
 from workers.chunking import chunk_text, language_for_path
 from workers.context import JobContext
@@ -61,6 +68,10 @@ from workers.reader import MANY_FILES
 from workers.redact import SecretMemory, redact
 
 log = logging.getLogger(__name__)
+
+# A line at least this often while an embedding job runs: the first ones after a cold index
+# take minutes on a loaded machine (the model's pace), and said nothing until they ended.
+EMBED_PROGRESS_SECONDS = 30.0
 
 # A file modified this close to the moment it was read may be modified again within the same
 # clock tick without its mtime changing ("racy" in git's words). Its state is stored with
@@ -171,21 +182,9 @@ class _Skip(Exception):
     """A file that is there but is not indexed; the message is the reason."""
 
 
-def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    return "not a regular file"
-
-
 def _check(info: os.stat_result, max_bytes: int) -> None:
     if not stat.S_ISREG(info.st_mode):
-        raise _Skip(f"not a regular file ({_kind(info.st_mode)})")
+        raise _Skip(not_regular(info.st_mode))
     if info.st_size > max_bytes:
         raise _Skip(f"too large ({info.st_size} bytes, limit {max_bytes})")
 
@@ -268,16 +267,22 @@ def _look(
     try:
         info = path.stat()
     except FileNotFoundError:
+        if path.is_symlink():  # there, pointing at nothing: skipped, not gone
+            return _Look(rel, "skipped", reason=f"a symlink to nothing ({os.readlink(path)})")
         return _Look(rel, "vanished", reason="deleted")
     except OSError as exc:  # permission denied on a directory, a symlink loop, name too long
         return _Look(rel, "skipped", reason=_unreadable(exc))
-    if stat.S_ISDIR(info.st_mode):  # the file was replaced by a directory: the file is gone
-        return _Look(rel, "vanished", reason="a directory now")
+    if stat.S_ISDIR(info.st_mode):
+        if path.is_symlink():  # not followed: what it points at inside is indexed there
+            return _Look(rel, "skipped", reason="a symlink to a directory (not followed)")
+        return _Look(rel, "vanished", reason="a directory now")  # the file is gone
     secret = secret_file(rel, secret_globs)
     if _trusted(previous, info, max_bytes, secret):
         return _Look(rel, "unchanged", info)
     if secret is not None:  # never opened
         return _Look(rel, "skipped", info, reason=secret)
+    if (generated := generated_by_name(rel)) is not None:  # never opened either
+        return _Look(rel, "skipped", info, reason=generated)
     started = time.time_ns()
     try:
         _check(info, max_bytes)
@@ -727,7 +732,25 @@ async def embed_chunks(ctx: JobContext, keys: list[str] | None = None) -> dict[s
         keys = await store.owed_chunk_keys(model)
     done = {"chunks": 0, "embedded": 0}
     part = settings.index_write_chunks
+    if len(keys) > part:
+        # The model's batches run at low priority (BATCH_NICE): on a busy machine this takes
+        # long, and the lines say so while it does.
+        log.info(
+            "embed_chunks: %d chunks to give vectors, %d at a time (at low priority: other "
+            "work on this machine goes first)",
+            len(keys),
+            part,
+        )
+    said = time.monotonic()
     for start in range(0, len(keys), part):
+        if time.monotonic() - said >= EMBED_PROGRESS_SECONDS:
+            log.info(
+                "embed_chunks: %d of %d chunks given vectors so far (%d texts embedded)",
+                done["chunks"],
+                len(keys),
+                done["embedded"],
+            )
+            said = time.monotonic()
         # One part at a time across jobs and workers, each asking again what is still owed:
         # the start-up catch-up and a rerun of a job a crash cut short name the same chunks as
         # the jobs still queued, and each text is embedded once all the same.

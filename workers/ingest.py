@@ -11,6 +11,7 @@ import functools
 import json
 import logging
 import os
+import stat
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -24,6 +25,7 @@ import zstandard
 from memoryd import queue, vocabulary
 from memoryd.embedding import embed_off_loop
 from memoryd.ids import entity_id
+from memoryd.scan import not_regular
 from memoryd.store import Ref
 from memoryd.watch.transcripts import rewritten_whole
 from workers.context import JobContext
@@ -339,6 +341,10 @@ async def _ingest(ctx: JobContext, path: str) -> IngestReport:
     except OSError as exc:
         report.note = f"transcript unreadable ({exc.strerror}); its memories stay"
         log.info("ingest %s: %s", path, report.note)
+        return report
+    if not stat.S_ISREG(info.st_mode):  # a FIFO would hold the read until someone writes
+        report.note = f"{not_regular(info.st_mode)}; skipped"
+        log.warning("ingest %s: %s", path, report.note)
         return report
     compressed = path.endswith(".zst")
     offset, saved = 0, None

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 from arq import ArqRedis
 from redis.asyncio.lock import Lock
-from redis.exceptions import LockError
+from redis.exceptions import RedisError
 
 from memoryd.queue import MAINTENANCE_LOCK_PREFIX
 
@@ -27,8 +27,10 @@ async def _keep(lock: Lock, name: str) -> None:
         await asyncio.sleep(LOCK_SECONDS / 3)
         try:
             await lock.reacquire()
-        except LockError:
-            log.warning("%s: lost its lock; another run may start", name)
+        except (RedisError, OSError) as exc:
+            # Redis gone too (its loss is said where serving ends): an error left in this
+            # task, which nobody awaits, was a "Task exception was never retrieved" traceback.
+            log.warning("%s: lost its lock (%s); another run may start", name, exc)
             return
 
 
@@ -45,5 +47,6 @@ async def held(redis: ArqRedis, name: str, wait: bool = True) -> AsyncIterator[b
         yield True
     finally:
         keeper.cancel()
-        with contextlib.suppress(LockError):
+        # A lock not released (lost, or Redis gone) lapses by itself.
+        with contextlib.suppress(RedisError, OSError):
             await lock.release()

@@ -11,7 +11,7 @@ from typing import Any
 from memoryd import agent, hooks, metrics, queue, views
 from memoryd import search as search_module
 from memoryd.agent import check_budget
-from memoryd.client import Client
+from memoryd.client import Client, remembered
 from memoryd.compact import DB_DIR, size
 from memoryd.errors import InvalidRequest, NotFound
 from memoryd.ids import split_file_key
@@ -128,6 +128,7 @@ async def status(ctx: JobContext) -> dict[str, Any]:
     settings, model = ctx["settings"], ctx["embedder"].model
 
     async def count() -> dict[str, Any]:
+        backlog = await store.vector_backlog(model)
         return {
             "counts": await store.counts(),
             "valid_chunks": await store.valid_chunk_count(),
@@ -140,7 +141,8 @@ async def status(ctx: JobContext) -> dict[str, Any]:
             "database_bytes": await asyncio.to_thread(size, settings.data_dir / DB_DIR)
             if settings.embedded_db
             else None,
-            "waiting_for_reembed": await store.count_stale_vectors(model),
+            "waiting_for_reembed": {t: n for t, (n, _) in backlog.items()},
+            "waiting_for_first_vector": {t: first for t, (_, first) in backlog.items()},
             # A scan too (an index on the model would hold every chunk): counted with the rest.
             "vectors_owed": await store.owed_vectors_by_project(model),
         }
@@ -187,6 +189,8 @@ async def status(ctx: JobContext) -> dict[str, Any]:
         "maintenance": {task: plain(run) for task, run in parts["maintenance"].items()},
         "model": model,
         "database": store.url,
+        # This process's config and `--repo`s: what the daemon watches.
+        "remembered": remembered(settings),
     }
 
 

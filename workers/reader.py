@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import functools
 import logging
 import multiprocessing
+import os
+import signal
+import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -27,6 +32,28 @@ T = TypeVar("T")
 # Jobs with at least this many files to read use the process (`index_files`).
 MANY_FILES = 16
 IDLE_SECONDS = 60.0
+# prctl(2): a signal for this process when its parent dies (Linux).
+PR_SET_PDEATHSIG = 1
+# How often the reader process looks whether its parent is still there (every platform).
+PARENT_CHECK_SECONDS = 1.0
+
+
+def _die_with(parent: int) -> None:
+    """The reader process's start: it ends with the process that started it, however that one
+    ends. After a kill -9 of memoryd it was left waiting on its job pipe forever (it holds
+    that pipe's write end itself, so no end of file ever comes), and multiprocessing's resource
+    tracker with it (whose pipe it holds). Linux kills it at once; elsewhere, and should the
+    parent have died before this ran, a thread sees the new parent pid."""
+    if sys.platform == "linux":
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(PARENT_CHECK_SECONDS)
+    os._exit(1)
 
 
 class Reader:
@@ -43,7 +70,9 @@ class Reader:
             # A new interpreter, not a fork of this process: its threads (the database's, the
             # model's) hold locks a fork would copy held. Nothing stays when the pool goes.
             context = multiprocessing.get_context("spawn")
-            self._pool = ProcessPoolExecutor(1, mp_context=context)
+            self._pool = ProcessPoolExecutor(
+                1, mp_context=context, initializer=_die_with, initargs=(os.getpid(),)
+            )
         if self._reaper is None or self._reaper.done():
             self._reaper = asyncio.create_task(self._reap())
         pool = self._pool

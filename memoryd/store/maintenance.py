@@ -250,15 +250,23 @@ class MaintenanceQueries(StoreBase):
         return whole_texts(rows[0] or [], "text")
 
     async def count_stale_vectors(self, model: str) -> dict[str, int]:
+        return {t: n for t, (n, _) in (await self.vector_backlog(model)).items()}
+
+    async def vector_backlog(self, model: str) -> dict[str, tuple[int, int]]:
+        """Per table, the rows to embed again with `model` (what `reembed` does) and the rows
+        that wait for their first vector (written without one, as indexing does, for their
+        `embed_chunks` job): on a new install that is all of them, and none is a re-embedding."""
         results = await self.query(
             "; ".join(
-                f"SELECT count() AS n FROM {t} WHERE {_STALE_VECTOR} GROUP ALL"
+                f"SELECT count({_STALE_VECTOR}) AS n, count({OWES_VECTOR}) AS first "
+                f"FROM {t} GROUP ALL"
                 for t in VECTOR_TABLES
             ),
             {"model": model},
         )
         return {
-            t: (rows[0]["n"] if rows else 0) for t, rows in zip(VECTOR_TABLES, results, strict=True)
+            t: (rows[0]["n"], rows[0]["first"]) if rows else (0, 0)
+            for t, rows in zip(VECTOR_TABLES, results, strict=True)
         }
 
     async def set_vectors(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from memoryd import queue
+from memoryd.scan import not_regular
 from memoryd.watch import CHANGES
 from memoryd.watch.debounce import Burst, Debouncer
 
@@ -44,20 +46,34 @@ def rewritten_whole(path: str) -> bool:
     return _GEMINI_CHAT.search(path) is not None
 
 
-def transcript_files(roots: Iterable[Path]) -> list[str]:
-    """Transcript files under the given files or folders, absolute, in a stable order."""
+def transcript_files(roots: Iterable[Path], skipped: dict[str, str] | None = None) -> list[str]:
+    """Transcript files under the given files or folders, absolute, in a stable order.
+    `skipped` gets the others named like transcripts (a FIFO, a symlink loop or to nothing),
+    with the reason."""
     found: list[str] = []
     for root in roots:
         if root.is_file():
             found.append(str(root.resolve()))
             continue
         for pattern in _PATTERNS:
-            found.extend(
-                str(p.resolve())
-                for p in root.rglob(pattern)
-                if p.is_file() and is_transcript(str(p.resolve()))
-            )
+            for p in root.rglob(pattern):
+                if p.is_file():
+                    if is_transcript(str(p.resolve())):
+                        found.append(str(p.resolve()))
+                    continue
+                if skipped is None or not is_transcript(str(p)):
+                    continue
+                if (reason := _not_a_transcript_file(p)) is not None:
+                    skipped[str(p)] = reason
     return sorted(dict.fromkeys(found))
+
+
+def _not_a_transcript_file(path: Path) -> str | None:
+    try:
+        info = path.stat()
+    except OSError as exc:  # a symlink loop, or to nothing
+        return f"unreadable: {exc.strerror or exc}"
+    return None if stat.S_ISDIR(info.st_mode) else not_regular(info.st_mode)
 
 
 class _Handler(FileSystemEventHandler):
@@ -92,7 +108,10 @@ class TranscriptWatcher:
             self._observer.schedule(_Handler(self), str(root), recursive=True, event_filter=CHANGES)
         self._observer.start()
         # Whatever grew while memoryd was down; unchanged files return at once from the job.
-        files = await asyncio.to_thread(transcript_files, self.roots)
+        skipped: dict[str, str] = {}
+        files = await asyncio.to_thread(transcript_files, self.roots, skipped)
+        for path, reason in skipped.items():
+            log.warning("skip transcript %s: %s", path, reason)
         try:
             await queue.enqueue_ingest(self.redis, files)
         except Exception as exc:
