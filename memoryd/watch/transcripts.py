@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import re
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
 from arq import ArqRedis
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
+from watchdog.observers.api import ObservedWatch
 
 from memoryd import queue
-from memoryd.watch import CHANGES
+from memoryd.watch import CHANGES, Outage
 from memoryd.watch.debounce import Burst, Debouncer
 
 log = logging.getLogger(__name__)
@@ -27,6 +31,9 @@ AIDER_LOG = ".aider.chat.history.md"
 _PATTERNS = ("*.jsonl", "*.jsonl.zst", "session-*.json", AIDER_LOG)
 # Transcripts are appended to line by line while an agent works: ingest at most this often.
 _MAX_WAIT = 1.0
+# How often folders not there yet (and transcripts hooks named before they existed) are looked
+# for: a new user's first session is in memory within seconds, for a stat per folder.
+LOOK_SECONDS = 1.0
 # One debounce group: every transcript's job is enqueued in one flush.
 _GROUP = "transcripts"
 
@@ -74,25 +81,54 @@ class _Handler(FileSystemEventHandler):
 
 
 class TranscriptWatcher:
+    """Watches each transcript folder that exists, and looks every LOOK_SECONDS for those that
+    do not yet (a new user installs memoryd before their agent's first session creates its
+    folder) or were removed, and for transcripts a hook named before they existed."""
+
     def __init__(self, redis: ArqRedis, roots: list[Path], debounce: float) -> None:
         self.redis = redis
-        self.roots = [r for r in roots if r.is_dir()]
+        self.roots = list(dict.fromkeys(roots))
         self.loop = asyncio.get_running_loop()
         self.debouncer = Debouncer(debounce, _MAX_WAIT, self._flush)
         self._observer = Observer()
-        self._task: asyncio.Task[None] | None = None
-        for missing in sorted(set(roots) - set(self.roots)):
-            log.info("transcript folder %s does not exist; not watching it", missing)
+        self._watches: dict[Path, ObservedWatch] = {}
+        self._refused: set[Path] = set()  # roots whose watch failed, said once each
+        self._outage = Outage(log)
+        self._tasks: list[asyncio.Task[None]] = []
 
     async def _flush(self, _group: str, burst: Burst) -> None:
         await queue.enqueue_ingest(self.redis, sorted(burst.keys))
 
-    async def start(self) -> None:
+    def _attach(self) -> list[Path]:
+        """Watch the roots that exist and are not watched, let go of watched ones that are gone;
+        returns the roots watched now that were not before."""
+        added = []
         for root in self.roots:
-            self._observer.schedule(_Handler(self), str(root), recursive=True, event_filter=CHANGES)
+            watch = self._watches.get(root)
+            if watch is not None and not os.path.isdir(root):
+                with contextlib.suppress(KeyError):  # its emitter may have stopped already
+                    self._observer.unschedule(watch)
+                del self._watches[root]
+                log.info("transcript folder %s is gone; watching for it again", root)
+            elif watch is None and os.path.isdir(root):
+                try:
+                    self._watches[root] = self._observer.schedule(
+                        _Handler(self), str(root), recursive=True, event_filter=CHANGES
+                    )
+                except OSError as exc:  # out of inotify watches, or no permission
+                    if root not in self._refused:
+                        log.warning("cannot watch transcript folder %s: %s", root, exc)
+                    self._refused.add(root)
+                    continue
+                self._refused.discard(root)
+                added.append(root)
+        return added
+
+    async def start(self) -> None:
+        watched = await asyncio.to_thread(self._attach)
         self._observer.start()
         # Whatever grew while memoryd was down; unchanged files return at once from the job.
-        files = await asyncio.to_thread(transcript_files, self.roots)
+        files = await asyncio.to_thread(transcript_files, watched)
         try:
             await queue.enqueue_ingest(self.redis, files)
         except Exception as exc:
@@ -101,11 +137,39 @@ class TranscriptWatcher:
             # Redis restarting under the start: they wait for the debouncer's next round.
             self.debouncer.outage.failed(f"{len(files)} transcripts not enqueued", exc)
             self.debouncer.note(_GROUP, set(files))
-        log.info("watching %d transcript folders (%d files)", len(self.roots), len(files))
-        self._task = asyncio.create_task(self.debouncer.run())
+        for missing in sorted(set(self.roots) - set(watched)):
+            log.info("transcript folder %s does not exist yet; watching for it", missing)
+        log.info("watching %d transcript folders (%d files)", len(watched), len(files))
+        self._tasks = [
+            asyncio.create_task(self.debouncer.run()),
+            asyncio.create_task(self._look()),
+        ]
+
+    async def _look(self) -> None:
+        while True:
+            await asyncio.sleep(LOOK_SECONDS)
+            for root in await asyncio.to_thread(self._attach):
+                log.info("transcript folder %s appeared; watching it", root)
+                # What the agent wrote before the watch began.
+                self.debouncer.note(_GROUP, set(await asyncio.to_thread(transcript_files, [root])))
+            try:
+                await self._take_expected()
+                self._outage.ended()
+            except Exception as exc:
+                self._outage.failed("looking for expected transcripts failed", exc)
+
+    async def _take_expected(self) -> None:
+        expected = await queue.expected_transcripts(self.redis)
+        if not expected:
+            return
+        now = time.time()
+        here = await asyncio.to_thread(lambda: {p for p in expected if os.path.isfile(p)})
+        self.debouncer.note(_GROUP, here)
+        old = {p for p, since in expected.items() if now - since > queue.EXPECTED_SECONDS}
+        await queue.drop_expected(self.redis, sorted(here | old))
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
         self._observer.stop()
         await asyncio.to_thread(self._observer.join, 5)
