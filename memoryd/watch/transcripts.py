@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import re
+import stat
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -67,6 +68,15 @@ def transcript_files(roots: Iterable[Path]) -> list[str]:
     return sorted(dict.fromkeys(found))
 
 
+def _inode(folder: Path) -> tuple[int, int] | None:
+    """Which folder is at `folder` now (device and inode), or None when no folder is."""
+    try:
+        info = os.stat(folder)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino) if stat.S_ISDIR(info.st_mode) else None
+
+
 class _Handler(FileSystemEventHandler):
     def __init__(self, watcher: TranscriptWatcher) -> None:
         self.watcher = watcher
@@ -91,7 +101,7 @@ class TranscriptWatcher:
         self.loop = asyncio.get_running_loop()
         self.debouncer = Debouncer(debounce, _MAX_WAIT, self._flush)
         self._observer = Observer()
-        self._watches: dict[Path, ObservedWatch] = {}
+        self._watches: dict[Path, tuple[ObservedWatch, tuple[int, int]]] = {}
         self._refused: set[Path] = set()  # roots whose watch failed, said once each
         self._outage = Outage(log)
         self._tasks: list[asyncio.Task[None]] = []
@@ -100,19 +110,21 @@ class TranscriptWatcher:
         await queue.enqueue_ingest(self.redis, sorted(burst.keys))
 
     def _attach(self) -> list[Path]:
-        """Watch the roots that exist and are not watched, let go of watched ones that are gone;
-        returns the roots watched now that were not before."""
+        """Watch the roots that exist and are not watched, let go of watched ones that are gone
+        (or were made again: the old watch is on the removed folder); returns the roots
+        watched now that were not before."""
         added = []
         for root in self.roots:
-            watch = self._watches.get(root)
-            if watch is not None and not os.path.isdir(root):
+            inode = _inode(root)
+            watched = self._watches.get(root)
+            if watched is not None and watched[1] != inode:
                 with contextlib.suppress(KeyError):  # its emitter may have stopped already
-                    self._observer.unschedule(watch)
+                    self._observer.unschedule(watched[0])
                 del self._watches[root]
                 log.info("transcript folder %s is gone; watching for it again", root)
-            elif watch is None and os.path.isdir(root):
+            if inode is not None and root not in self._watches:
                 try:
-                    self._watches[root] = self._observer.schedule(
+                    watch = self._observer.schedule(
                         _Handler(self), str(root), recursive=True, event_filter=CHANGES
                     )
                 except OSError as exc:  # out of inotify watches, or no permission
@@ -120,6 +132,7 @@ class TranscriptWatcher:
                         log.warning("cannot watch transcript folder %s: %s", root, exc)
                     self._refused.add(root)
                     continue
+                self._watches[root] = (watch, inode)
                 self._refused.discard(root)
                 added.append(root)
         return added
