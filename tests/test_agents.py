@@ -837,7 +837,9 @@ def integrated_codex(daemon: Daemon, tmp_path: Path) -> CodexHome:
     assert done.returncode == 0, done.stderr
     assert "Codex runs a hook only once you trust it" in done.stdout
     # The trust step integrate asks for, taken the way Codex's /hooks screen takes it.
-    assert codex.trust_hooks(daemon.repo) == [f"{codex.hooks_path}:session_start:0:0"]
+    assert codex.trust_hooks(daemon.repo) == [
+        f"{codex.hooks_path}:{event}:0:0" for event in ("session_end", "session_start", "stop")
+    ]
     patient_hooks(codex.home)
     return codex
 
@@ -880,16 +882,10 @@ async def test_codex_calls_memoryd_gets_its_hook_context_and_its_edit_is_remembe
         text("Done."),
     ]
     prompt = "how do we parse a redis connection DSN url?"
-    # required: Codex waits for memoryd's server before its first request, so that request
-    # lists memoryd's tools (docs/clients.md).
+    # `required = true`, which integrate wrote: Codex waits for memoryd's server before its
+    # first request, so that request lists memoryd's tools (docs/clients.md).
     with ScriptedOpenAI(script, time_limit=120) as server:
-        run = codex.exec(
-            prompt,
-            server,
-            cwd=daemon.repo,
-            extra_args=["-c", "mcp_servers.memoryd.required=true"],
-            timeout=120,
-        )
+        run = codex.exec(prompt, server, cwd=daemon.repo, timeout=120)
     assert run.result.returncode == 0, run.result.stderr
     assert server.unused_turns == []
     assert words.read_text() == "alpha\nBETA\n"
@@ -965,7 +961,6 @@ async def test_codex_finds_memoryd_by_tool_search_and_its_patches_are_remembered
             server,
             cwd=daemon.repo,
             model=CODEX_CATALOG_MODEL,
-            extra_args=["-c", "mcp_servers.memoryd.required=true"],
             timeout=120,
         )
     assert run.result.returncode == 0, run.result.stderr

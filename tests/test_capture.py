@@ -1,9 +1,9 @@
 """Capture that never misses, with the real clients headless against scripted models: a daemon
 started before any agent's transcript folder exists captures the first sessions written there
-without a restart; a transcript a hook names before it exists is ingested once it appears; and
-after `memoryd integrate claude-code` in a fresh HOME, `claude -p` calls memoryd's search
-without being told which tools it may use, while its session, in a folder no watcher follows,
-reaches memory through the hooks alone."""
+without a restart; a transcript a hook names before it exists is ingested once it appears;
+after `memoryd integrate` in a fresh HOME (no watcher follows its folders) each client's session
+reaches memory through the hooks alone, and `claude -p` calls memoryd's search without being
+told which tools it may use; doctor says when a watched folder holds what is not ingested."""
 
 from __future__ import annotations
 
@@ -217,25 +217,68 @@ async def test_a_transcript_a_hook_names_before_it_exists_is_ingested_once_it_ap
     assert replay["goal"].startswith("Search if claude -p can make use of WebSearch")
 
 
+def integrate(daemon: Daemon, client_name: str, home: Path) -> str:
+    """`memoryd integrate CLIENT` in a fresh HOME (one the daemon does not watch); what it
+    printed."""
+    env = daemon_env(daemon.data, home)
+    done = subprocess.run(
+        [MEMORYD, "integrate", client_name], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    # The hooks run in the client's environment: time enough on a loaded machine.
+    config = home / ".config" / "memoryd" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text("hook_timeout_seconds = 20\n")
+    return done.stdout
+
+
+@pytest.mark.e2e
+async def test_after_integrate_codexs_session_reaches_memory_through_its_hooks(
+    daemon: Daemon, repo: Path, tmp_path: Path
+) -> None:
+    codex = CodexHome(install_clients(), tmp_path)
+    integrate(daemon, "codex", codex.home)
+    # The trust step integrate asks for, taken the way Codex's /hooks screen takes it.
+    assert codex.trust_hooks(repo) == [
+        f"{codex.hooks_path}:{event}:0:0" for event in ("session_end", "session_start", "stop")
+    ]
+    with ScriptedOpenAI([text("Hello back.")], time_limit=CLIENT_SECONDS) as server:
+        run = codex.exec("say hello", server, cwd=repo, timeout=CLIENT_SECONDS)
+    assert run.result.returncode == 0, run.result.stderr
+    [rollout] = run.transcripts
+    replay = await captured(daemon, run.thread_id)
+    assert (replay["agent"], replay["source"], replay["goal"]) == (
+        "codex",
+        str(rollout),
+        "say hello",
+    )
+
+
+@pytest.mark.e2e
+async def test_after_integrate_gemini_clis_session_reaches_memory_through_its_hooks(
+    daemon: Daemon, repo: Path, tmp_path: Path
+) -> None:
+    gemini = GeminiHome(install_clients(), tmp_path)
+    integrate(daemon, "gemini", gemini.home)
+    gemini.trust_folder(repo)
+    with ScriptedGemini([text("Hello back.")], time_limit=CLIENT_SECONDS) as server:
+        run = gemini.prompt("say hello", server, cwd=repo, timeout=CLIENT_SECONDS)
+    assert run.result.returncode == 0, run.result.stderr
+    [chat] = run.transcripts
+    replay = await captured(daemon, run.output()["session_id"])
+    assert (replay["agent"], replay["source"], replay["goal"]) == ("gemini", str(chat), "say hello")
+
+
 @pytest.mark.e2e
 async def test_after_integrate_claude_p_calls_memoryd_unasked_and_hooks_capture_the_session(
     daemon: Daemon, repo: Path, tmp_path: Path
 ) -> None:
     # A fresh HOME the daemon does not watch: its session reaches memory through the hooks.
     home = ClaudeHome(install_clients(), tmp_path)
-    env = daemon_env(daemon.data, home.home)
-    done = subprocess.run(
-        [MEMORYD, "integrate", "claude-code"], capture_output=True, text=True, env=env, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
     assert (
         "Claude Code may call memoryd's search, get, file_history, session, timeline, "
         "recent_activity, status, remember without asking (permissions.allow); forget still asks."
-    ) in done.stdout
-    # The hooks run in the client's environment: time enough on a loaded machine.
-    config = home.home / ".config" / "memoryd" / "config.toml"
-    config.parent.mkdir(parents=True)
-    config.write_text("hook_timeout_seconds = 20\n")
+    ) in integrate(daemon, "claude-code", home.home)
 
     script = [tool_use("mcp__memoryd__search", {"query": "say hello"}), text("Searched.")]
     with ScriptedAnthropic(script, time_limit=CLIENT_SECONDS) as server:
