@@ -29,7 +29,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from memoryd import client
 from memoryd.config import load_settings
-from memoryd.errors import DaemonUnavailable, NotFound
+from memoryd.errors import NotFound
 from memoryd.ids import stable_id
 from memoryd.paths import channel_socket
 from memoryd.scan import project_id_for
@@ -48,7 +48,7 @@ from tests.clients import (
     tool_search_outputs,
     tool_use,
 )
-from tests.conftest import MEMORYD
+from tests.conftest import MEMORYD, wait_live
 from workers.ingest import OWN_ANSWER
 
 FIXTURES = Path(__file__).parent / "fixtures" / "transcripts" / "claude-code"
@@ -99,17 +99,6 @@ class Daemon:
     project: str
 
 
-async def _wait_live(data: Path, deadline: float) -> None:
-    settings = load_settings(data_dir=data)
-    while True:
-        try:
-            async with client.connect(settings):
-                return
-        except DaemonUnavailable:
-            assert time.monotonic() < deadline, "the daemon did not come up"
-            await asyncio.sleep(1)
-
-
 @pytest.fixture(scope="module")
 def daemon(
     arq_tree: Path, tmp_path_factory: pytest.TempPathFactory, short_tmp: Path
@@ -127,7 +116,7 @@ def daemon(
         env=clean_env(data),
     )
     try:
-        asyncio.run(_wait_live(data, time.monotonic() + 300))
+        asyncio.run(wait_live(data, time.monotonic() + 300))
         memoryd(data, "index", str(repo))
         memoryd(data, "ingest", str(CODERABBIT))
         yield Daemon(data, repo, project_id_for(repo))

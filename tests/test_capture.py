@@ -23,7 +23,7 @@ import pytest
 
 from memoryd import client
 from memoryd.config import load_settings
-from memoryd.errors import DaemonUnavailable, NotFound
+from memoryd.errors import NotFound
 from memoryd.results import SessionReplay
 from tests.clients import (
     ClaudeHome,
@@ -37,7 +37,7 @@ from tests.clients import (
     tool_results,
     tool_use,
 )
-from tests.conftest import MEMORYD, git_init
+from tests.conftest import MEMORYD, git_init, wait_live
 
 FIXTURE = (
     Path(__file__).parent
@@ -74,17 +74,6 @@ def daemon_env(data: Path, home: Path) -> dict[str, str]:
     }
 
 
-async def _wait_live(data: Path, deadline: float) -> None:
-    settings = load_settings(data_dir=data)
-    while True:
-        try:
-            async with client.connect(settings):
-                return
-        except DaemonUnavailable:
-            assert time.monotonic() < deadline, "the daemon did not come up"
-            await asyncio.sleep(1)
-
-
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory, short_tmp: Path) -> Iterator[Daemon]:
     """`memoryd run` in a HOME where no agent has run yet: none of their folders exist."""
@@ -100,7 +89,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, short_tmp: Path) -> Iterato
         env=daemon_env(data, home),
     )
     try:
-        asyncio.run(_wait_live(data, time.monotonic() + 300))
+        asyncio.run(wait_live(data, time.monotonic() + 300))
         yield Daemon(data, root)
     finally:
         process.send_signal(signal.SIGTERM)

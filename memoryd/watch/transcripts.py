@@ -161,15 +161,18 @@ class TranscriptWatcher:
     async def _look(self) -> None:
         while True:
             await asyncio.sleep(LOOK_SECONDS)
-            for root in await asyncio.to_thread(self._attach):
-                log.info("transcript folder %s appeared; watching it", root)
-                # What the agent wrote before the watch began.
-                self.debouncer.note(_GROUP, set(await asyncio.to_thread(transcript_files, [root])))
             try:
-                await self._take_expected()
+                await self._look_once()
                 self._outage.ended()
-            except Exception as exc:
-                self._outage.failed("looking for expected transcripts failed", exc)
+            except Exception as exc:  # Redis restarting, or a bug: said, and the loop goes on
+                self._outage.failed("looking for new transcript folders and files failed", exc)
+
+    async def _look_once(self) -> None:
+        for root in await asyncio.to_thread(self._attach):
+            log.info("transcript folder %s appeared; watching it", root)
+            # What the agent wrote before the watch began.
+            self.debouncer.note(_GROUP, set(await asyncio.to_thread(transcript_files, [root])))
+        await self._take_expected()
 
     async def _take_expected(self) -> None:
         expected = await queue.expected_transcripts(self.redis)
