@@ -78,10 +78,16 @@ def _inode(folder: Path) -> tuple[int, int] | None:
 
 
 class _Handler(FileSystemEventHandler):
-    def __init__(self, watcher: TranscriptWatcher) -> None:
+    def __init__(self, watcher: TranscriptWatcher, root: Path) -> None:
         self.watcher = watcher
+        self.root = str(root)
 
     def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.event_type == "deleted" and event.src_path == self.root:
+            # The watched folder itself is gone and its watch with it; one made again at once
+            # may even have the same inode, so the inode check alone cannot tell.
+            self.watcher.dead.add(Path(self.root))
+            return
         if event.is_directory or event.event_type == "deleted":
             return  # a deleted transcript keeps its memories: nothing to do
         for raw in (event.src_path, getattr(event, "dest_path", "") or ""):
@@ -103,6 +109,7 @@ class TranscriptWatcher:
         self._observer = Observer()
         self._watches: dict[Path, tuple[ObservedWatch, tuple[int, int]]] = {}
         self._refused: set[Path] = set()  # roots whose watch failed, said once each
+        self.dead: set[Path] = set()  # roots whose watch saw its folder removed
         self._outage = Outage(log)
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -117,7 +124,9 @@ class TranscriptWatcher:
         for root in self.roots:
             inode = _inode(root)
             watched = self._watches.get(root)
-            if watched is not None and watched[1] != inode:
+            dead = root in self.dead
+            self.dead.discard(root)
+            if watched is not None and (dead or watched[1] != inode):
                 with contextlib.suppress(KeyError):  # its emitter may have stopped already
                     self._observer.unschedule(watched[0])
                 del self._watches[root]
@@ -125,7 +134,7 @@ class TranscriptWatcher:
             if inode is not None and root not in self._watches:
                 try:
                     watch = self._observer.schedule(
-                        _Handler(self), str(root), recursive=True, event_filter=CHANGES
+                        _Handler(self, root), str(root), recursive=True, event_filter=CHANGES
                     )
                 except OSError as exc:  # out of inotify watches, or no permission
                     if root not in self._refused:
