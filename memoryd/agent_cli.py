@@ -114,31 +114,40 @@ def hook_over_queue(agent: str, command: str, stdin: str, data_dir: Path | None)
 def _hook(agent: str, event: str, data_dir: Path | None) -> None:
     from memoryd import hook_client
 
+    known = [command for name, command in hook_client.EVENTS if name == agent]
+    if event not in known:
+        typer.echo(f"memoryd: event is {' or '.join(known)}", err=True)
+        raise typer.Exit(2)
     hook_client.run(agent, event, data_dir)
 
 
 @hook_app.command("claude-code")
 def hook_claude_code(
-    event: Annotated[str, typer.Argument(help="session-start or user-prompt-submit")],
+    event: Annotated[
+        str, typer.Argument(help="session-start, user-prompt-submit, stop or session-end")
+    ],
     data_dir: DataDir = None,
 ) -> None:
-    """Claude Code's SessionStart / UserPromptSubmit hook."""
-    if event not in ("session-start", "user-prompt-submit"):
-        typer.echo("memoryd: event is session-start or user-prompt-submit", err=True)
-        raise typer.Exit(2)
+    """Claude Code's SessionStart / UserPromptSubmit / Stop / SessionEnd hook."""
     _hook("claude-code", event, data_dir)
 
 
 @hook_app.command("codex")
 def hook_codex(
-    event: Annotated[str, typer.Argument(help="session-start")],
+    event: Annotated[str, typer.Argument(help="session-start, stop or session-end")],
     data_dir: DataDir = None,
 ) -> None:
-    """Codex's SessionStart hook."""
-    if event != "session-start":
-        typer.echo("memoryd: event is session-start", err=True)
-        raise typer.Exit(2)
+    """Codex's SessionStart / Stop / SessionEnd hook."""
     _hook("codex", event, data_dir)
+
+
+@hook_app.command("gemini")
+def hook_gemini(
+    event: Annotated[str, typer.Argument(help="after-agent or session-end")],
+    data_dir: DataDir = None,
+) -> None:
+    """Gemini CLI's AfterAgent / SessionEnd hook (queues the transcript's read)."""
+    _hook("gemini", event, data_dir)
 
 
 @app.command()

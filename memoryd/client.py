@@ -162,10 +162,15 @@ class Client:
         return [await queue.wait_for(job, self.settings.job_timeout_seconds) for job in waiting]
 
     async def queue_ingest(self, paths: list[str]) -> None:
-        """Ingest transcript files soon, without waiting (a hook must not block the agent)."""
+        """Ingest transcript files soon, without waiting (a hook must not block the agent);
+        one that does not exist yet (a client's first hooks run before it writes) as soon as
+        it appears (memoryd/watch/transcripts.py)."""
         from memoryd import queue
 
-        await queue.enqueue_ingest(await self.work_queue(), paths)
+        redis = await self.work_queue()
+        here = [p for p in paths if os.path.isfile(p)]
+        await queue.enqueue_ingest(redis, here)
+        await queue.expect_transcripts(redis, [p for p in paths if p not in here])
 
     async def maintenance(self, spec: jobs.JobSpec, dry_run: bool = False) -> dict[str, Any]:
         """Run decay, prune or reembed now (waiting for a scheduled run in progress)."""

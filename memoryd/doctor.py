@@ -387,10 +387,13 @@ def walk_tree(root: Path, stop_after: int) -> Tree:
     return tree
 
 
-def check_tree(kind: str, path: Path, tree: Tree | None, optional: bool) -> Check:
+def check_tree(
+    kind: str, path: Path, tree: Tree | None, optional: bool, lag: dict[str, int] | None = None
+) -> Check:
     """A watched repository or transcript folder. A missing repository stops `memoryd run`; a
-    missing transcript folder is only not watched (and an agent's default folder is simply
-    absent where that agent is not used)."""
+    missing transcript folder is watched for (the daemon follows it once it appears, and an
+    agent's default folder is simply absent where that agent is not used). `lag`: what the
+    running daemon has not ingested yet of a transcript folder (`bytes`, `files`)."""
     name = kind
     if not path.exists():
         if kind == "repos":
@@ -400,11 +403,14 @@ def check_tree(kind: str, path: Path, tree: Tree | None, optional: bool) -> Chec
                 "fix or remove it in `repos` (config file) or --repo",
             )
         if optional:
-            return ok(name, f"{path} does not exist (that agent is not used here?)")
+            return ok(
+                name,
+                f"{path} does not exist yet (that agent is not used here?); memoryd watches for it",
+            )
         return warn(
             name,
-            f"{path} does not exist: memoryd does not watch it",
-            "create it or remove it from `transcripts`; restart memoryd after it exists",
+            f"{path} does not exist yet; memoryd watches for it",
+            "check the path in `transcripts` (memoryd follows it once it appears)",
         )
     if not path.is_dir():
         return fail(name, f"{path} is not a directory", "configure a directory")
@@ -421,6 +427,13 @@ def check_tree(kind: str, path: Path, tree: Tree | None, optional: bool) -> Chec
             name,
             f"{path}: {len(tree.unreadable)} unreadable directories (e.g. {tree.unreadable[0]})",
             "give your user read access to them, or add them to .gitignore",
+        )
+    if lag and lag["files"]:
+        return warn(
+            name,
+            f"{path} ({size}): {lag['bytes']} bytes in {lag['files']} files not ingested yet",
+            "memoryd is behind or does not read them: see `memoryd status` and its log "
+            "(a session being written right now catches up within seconds)",
         )
     return ok(name, f"{path} ({size})")
 
@@ -488,8 +501,11 @@ def watched_repo_roots(settings: Settings) -> list[tuple[Path, Path | None]]:
     return roots
 
 
-def check_paths(settings: Settings, wanted: Sequence[str]) -> list[Check]:
-    """Repos, transcript folders and the inotify budget for all of them, from one walk each."""
+def check_paths(
+    settings: Settings, wanted: Sequence[str], lag: dict[str, dict[str, int]] | None = None
+) -> list[Check]:
+    """Repos, transcript folders and the inotify budget for all of them, from one walk each;
+    `lag`: what the running daemon has not ingested yet, per transcript folder."""
     max_watches = read_limit("max_user_watches") if sys.platform.startswith("linux") else None
     budget = (max_watches or 1_000_000) + 1
     checks: list[Check] = []
@@ -509,7 +525,8 @@ def check_paths(settings: Settings, wanted: Sequence[str]) -> list[Check]:
         tree = _walk(folder, budget - sum(t.dirs for t in trees))
         trees += [tree] if tree else []
         if "transcripts" in wanted:
-            checks.append(check_tree("transcripts", folder, tree, optional=not explicit))
+            behind = (lag or {}).get(str(folder))
+            checks.append(check_tree("transcripts", folder, tree, not explicit, behind))
     if "inotify" in wanted:
         checks.append(
             check_inotify(
@@ -578,10 +595,27 @@ async def diagnose(settings: Settings, only: Sequence[str] | None = None) -> lis
         checks += await asyncio.to_thread(check_model, settings, daemon_info.get("model"))
     path_checks = {"repos", "transcripts", "inotify"} & set(wanted)
     if path_checks:
-        checks += await asyncio.to_thread(check_paths, settings, sorted(path_checks))
+        lag = await _transcript_lag(settings, daemon_info) if "transcripts" in wanted else None
+        checks += await asyncio.to_thread(check_paths, settings, sorted(path_checks), lag)
     if "agents" in wanted:
         checks.append(await asyncio.to_thread(check_agents))
     return checks
+
+
+async def _transcript_lag(
+    settings: Settings, daemon_info: dict[str, Any]
+) -> dict[str, dict[str, int]] | None:
+    """What the running daemon counts as not ingested yet per transcript folder (what
+    `status` shows), or None when no daemon of this data dir answers."""
+    if "transcript_lag" in daemon_info:
+        return dict(daemon_info["transcript_lag"])
+    if daemon_pid(settings.data_dir) is None:
+        return None
+    try:
+        info = await channel.ask(settings.channel_socket, jobs.STATUS.name, (), _TIMEOUT)
+    except MemorydError:
+        return None
+    return dict(info.get("transcript_lag") or {})
 
 
 # A SessionStart as the clients send it, for asking a registered hook whether it answers.

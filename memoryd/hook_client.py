@@ -16,8 +16,17 @@ from pathlib import Path
 EVENTS = {
     ("claude-code", "session-start"): "SessionStart",
     ("claude-code", "user-prompt-submit"): "UserPromptSubmit",
+    ("claude-code", "stop"): "Stop",
+    ("claude-code", "session-end"): "SessionEnd",
     ("codex", "session-start"): "SessionStart",
+    ("codex", "stop"): "Stop",
+    ("codex", "session-end"): "SessionEnd",
+    ("gemini", "after-agent"): "AfterAgent",
+    ("gemini", "session-end"): "SessionEnd",
 }
+# Events after the agent wrote a turn (or its session ended): they only queue the transcript's
+# read, and answer nothing (a Stop or AfterAgent answer could keep the agent going).
+CAPTURE_EVENTS = frozenset({"Stop", "SessionEnd", "AfterAgent"})
 # The whole hook's budget in seconds, unless `hook_timeout_seconds` says otherwise.
 TIMEOUT_SECONDS = 1.5
 # What one hook may inject, in characters (`hook_max_chars`): the default and its bounds.

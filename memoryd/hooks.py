@@ -20,7 +20,10 @@ only passes the JSON over and prints the answer).
 - Fast: the whole hook runs under `hook_timeout_seconds` (default 1.5 s); when the daemon is
   down or slow it exits 0 with no output rather than hold up the agent. Its process starts
   in about 40 ms: it loads nothing but the standard library and the query channel.
-- The transcript named by `transcript_path` is queued for ingestion at once.
+- The transcript named by `transcript_path` is queued for ingestion at once, or once it
+  appears when it does not exist yet (Claude Code's first SessionStart and UserPromptSubmit run
+  before it writes the file). Stop / SessionEnd (Gemini CLI: AfterAgent / SessionEnd) only
+  queue it: the turn's or the session's final read.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from memoryd import client
 from memoryd.agent import clip, one_line, qualified
 from memoryd.config import Settings
 from memoryd.errors import MemorydError
-from memoryd.hook_client import EVENTS, MAX_CHARS_RANGE
+from memoryd.hook_client import CAPTURE_EVENTS, EVENTS, MAX_CHARS_RANGE
 from memoryd.ids import stable_id
 from memoryd.present import activity_blocks
 from memoryd.results import RecentActivity, Record
@@ -199,13 +202,19 @@ async def _relevant(
     return [_record_item(r) for r in records]
 
 
+async def capture(memoryd: client.Client, payload: dict[str, Any]) -> None:
+    """Queue the transcript the hook names: at once, or once it appears (a client's first
+    hooks run before it writes the file)."""
+    transcript = payload.get("transcript_path")
+    if isinstance(transcript, str) and os.path.isabs(transcript):
+        await memoryd.queue_ingest([transcript])
+
+
 async def context_for(
     memoryd: client.Client, event: str, payload: dict[str, Any], state: State, limit: int
 ) -> tuple[str, list[str]]:
     cwd = Path(str(payload["cwd"]))
-    transcript = payload.get("transcript_path")
-    if isinstance(transcript, str) and os.path.isfile(transcript):
-        await memoryd.queue_ingest([transcript])
+    await capture(memoryd, payload)
     scope = await memoryd.scope(cwd)
     if scope.project is None:
         return "", []  # not a watched repository: other repositories' memory stays out
@@ -244,12 +253,16 @@ async def run(
     if not isinstance(payload, dict):
         return ""
     payload.setdefault("cwd", cwd)  # the hook's own folder when the agent names none
+    # Inside the hook process's budget, with room for the answer's way back.
+    budget = settings.hook_timeout_seconds * ANSWER_SHARE
+    if event in CAPTURE_EVENTS:
+        with contextlib.suppress(MemorydError, TimeoutError, OSError):
+            await asyncio.wait_for(capture(memoryd, payload), budget)
+        return ""
     session_id = str(payload.get("session_id") or "")
     reset = event == "SessionStart" and payload.get("source") in RESET_SOURCES
     state = State.load(settings, agent, session_id or "no-session", reset)
     try:
-        # Inside the hook process's budget, with room for the answer's way back.
-        budget = settings.hook_timeout_seconds * ANSWER_SHARE
         text, keys = await asyncio.wait_for(
             context_for(memoryd, event, payload, state, limit), budget
         )

@@ -7,13 +7,21 @@ cleanly (`--uninstall` removes exactly what was added, and keys left empty by it
 as verified against the installed clients (docs/clients.md):
 
 - Claude Code: `mcpServers.memoryd` in `~/.claude.json`, hooks (SessionStart for startup,
-  resume, clear and compact; UserPromptSubmit) in `~/.claude/settings.json`
+  resume, clear and compact; UserPromptSubmit; Stop and SessionEnd) and an allow rule for
+  memoryd's tools (`permissions.allow`, ALLOWED_TOOLS) in `~/.claude/settings.json`
   (`$CLAUDE_CONFIG_DIR/...` when set).
-- Codex: `[mcp_servers.memoryd]` in `$CODEX_HOME/config.toml`, the SessionStart hook in
+- Codex: `[mcp_servers.memoryd]` (`required = true`, tools approved) in
+  `$CODEX_HOME/config.toml`, the SessionStart, Stop and SessionEnd hooks in
   `$CODEX_HOME/hooks.json` (default `~/.codex`). Codex runs a user hook only once the user
   trusted it (`/hooks` in codex): integrate says so.
-- Gemini CLI: `mcpServers.memoryd` in `~/.gemini/settings.json`. Gemini loads MCP servers only
-  in folders the user trusted: integrate says so.
+- Gemini CLI: `mcpServers.memoryd` and the AfterAgent and SessionEnd hooks in
+  `~/.gemini/settings.json`. Gemini loads MCP servers only in folders the user trusted:
+  integrate says so.
+
+Stop / SessionEnd (Gemini: AfterAgent / SessionEnd) only queue the transcript's read: capture
+of the turn just written even where no watched folder holds the transcript. No environment
+variable of a client is written: none the clients offer is scoped to one MCP server
+(`mcpServers.memoryd.env` is memoryd's own process environment, left empty).
 """
 
 from __future__ import annotations
@@ -40,6 +48,27 @@ CLIENTS = ("claude-code", "codex", "gemini")
 SESSION_SOURCES = "startup|resume|clear|compact"
 # Seconds the client gives a hook; memoryd's own budget (hook_timeout_seconds) is far shorter.
 HOOK_TIMEOUT = 10
+# memoryd's MCP tools Claude Code may call without asking (`permissions.allow`): without a rule
+# `claude -p` refuses every call. The read-only ones, and remember, which only adds an agent's
+# note to memoryd's own records. forget is left to ask: it deletes memory for good, the one
+# call whose mistake (or injected instruction) cannot be undone.
+ALLOWED_TOOLS = (
+    "search",
+    "get",
+    "file_history",
+    "session",
+    "timeline",
+    "recent_activity",
+    "status",
+    "remember",
+)
+# The hooks that only queue a transcript's read (memoryd/hook_client.py CAPTURE_EVENTS), per
+# client: event -> command word. Gemini CLI's AfterAgent is its end of a turn.
+CAPTURE_HOOKS = {
+    "claude-code": {"Stop": "stop", "SessionEnd": "session-end"},
+    "codex": {"Stop": "stop", "SessionEnd": "session-end"},
+    "gemini": {"AfterAgent": "after-agent", "SessionEnd": "session-end"},
+}
 Json = dict[str, Any]
 
 
@@ -129,6 +158,16 @@ def _set_server(servers_key: str, entry: Json | None) -> Callable[[Json], None]:
     return edit
 
 
+def _all(*edits: Callable[[Json], None]) -> Callable[[Json], None]:
+    """One edit of a file made of several (hooks and permissions share settings.json)."""
+
+    def edit(data: Json) -> None:
+        for each in edits:
+            each(data)
+
+    return edit
+
+
 def _is_ours(group: Json, marker: str) -> bool:
     return any(marker in str(h.get("command", "")) for h in group.get("hooks") or [])
 
@@ -155,8 +194,8 @@ def _set_hooks(marker: str, wanted: dict[str, Json] | None) -> Callable[[Json], 
     return edit
 
 
-def _hook_group(command: str, matcher: str | None) -> Json:
-    group: Json = {"hooks": [{"type": "command", "command": command, "timeout": HOOK_TIMEOUT}]}
+def _hook_group(command: str, matcher: str | None, timeout: int = HOOK_TIMEOUT) -> Json:
+    group: Json = {"hooks": [{"type": "command", "command": command, "timeout": timeout}]}
     return {"matcher": matcher, **group} if matcher else group
 
 
@@ -186,6 +225,42 @@ def hook_command(settings: Settings, agent: str, event: str) -> list[str]:
     return [memoryd_command(), "hook", agent, event, *base_args(settings)]
 
 
+def capture_hooks(settings: Settings, agent: str) -> dict[str, Json]:
+    """The groups of the hooks that queue the transcript's read at the end of a turn and of
+    the session (no matcher: every one)."""
+    # Gemini CLI counts a hook's timeout in milliseconds, the others in seconds.
+    timeout = HOOK_TIMEOUT * 1000 if agent == "gemini" else HOOK_TIMEOUT
+    return {
+        event: _hook_group(_shell(hook_command(settings, agent, command)), None, timeout)
+        for event, command in CAPTURE_HOOKS[agent].items()
+    }
+
+
+def claude_allow_rules() -> list[str]:
+    return [f"mcp__{NAME}__{tool}" for tool in ALLOWED_TOOLS]
+
+
+def _set_allowed(rules: list[str] | None) -> Callable[[Json], None]:
+    """memoryd's rules in `permissions.allow` (None: removed), the user's own rules kept in
+    their order."""
+
+    def edit(data: Json) -> None:
+        permissions = data.get("permissions")
+        permissions = dict(permissions) if isinstance(permissions, dict) else {}
+        ours = set(claude_allow_rules())
+        allow = [r for r in permissions.get("allow") or [] if r not in ours] + (rules or [])
+        if allow:
+            permissions["allow"] = allow
+        else:
+            permissions.pop("allow", None)
+        if permissions:
+            data["permissions"] = permissions
+        else:
+            data.pop("permissions", None)
+
+    return edit
+
+
 def plan(client: str, settings: Settings, uninstall: bool) -> Plan:
     if client not in CLIENTS:
         raise MemorydError(f"unknown client {client!r}; choose from {', '.join(CLIENTS)}")
@@ -207,11 +282,21 @@ def plan(client: str, settings: Settings, uninstall: bool) -> Plan:
                 "UserPromptSubmit": _hook_group(
                     _shell(hook_command(settings, "claude-code", "user-prompt-submit")), None
                 ),
+                **capture_hooks(settings, "claude-code"),
             }
         )
+        allowed = None if uninstall else claude_allow_rules()
         result.changes.append(
-            _edit_json(claude_dir() / "settings.json", _set_hooks(" hook claude-code ", wanted))
+            _edit_json(
+                claude_dir() / "settings.json",
+                _all(_set_hooks(" hook claude-code ", wanted), _set_allowed(allowed)),
+            )
         )
+        if not uninstall:
+            result.notes.append(
+                f"Claude Code may call memoryd's {', '.join(ALLOWED_TOOLS)} without asking "
+                "(permissions.allow); forget still asks."
+            )
     elif client == "codex":
         result.changes.append(
             _edit_codex_config(codex_home() / "config.toml", exe, mcp_args, uninstall)
@@ -222,7 +307,8 @@ def plan(client: str, settings: Settings, uninstall: bool) -> Plan:
             else {
                 "SessionStart": _hook_group(
                     _shell(hook_command(settings, "codex", "session-start")), SESSION_SOURCES
-                )
+                ),
+                **capture_hooks(settings, "codex"),
             }
         )
         result.changes.append(
@@ -231,11 +317,18 @@ def plan(client: str, settings: Settings, uninstall: bool) -> Plan:
         if not uninstall:
             result.notes.append(
                 "Codex runs a hook only once you trust it: start `codex`, type /hooks and "
-                "trust memoryd's SessionStart hook (again whenever integrate changes it)."
+                "trust memoryd's SessionStart, Stop and SessionEnd hooks (again whenever "
+                "integrate changes them)."
             )
     else:
         entry = None if uninstall else {"command": exe, "args": mcp_args}
-        result.changes.append(_edit_json(gemini_settings(), _set_server("mcpServers", entry)))
+        hooks = None if uninstall else capture_hooks(settings, "gemini")
+        result.changes.append(
+            _edit_json(
+                gemini_settings(),
+                _all(_set_server("mcpServers", entry), _set_hooks(" hook gemini ", hooks)),
+            )
+        )
         if not uninstall:
             result.notes.append(
                 "Gemini CLI loads MCP servers only in folders you trust (it asks on first "
@@ -263,6 +356,9 @@ def _edit_codex_config(path: Path, exe: str, args: list[str], uninstall: bool) -
         # `codex exec` never asks for approval: without this every memoryd call fails there.
         # memoryd's tools touch only memoryd's own records.
         table["default_tools_approval_mode"] = "approve"
+        # Codex waits for the server before its first model request: without it that request
+        # often lacks memoryd's tools (docs/clients.md).
+        table["required"] = True
         if servers is None:
             servers = tomlkit.table(is_super_table=True)
             doc["mcp_servers"] = servers
@@ -309,8 +405,9 @@ def registered(client: str) -> list[list[str]]:
         hooks = _json(_read(codex_home() / "hooks.json"), codex_home()).get("hooks", {})
         marker = " hook codex "
     else:
-        server = _json(_read(gemini_settings()), gemini_settings()).get("mcpServers", {})
-        hooks, marker = {}, " hook gemini "
+        gemini = _json(_read(gemini_settings()), gemini_settings())
+        server, hooks = gemini.get("mcpServers", {}), gemini.get("hooks", {})
+        marker = " hook gemini "
     if NAME in server:
         found.append([str(server[NAME]["command"]), *map(str, server[NAME].get("args", []))])
     for groups in hooks.values():

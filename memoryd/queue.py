@@ -41,6 +41,10 @@ WATCHING_KEY_TTL = 30
 MAINTENANCE_LOCK_PREFIX = "memoryd:lock:"
 # Set while capture is paused (`memoryd pause`): when it was paused; expires with `--for`.
 PAUSED_KEY = "memoryd:paused"
+# Transcripts a hook named before they existed (path -> when, epoch seconds): the transcript
+# watcher queues each once it appears, and drops one that has not within EXPECTED_SECONDS.
+EXPECTED_KEY = "memoryd:expected"
+EXPECTED_SECONDS = 86400
 
 
 def redis_settings(url: str) -> RedisSettings:
@@ -367,6 +371,25 @@ async def enqueue_ingest(
         job = await enqueue(redis, jobs.INGEST_TRANSCRIPT, path, job_id=job_id, **place)
         queued.append(job or Job(job_id, redis, _queue_name=JOBS_QUEUE))
     return queued
+
+
+async def expect_transcripts(redis: ArqRedis, paths: Sequence[str]) -> None:
+    """Remember transcripts that do not exist yet (a client's hook runs before its first
+    write) for the watcher to queue once they appear. Nothing while capture is paused."""
+    if paths and not await paused_since(redis):
+        now = str(time.time())
+        await redis.hset(EXPECTED_KEY, mapping=dict.fromkeys(paths, now))
+
+
+async def expected_transcripts(redis: ArqRedis) -> dict[str, float]:
+    """The transcripts hooks named before they existed, and since when."""
+    found = await redis.hgetall(EXPECTED_KEY)
+    return {_text(path): float(since) for path, since in found.items()}
+
+
+async def drop_expected(redis: ArqRedis, paths: Sequence[str]) -> None:
+    if paths:
+        await redis.hdel(EXPECTED_KEY, *paths)
 
 
 # How often a waiting client asks whether its job finished (arq polls: a result is seen half

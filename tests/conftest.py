@@ -331,6 +331,21 @@ def daemon_status(data_dir: Path) -> dict | None:
     return json.loads(done.stdout) if done.returncode == 0 else None
 
 
+async def wait_live(data: Path, deadline: float) -> None:
+    """Until a daemon of `data` answers its clients (by the monotonic `deadline`)."""
+    from memoryd import client
+    from memoryd.errors import DaemonUnavailable
+
+    settings = load_settings(data_dir=data)
+    while True:
+        try:
+            async with client.connect(settings):
+                return
+        except DaemonUnavailable:
+            assert time.monotonic() < deadline, "the daemon did not come up"
+            await asyncio.sleep(1)
+
+
 def wait_daemon(data_dir: Path, ready: object, timeout: float = 300) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

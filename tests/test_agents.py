@@ -29,7 +29,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from memoryd import client
 from memoryd.config import load_settings
-from memoryd.errors import DaemonUnavailable, NotFound
+from memoryd.errors import NotFound
 from memoryd.ids import stable_id
 from memoryd.paths import channel_socket
 from memoryd.scan import project_id_for
@@ -48,7 +48,7 @@ from tests.clients import (
     tool_search_outputs,
     tool_use,
 )
-from tests.conftest import MEMORYD
+from tests.conftest import MEMORYD, wait_live
 from workers.ingest import OWN_ANSWER
 
 FIXTURES = Path(__file__).parent / "fixtures" / "transcripts" / "claude-code"
@@ -99,17 +99,6 @@ class Daemon:
     project: str
 
 
-async def _wait_live(data: Path, deadline: float) -> None:
-    settings = load_settings(data_dir=data)
-    while True:
-        try:
-            async with client.connect(settings):
-                return
-        except DaemonUnavailable:
-            assert time.monotonic() < deadline, "the daemon did not come up"
-            await asyncio.sleep(1)
-
-
 @pytest.fixture(scope="module")
 def daemon(
     arq_tree: Path, tmp_path_factory: pytest.TempPathFactory, short_tmp: Path
@@ -127,7 +116,7 @@ def daemon(
         env=clean_env(data),
     )
     try:
-        asyncio.run(_wait_live(data, time.monotonic() + 300))
+        asyncio.run(wait_live(data, time.monotonic() + 300))
         memoryd(data, "index", str(repo))
         memoryd(data, "ingest", str(CODERABBIT))
         yield Daemon(data, repo, project_id_for(repo))
@@ -837,7 +826,9 @@ def integrated_codex(daemon: Daemon, tmp_path: Path) -> CodexHome:
     assert done.returncode == 0, done.stderr
     assert "Codex runs a hook only once you trust it" in done.stdout
     # The trust step integrate asks for, taken the way Codex's /hooks screen takes it.
-    assert codex.trust_hooks(daemon.repo) == [f"{codex.hooks_path}:session_start:0:0"]
+    assert codex.trust_hooks(daemon.repo) == [
+        f"{codex.hooks_path}:{event}:0:0" for event in ("session_end", "session_start", "stop")
+    ]
     patient_hooks(codex.home)
     return codex
 
@@ -880,16 +871,10 @@ async def test_codex_calls_memoryd_gets_its_hook_context_and_its_edit_is_remembe
         text("Done."),
     ]
     prompt = "how do we parse a redis connection DSN url?"
-    # required: Codex waits for memoryd's server before its first request, so that request
-    # lists memoryd's tools (docs/clients.md).
+    # `required = true`, which integrate wrote: Codex waits for memoryd's server before its
+    # first request, so that request lists memoryd's tools (docs/clients.md).
     with ScriptedOpenAI(script, time_limit=120) as server:
-        run = codex.exec(
-            prompt,
-            server,
-            cwd=daemon.repo,
-            extra_args=["-c", "mcp_servers.memoryd.required=true"],
-            timeout=120,
-        )
+        run = codex.exec(prompt, server, cwd=daemon.repo, timeout=120)
     assert run.result.returncode == 0, run.result.stderr
     assert server.unused_turns == []
     assert words.read_text() == "alpha\nBETA\n"
@@ -973,7 +958,6 @@ async def test_codex_finds_memoryd_by_tool_search_and_its_patches_are_remembered
             server,
             cwd=daemon.repo,
             model=CODEX_CATALOG_MODEL,
-            extra_args=["-c", "mcp_servers.memoryd.required=true"],
             timeout=120,
         )
     assert run.result.returncode == 0, run.result.stderr

@@ -240,7 +240,12 @@ def test_watched_paths(tmp_path: Path) -> None:
     assert [c.level for c in found["repos"]] == ["ok", "fail"]
     assert found["repos"][1].summary.startswith(f"{missing} does not exist")
     # A folder the user named is worth a warning; an agent's default folder is not.
-    assert found["transcripts"][0].level == "warn"
+    assert found["transcripts"][0] == doctor.Check(
+        "transcripts",
+        "warn",
+        f"{missing} does not exist yet; memoryd watches for it",
+        "check the path in `transcripts` (memoryd follows it once it appears)",
+    )
     assert found["inotify"][0].level == "ok"
     tree = doctor.Tree(repo, dirs=4, unreadable=[str(repo / "secret")])
     check = doctor.check_tree("repos", repo, tree, optional=False)

@@ -31,6 +31,25 @@ def dump(data: object) -> str:
     return json.dumps(data, indent=2) + "\n"
 
 
+def capture_group(command: str, timeout: int = 10) -> dict:
+    return {"hooks": [{"type": "command", "command": command, "timeout": timeout}]}
+
+
+ALLOWED = [
+    f"mcp__memoryd__{tool}"
+    for tool in (
+        "search",
+        "get",
+        "file_history",
+        "session",
+        "timeline",
+        "recent_activity",
+        "status",
+        "remember",
+    )
+]
+
+
 def test_integrate_keeps_the_users_settings_repeats_nothing_and_reverses(
     tmp_path: Path, data_dir: Path
 ) -> None:
@@ -44,6 +63,7 @@ def test_integrate_keeps_the_users_settings_repeats_nothing_and_reverses(
             {
                 "model": "opus",
                 "hooks": {"SessionStart": [{"hooks": [{"type": "command", "command": "x"}]}]},
+                "permissions": {"allow": ["Bash(ls:*)"], "deny": ["WebFetch"]},
             }
         ),
         home / ".codex" / "config.toml": (
@@ -98,13 +118,17 @@ def test_integrate_keeps_the_users_settings_repeats_nothing_and_reverses(
                     ]
                 }
             ],
+            "Stop": [capture_group(f"{hook} stop {where}")],
+            "SessionEnd": [capture_group(f"{hook} session-end {where}")],
         },
+        "permissions": {"allow": ["Bash(ls:*)", *ALLOWED], "deny": ["WebFetch"]},
     }
     assert (home / ".codex" / "config.toml").read_text() == (
         '# mine\nmodel = "o3"\n\n[mcp_servers.other]\ncommand = "other"\n\n'
         f'[mcp_servers.memoryd]\ncommand = "{MEMORYD}"\n'
         f'args = ["mcp", "--data-dir", "{data_dir}"]\n'
         'default_tools_approval_mode = "approve"\n'
+        "required = true\n"
     )
     assert json.loads((home / ".codex" / "hooks.json").read_text()) == {
         "hooks": {
@@ -119,12 +143,22 @@ def test_integrate_keeps_the_users_settings_repeats_nothing_and_reverses(
                         }
                     ],
                 }
-            ]
+            ],
+            "Stop": [capture_group(f"{MEMORYD} hook codex stop --data-dir {data_dir}")],
+            "SessionEnd": [
+                capture_group(f"{MEMORYD} hook codex session-end --data-dir {data_dir}")
+            ],
         }
     }
+    gemini_hook = f"{MEMORYD} hook gemini"
     assert json.loads((home / ".gemini" / "settings.json").read_text()) == {
         "theme": "dark",
         "mcpServers": {"memoryd": mcp},
+        "hooks": {
+            # Gemini CLI counts milliseconds.
+            "AfterAgent": [capture_group(f"{gemini_hook} after-agent {where}", 10000)],
+            "SessionEnd": [capture_group(f"{gemini_hook} session-end {where}", 10000)],
+        },
     }
 
     # Again: nothing changes.
@@ -139,6 +173,9 @@ def test_integrate_keeps_the_users_settings_repeats_nothing_and_reverses(
     assert preview.returncode == 0
     assert f"{home / '.claude.json'}: would change" in preview.stdout
     assert '-    "memoryd": {' in preview.stdout
+    assert '-      "mcp__memoryd__search",' in preview.stdout
+    preview = run(env, data_dir, "integrate", "codex", "--uninstall", "--dry-run")
+    assert "-required = true" in preview.stdout
     assert {path: path.read_text() for path in written} == written
 
     for client in ("claude-code", "codex", "gemini"):
@@ -165,7 +202,7 @@ def test_doctor_checks_what_integrate_registered(tmp_path: Path, data_dir: Path)
     [check] = json.loads(done.stdout)
     assert (done.returncode, check["level"]) == (0, "ok")
     assert check["summary"] == (
-        "registered in claude-code (3 entries); every command runs, hooks answer"
+        "registered in claude-code (5 entries); every command runs, hooks answer"
     )
     # memoryd moved: the registered path no longer runs.
     config = tmp_path / "home" / ".claude.json"

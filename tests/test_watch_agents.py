@@ -15,9 +15,14 @@ import pytest
 from memoryd import jobs, projects, queue
 from memoryd.runtime import Runtime
 from memoryd.watch.repos import RepoWatcher
-from memoryd.watch.transcripts import AIDER_LOG, is_transcript, transcript_files
+from memoryd.watch.transcripts import (
+    AIDER_LOG,
+    TranscriptWatcher,
+    is_transcript,
+    transcript_files,
+)
 from tests.conftest import git_init
-from tests.fixtures import AIDER, GEMINI
+from tests.fixtures import AIDER, GEMINI, SMALL
 
 CHAT = GEMINI / "session-2026-01-16T11-01-file-ops-37b7abef.json"
 SESSION = "37b7abef-713d-4522-85f0-8ff15a4e6d17"
@@ -133,3 +138,36 @@ async def test_odd_entries_in_a_transcript_folder_are_skipped_with_one_line_each
     [job] = await queue.enqueue_ingest(stack.redis, [str(folder / "pipe.jsonl")], fresh=True)
     report = await queue.wait_for(job, 60)
     assert report["note"] == "not a regular file (a FIFO); skipped"
+
+
+async def _sessions_once(rt: Runtime, wanted: set[str], deadline: float) -> set[str]:
+    """The sessions' external ids once every one of `wanted` is among them (bounded)."""
+    assert rt.store is not None
+    while True:
+        rows = await rt.store.query("SELECT VALUE external_id FROM session")
+        if wanted <= set(rows[0]):
+            return set(rows[0])
+        assert time.monotonic() < deadline, f"never captured: {wanted - set(rows[0])}"
+        await asyncio.sleep(0.2)
+
+
+@pytest.mark.e2e
+async def test_a_transcript_folder_made_after_the_start_or_made_again_is_followed(
+    stack: Runtime, tmp_path: Path
+) -> None:
+    root = tmp_path / "claude" / "projects"  # no part of it exists yet
+    assert stack.redis is not None
+    watcher = TranscriptWatcher(stack.redis, [root], 0.2)
+    await watcher.start()
+    try:
+        (root / "-tmp-a").mkdir(parents=True)
+        shutil.copy(SMALL, root / "-tmp-a" / SMALL.name)
+        await _sessions_once(stack, {SMALL.stem}, time.monotonic() + 120)
+        # Removed and made again at once: the watch on the removed folder is let go.
+        shutil.rmtree(root)
+        (root / "b" / "chats").mkdir(parents=True)
+        shutil.copy(CHAT, root / "b" / "chats" / CHAT.name)
+        found = await _sessions_once(stack, {SMALL.stem, SESSION}, time.monotonic() + 120)
+        assert found == {SMALL.stem, SESSION}
+    finally:
+        await watcher.stop()

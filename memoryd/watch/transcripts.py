@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import re
 import stat
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
 from arq import ArqRedis
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
+from watchdog.observers.api import ObservedWatch
 
 from memoryd import queue
 from memoryd.scan import not_regular
-from memoryd.watch import CHANGES
+from memoryd.watch import CHANGES, Outage
 from memoryd.watch.debounce import Burst, Debouncer
 
 log = logging.getLogger(__name__)
@@ -29,6 +33,9 @@ AIDER_LOG = ".aider.chat.history.md"
 _PATTERNS = ("*.jsonl", "*.jsonl.zst", "session-*.json", AIDER_LOG)
 # Transcripts are appended to line by line while an agent works: ingest at most this often.
 _MAX_WAIT = 1.0
+# How often folders not there yet (and transcripts hooks named before they existed) are looked
+# for: a new user's first session is in memory within seconds, for a stat per folder.
+LOOK_SECONDS = 1.0
 # One debounce group: every transcript's job is enqueued in one flush.
 _GROUP = "transcripts"
 
@@ -76,11 +83,35 @@ def _not_a_transcript_file(path: Path) -> str | None:
     return None if stat.S_ISDIR(info.st_mode) else not_regular(info.st_mode)
 
 
+def _inode(folder: Path) -> tuple[int, int] | None:
+    """Which folder is at `folder` now (device and inode), or None when no folder is."""
+    try:
+        info = os.stat(folder)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino) if stat.S_ISDIR(info.st_mode) else None
+
+
+def _listed(roots: Iterable[Path]) -> list[str]:
+    """The transcripts under `roots`, with one line for each file skipped there."""
+    skipped: dict[str, str] = {}
+    files = transcript_files(roots, skipped)
+    for path, reason in skipped.items():
+        log.warning("skip transcript %s: %s", path, reason)
+    return files
+
+
 class _Handler(FileSystemEventHandler):
-    def __init__(self, watcher: TranscriptWatcher) -> None:
+    def __init__(self, watcher: TranscriptWatcher, root: Path) -> None:
         self.watcher = watcher
+        self.root = str(root)
 
     def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.event_type == "deleted" and event.src_path == self.root:
+            # The watched folder itself is gone and its watch with it; one made again at once
+            # may even have the same inode, so the inode check alone cannot tell.
+            self.watcher.dead.add(Path(self.root))
+            return
         if event.is_directory or event.event_type == "deleted":
             return  # a deleted transcript keeps its memories: nothing to do
         for raw in (event.src_path, getattr(event, "dest_path", "") or ""):
@@ -90,28 +121,60 @@ class _Handler(FileSystemEventHandler):
 
 
 class TranscriptWatcher:
+    """Watches each transcript folder that exists, and looks every LOOK_SECONDS for those that
+    do not yet (a new user installs memoryd before their agent's first session creates its
+    folder) or were removed, and for transcripts a hook named before they existed."""
+
     def __init__(self, redis: ArqRedis, roots: list[Path], debounce: float) -> None:
         self.redis = redis
-        self.roots = [r for r in roots if r.is_dir()]
+        self.roots = list(dict.fromkeys(roots))
         self.loop = asyncio.get_running_loop()
         self.debouncer = Debouncer(debounce, _MAX_WAIT, self._flush)
         self._observer = Observer()
-        self._task: asyncio.Task[None] | None = None
-        for missing in sorted(set(roots) - set(self.roots)):
-            log.info("transcript folder %s does not exist; not watching it", missing)
+        self._watches: dict[Path, tuple[ObservedWatch, tuple[int, int]]] = {}
+        self._refused: set[Path] = set()  # roots whose watch failed, said once each
+        self.dead: set[Path] = set()  # roots whose watch saw its folder removed
+        self._outage = Outage(log)
+        self._tasks: list[asyncio.Task[None]] = []
 
     async def _flush(self, _group: str, burst: Burst) -> None:
         await queue.enqueue_ingest(self.redis, sorted(burst.keys))
 
-    async def start(self) -> None:
+    def _attach(self) -> list[Path]:
+        """Watch the roots that exist and are not watched, let go of watched ones that are gone
+        (or were made again: the old watch is on the removed folder); returns the roots
+        watched now that were not before."""
+        added = []
         for root in self.roots:
-            self._observer.schedule(_Handler(self), str(root), recursive=True, event_filter=CHANGES)
+            inode = _inode(root)
+            watched = self._watches.get(root)
+            dead = root in self.dead
+            self.dead.discard(root)
+            if watched is not None and (dead or watched[1] != inode):
+                with contextlib.suppress(KeyError):  # its emitter may have stopped already
+                    self._observer.unschedule(watched[0])
+                del self._watches[root]
+                log.info("transcript folder %s is gone; watching for it again", root)
+            if inode is not None and root not in self._watches:
+                try:
+                    watch = self._observer.schedule(
+                        _Handler(self, root), str(root), recursive=True, event_filter=CHANGES
+                    )
+                except OSError as exc:  # out of inotify watches, or no permission
+                    if root not in self._refused:
+                        log.warning("cannot watch transcript folder %s: %s", root, exc)
+                    self._refused.add(root)
+                    continue
+                self._watches[root] = (watch, inode)
+                self._refused.discard(root)
+                added.append(root)
+        return added
+
+    async def start(self) -> None:
+        watched = await asyncio.to_thread(self._attach)
         self._observer.start()
         # Whatever grew while memoryd was down; unchanged files return at once from the job.
-        skipped: dict[str, str] = {}
-        files = await asyncio.to_thread(transcript_files, self.roots, skipped)
-        for path, reason in skipped.items():
-            log.warning("skip transcript %s: %s", path, reason)
+        files = await asyncio.to_thread(_listed, watched)
         try:
             await queue.enqueue_ingest(self.redis, files)
         except Exception as exc:
@@ -120,11 +183,42 @@ class TranscriptWatcher:
             # Redis restarting under the start: they wait for the debouncer's next round.
             self.debouncer.outage.failed(f"{len(files)} transcripts not enqueued", exc)
             self.debouncer.note(_GROUP, set(files))
-        log.info("watching %d transcript folders (%d files)", len(self.roots), len(files))
-        self._task = asyncio.create_task(self.debouncer.run())
+        for missing in sorted(set(self.roots) - set(watched)):
+            log.info("transcript folder %s does not exist yet; watching for it", missing)
+        log.info("watching %d transcript folders (%d files)", len(watched), len(files))
+        self._tasks = [
+            asyncio.create_task(self.debouncer.run()),
+            asyncio.create_task(self._look()),
+        ]
+
+    async def _look(self) -> None:
+        while True:
+            await asyncio.sleep(LOOK_SECONDS)
+            try:
+                await self._look_once()
+                self._outage.ended()
+            except Exception as exc:  # Redis restarting, or a bug: said, and the loop goes on
+                self._outage.failed("looking for new transcript folders and files failed", exc)
+
+    async def _look_once(self) -> None:
+        for root in await asyncio.to_thread(self._attach):
+            log.info("transcript folder %s appeared; watching it", root)
+            # What the agent wrote before the watch began.
+            self.debouncer.note(_GROUP, set(await asyncio.to_thread(_listed, [root])))
+        await self._take_expected()
+
+    async def _take_expected(self) -> None:
+        expected = await queue.expected_transcripts(self.redis)
+        if not expected:
+            return
+        now = time.time()
+        here = await asyncio.to_thread(lambda: {p for p in expected if os.path.isfile(p)})
+        self.debouncer.note(_GROUP, here)
+        old = {p for p, since in expected.items() if now - since > queue.EXPECTED_SECONDS}
+        await queue.drop_expected(self.redis, sorted(here | old))
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
         self._observer.stop()
         await asyncio.to_thread(self._observer.join, 5)
