@@ -71,6 +71,10 @@ INDEX_PROGRESS = _query("index_progress")
 CHANGED_TRANSCRIPTS = _query("changed_transcripts")
 # An agent's hook: its JSON in, the context to inject out (memoryd/hooks.py).
 HOOK = _query("hook")
+# What the hooks injected lately (their records, read in the daemon's data dir).
+INJECTIONS = _query("injections")
+# memoryd's own numbers, a row a day (`status` records them).
+DAILY_STATS = _query("daily_stats")
 
 ALL = (
     INDEX_FILES,
@@ -102,4 +106,6 @@ ALL = (
     INDEX_PROGRESS,
     CHANGED_TRANSCRIPTS,
     HOOK,
+    INJECTIONS,
+    DAILY_STATS,
 )

@@ -34,6 +34,7 @@ from memoryd.indexsync import IndexSync
 from memoryd.liveness import HeldLock
 from memoryd.migrate import migrate
 from memoryd.store import Store
+from memoryd.ui import Page
 
 if TYPE_CHECKING:
     from workers.context import JobContext
@@ -83,6 +84,7 @@ class Runtime:
         self._worker_lock: HeldLock | None = None
         self._redis_lost: str | None = None
         self._channel: asyncio.Server | None = None
+        self._page: Page | None = None
 
     @property
     def serving(self) -> bool:
@@ -165,7 +167,10 @@ class Runtime:
         queue.serving.set(self._serving)
         if self._daemon_lock is not None:
             # The data dir's daemon also answers queries on its socket (memoryd/channel.py).
-            self._channel = await channel.serve(s.channel_socket, self._ctx["queries"])
+            # Its `ui` query starts the web page (memoryd/ui), served from then on here.
+            self._page = Page(self._ctx)
+            answer = self._page.answering(self._ctx["queries"])
+            self._channel = await channel.serve(s.channel_socket, answer)
         self._worker_lock = HeldLock(s.data_dir / "run" / f"worker-{uuid.uuid4().hex}.lock")
         try:
             freed = await self._start_workers()
@@ -379,6 +384,9 @@ class Runtime:
         try:
             if self.embedder is not None and self._own_embedder:
                 self.embedder.interrupt()
+            if self._page is not None:
+                await self._page.close()
+                self._page = None
             if self._channel is not None:
                 # No new query starts; the ones under way end with the workers' jobs.
                 self._channel.close()
