@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import parse_qs, urlencode
 
 from mcp.server.transport_security import TransportSecurityMiddleware
 from starlette.applications import Starlette
@@ -46,7 +46,8 @@ CSP = (
 HEADERS = {
     "content-security-policy": CSP,
     "x-content-type-options": "nosniff",
-    "referrer-policy": "no-referrer",
+    # Not no-referrer: with it the browser sends `Origin: null` on its own forms.
+    "referrer-policy": "same-origin",
     "cache-control": "no-store",
 }
 # How far back the sessions page looks by default, and how many injections the memory page
@@ -100,7 +101,7 @@ class UiApp:
         request = Request(scope, receive)
         response = await self.guard(request)
         if response is None:
-            await self.app(scope, receive, self._headed(send))
+            await self.app(scope, _replay(request, receive), self._headed(send))
             return
         for name, value in HEADERS.items():
             response.headers[name] = value
@@ -140,8 +141,9 @@ class UiApp:
         if request.method == "POST":
             if int(request.headers.get("content-length") or 0) > MAX_FORM_BYTES:
                 return PlainTextResponse("form too large\n", status_code=413)
-            form = await request.form()
-            if not hmac.compare_digest(str(form.get("csrf", "")).encode(), self.csrf.encode()):
+            form = parse_qs((await request.body()).decode(errors="replace"))
+            given_csrf = (form.get("csrf") or [""])[0]
+            if not hmac.compare_digest(given_csrf.encode(), self.csrf.encode()):
                 return PlainTextResponse("missing or wrong CSRF token\n", status_code=403)
         return None
 
@@ -302,6 +304,23 @@ class UiApp:
             return pages.forgotten(scope, value, await memoryd.forget_scope(scope, value))
 
         return await self._page("Forgotten", "/memory", body)
+
+
+def _replay(request: Request, receive: Any) -> Any:
+    """The app's `receive`: the body the guard read (a POST's), then the client's own."""
+    body: bytes | None = getattr(request, "_body", None)
+    if body is None:
+        return receive
+
+    async def replayed() -> dict[str, Any]:
+        nonlocal body
+        if body is None:
+            message: dict[str, Any] = await receive()
+            return message
+        message, body = {"type": "http.request", "body": body, "more_body": False}, None
+        return message
+
+    return replayed
 
 
 async def _scope_of(request: Request) -> tuple[str, str]:

@@ -28,9 +28,9 @@ def when(iso: str | None) -> str:
     return iso[:16].replace("T", " ") if iso else ""
 
 
-def link(path: str, text: object, **query: object) -> str:
+def link(to: str, text: object, /, **query: object) -> str:
     given = {k: v for k, v in query.items() if v not in (None, "")}
-    href = path + ("?" + urlencode(given) if given else "")
+    href = to + ("?" + urlencode(given) if given else "")
     return f'<a href="{e(href)}">{e(text)}</a>'
 
 
@@ -358,8 +358,8 @@ def record(found: Record, csrf: str) -> str:
     )
     controls = ""
     if found.get("session"):  # memories and goals: code follows its files
-        controls = "<p>" + _memory_controls(found["id"], csrf, back=f"/record?id={found['id']}")
-        controls += "</p>"
+        back = f"/record?id={found['id']}"
+        controls = f"<div class=controls>{_memory_controls(found['id'], csrf, back)}</div>"
     return facts + controls + f"<pre id=record-text>{e(found['text'])}</pre>"
 
 
@@ -400,11 +400,11 @@ def memory(
     )
     paused = status.get("paused_since")
     capture = (
-        f"<p id=capture>Capture paused since {e(when(paused))}. "
+        f"<div id=capture>Capture paused since {e(when(paused))}. "
         + button_form("/resume", "resume", csrf)
         if paused
-        else "<p id=capture>Capture is on. " + button_form("/pause", "pause", csrf)
-    ) + "</p>"
+        else "<div id=capture>Capture is on. " + button_form("/pause", "pause", csrf)
+    ) + "</div>"
     shown = table(
         "injected",
         ["Time", "Agent", "Session", "Event", "Text"],
@@ -450,6 +450,7 @@ def forget_preview(scope: str, value: str, preview: Mapping[str, Any], csrf: str
     )
     return (
         f"<p>Forgetting {e(scope)} <code>{e(value)}</code> would remove:</p>{rows}"
+        "<p>and the entities (files, commands, errors) that only these rows point at.</p>"
         f"<h2>Sessions</h2><ul id=preview-sessions>{sessions}</ul>{confirm}"
     )
 
