@@ -35,6 +35,7 @@ from memoryd import mcp_server
 from memoryd.client import Client
 from memoryd.config import Settings
 from memoryd.errors import InvalidRequest, MemorydError, NotFound
+from memoryd.ids import split_file_key
 from memoryd.ui import pages
 
 COOKIE = "memoryd_ui"
@@ -196,9 +197,7 @@ class UiApp:
         path = request.query_params.get("path", "").strip()
 
         async def body(memoryd: Client) -> str:
-            if not Path(path).is_absolute():
-                raise InvalidRequest("give a file's absolute path")
-            return pages.file(await memoryd.history(path))
+            return pages.file(await memoryd.history(await _absolute(memoryd, path)))
 
         return await self._page(f"File {path}", "", body)
 
@@ -304,6 +303,18 @@ class UiApp:
             return pages.forgotten(scope, value, await memoryd.forget_scope(scope, value))
 
         return await self._page("Forgotten", "/memory", body)
+
+
+async def _absolute(memoryd: Client, path: str) -> str:
+    """A file's absolute path; the graph names a project's file `<project id>:<path>` (a
+    session's actions link to it so)."""
+    if Path(path).is_absolute():
+        return path
+    project_id, rel_path = split_file_key(path)
+    roots = {p["id"]: p["root"] for p in await memoryd.projects()}
+    if not rel_path or project_id not in roots:
+        raise InvalidRequest(f"give a file's absolute path (or project:path): {path!r}")
+    return str(Path(roots[project_id]) / rel_path)
 
 
 def _replay(request: Request, receive: Any) -> Any:

@@ -250,12 +250,23 @@ def _action(action: Mapping[str, Any]) -> str:
     """`modifies ok /path` with the path opening its file page."""
     target = action.get("target") or ""
     shown = link("/file", target, path=target) if action.get("target_kind") == "file" else e(target)
+    return f"{e(_did(action))} {shown}"
+
+
+def _did(action: Mapping[str, Any]) -> str:
+    """`modifies ok`, `executes failed exit 2`: an action's verb and how it went."""
     outcome = action.get("outcome") or action.get("reason") or ""
     code = f" exit {action['exit_code']}" if action.get("exit_code") not in (None, 0) else ""
-    return f"{e(action['verb'])} {e(outcome)}{e(code)} {shown}"
+    return f"{action['verb']} {outcome}{code}".strip()
 
 
 # -- file ----------------------------------------------------------------------------------
+
+
+def _file_action(action: Mapping[str, Any]) -> str:
+    """What a session did to the file (the page's own, so no target): verb, outcome, when."""
+    tool = f" via {action['tool']}" if action.get("tool") else ""
+    return e(f"{_did(action)}{tool} {when(action.get('event_time'))}")
 
 
 def file(history: FileHistory) -> str:
@@ -274,7 +285,7 @@ def file(history: FileHistory) -> str:
                 e(s.get("agent")),
                 e(when(s.get("started_at"))),
                 e(s.get("goal") or s.get("title") or ""),
-                "".join(f"<div>{_action(a)}</div>" for a in s.get("actions", [])),
+                "".join(f"<div>{_file_action(a)}</div>" for a in s.get("actions", [])),
                 "".join(
                     f"<div>#{e(x.get('seq'))} {e(x.get('error'))}: {e(x.get('message'))}</div>"
                     for x in s.get("errors", [])
