@@ -5,6 +5,7 @@ page (1280×800) go to $MEMORYD_UI_SCREENSHOTS (default: /tmp/memoryd-ui-screens
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -25,7 +26,7 @@ from memoryd.runtime import Runtime
 from memoryd.ui import UI_QUERY
 from memoryd.ui.app import COOKIE, CSP
 from memoryd.vocabulary import EDGES
-from tests.conftest import orphaned_by
+from tests.conftest import cli, orphaned_by
 from tests.fixtures import S37, SMALL
 from tests.test_forget_scopes import RENDERER, _world
 
@@ -173,6 +174,8 @@ async def test_each_page_shows_the_rows_of_the_database(
     assert [row[0] for row in timeline] == [f"#{ev['seq']}" for ev in replay["events"]]
     assert [row[2].split()[0] for row in timeline] == [ev["kind"] for ev in replay["events"]]
     await _shot(page, "session")
+    await page.click("#timeline a[href^='/file']")
+    assert (await _rows(page, "file-facts"))[0][1] == RENDERER
 
     # A file: the sessions that touched it and its current chunks.
     renderer = str(repo / RENDERER)
@@ -288,34 +291,40 @@ async def test_strangers_are_refused(
     client, _repo, url = world
     base = "{0.scheme}://{0.netloc}".format(urlsplit(url))
     host = urlsplit(url).netloc
-    async with httpx.AsyncClient(base_url=base) as http:
+    # `memoryd ui` gives the address of the page the daemon serves already.
+    # (In a thread: the daemon answering it runs on this test's event loop.)
+    asked = ("ui", "--no-open", "--data-dir", str(stack.settings.data_dir))
+    printed = (await asyncio.to_thread(cli, *asked)).stdout
+    assert printed == url + "\n"
+    async with httpx.AsyncClient(base_url=base) as stranger:
         # No cookie, no token; a wrong token.
-        assert (await http.get("/")).status_code == 401
-        assert (await http.get("/?token=wrong")).status_code == 401
+        assert (await stranger.get("/")).status_code == 401
+        assert (await stranger.get("/?token=wrong")).status_code == 401
+    async with httpx.AsyncClient(base_url=base) as http:
         signed = await http.get(url)  # the token, traded for the cookie
         assert signed.status_code == 303
-        cookie = {COOKIE: signed.cookies[COOKIE]}
-        page = await http.get("/", cookies=cookie)
+        assert COOKIE in http.cookies
+        page = await http.get("/")
         assert page.status_code == 200
         assert page.headers["content-security-policy"] == CSP
         # A foreign Origin, a foreign Host (DNS rebinding).
         foreign = {"origin": "http://evil.example"}
-        assert (await http.get("/", cookies=cookie, headers=foreign)).status_code == 403
+        assert (await http.get("/", headers=foreign)).status_code == 403
         rebound = {"host": "evil.example:" + host.split(":")[1]}
-        assert (await http.get("/", cookies=cookie, headers=rebound)).status_code == 421
+        assert (await http.get("/", headers=rebound)).status_code == 421
         # A POST without the CSRF token, or with a wrong one: refused, nothing paused.
         origin = {"origin": base}
         for form in ({}, {"csrf": "forged"}):
-            refused = await http.post("/pause", cookies=cookie, headers=origin, data=form)
+            refused = await http.post("/pause", headers=origin, data=form)
             assert refused.status_code == 403
         # The real token from a page, but from a foreign Origin.
-        memory = await http.get("/memory", cookies=cookie)
+        memory = await http.get("/memory")
         csrf = memory.text.split('name="csrf" value="')[1].split('"')[0]
-        refused = await http.post("/pause", cookies=cookie, headers=foreign, data={"csrf": csrf})
+        refused = await http.post("/pause", headers=foreign, data={"csrf": csrf})
         assert refused.status_code == 403
         assert (await client.status())["paused_since"] is None
         # The same POST from the page's own origin goes through.
-        done = await http.post("/pause", cookies=cookie, headers=origin, data={"csrf": csrf})
+        done = await http.post("/pause", headers=origin, data={"csrf": csrf})
         assert done.status_code == 303
         assert (await client.status())["paused_since"] is not None
     # A browser without the cookie sees the refusal.
