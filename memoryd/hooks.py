@@ -119,7 +119,8 @@ def injections(settings: Settings, limit: int) -> list[dict[str, str]]:
     folder = settings.data_dir / "hooks"
     found: list[dict[str, str]] = []
     for path in folder.glob("*.json") if folder.is_dir() else ():
-        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+        # A record of an older memoryd (no agent, no texts) or a broken one: nothing shown.
+        with contextlib.suppress(OSError, ValueError, TypeError, KeyError, AttributeError):
             recorded = json.loads(path.read_text())
             who = {"agent": str(recorded["agent"]), "session": str(recorded["session"])}
             found.extend(who | shown for shown in recorded.get("shown", []))

@@ -41,7 +41,7 @@ from memoryd.ui import pages
 COOKIE = "memoryd_ui"
 HOST = "127.0.0.1"
 CSP = (
-    "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+    "default-src 'none'; style-src 'self'; form-action 'self'; "
     "base-uri 'none'; frame-ancestors 'none'"
 )
 HEADERS = {
@@ -56,6 +56,7 @@ HEADERS = {
 SESSION_DAYS = 30
 INJECTIONS = 20
 STATS_DAYS = 365
+MAX_DAYS = 100 * 365
 # A form is a few fields: anything bigger is not one of ours.
 MAX_FORM_BYTES = 64 << 10
 
@@ -347,8 +348,8 @@ def _positive(text: str, what: str) -> float:
         value = float(text)
     except ValueError:
         raise InvalidRequest(f"{what}: not a number: {text!r}") from None
-    if value <= 0:
-        raise InvalidRequest(f"{what}: give a positive number")
+    if not 0 < value <= MAX_DAYS:
+        raise InvalidRequest(f"{what}: give a number of days from 1 to {MAX_DAYS}")
     return value
 
 
