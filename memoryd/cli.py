@@ -859,8 +859,8 @@ def _show_page(url: str, open_page: bool) -> None:
     import webbrowser
 
     print(url, flush=True)
-    desktop = sys.platform == "darwin" or os.environ.get("DISPLAY") or os.environ.get(
-        "WAYLAND_DISPLAY"
+    desktop = (
+        sys.platform == "darwin" or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
     )
     if open_page and desktop:
         webbrowser.open(url)
