@@ -21,13 +21,10 @@ import os
 import shutil
 import statistics
 import subprocess
-import tempfile
-from pathlib import Path
 
-import arq
 from playwright.async_api import async_playwright
 
-from bench.cli_latency import MEMORYD, QUERY, fill, index_repo, wait_until_serving
+from bench.cli_latency import MEMORYD, QUERY, fill, index_repo, wait_until_serving, workspace
 from tests.test_ui import ARGS, CHROMIUM
 
 TARGET_MS = 300
@@ -63,18 +60,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
 
-    work = Path(tempfile.mkdtemp(prefix="md-ui-", dir="/tmp"))
-    data_dir = work / "data"
-    data_dir.mkdir(mode=0o700)
-    repo = work / "arq"
-    shutil.copytree(Path(arq.__file__).parent, repo, ignore=shutil.ignore_patterns("__pycache__"))
-    env = {
-        **os.environ,
-        "MEMORYD_DATA_DIR": str(data_dir),
-        "MEMORYD_TRANSCRIPTS": "[]",
-        "MEMORYD_CONFIG": str(work / "no-config.toml"),
-    }
-    os.environ.update(env)
+    work, data_dir, repo, env = workspace("md-ui-")
     daemon = None
     try:
         rows = asyncio.run(fill(data_dir, args.rows))

@@ -25,6 +25,7 @@ from memoryd.client import Client
 from memoryd.runtime import Runtime
 from memoryd.ui import UI_QUERY
 from memoryd.ui.app import COOKIE, CSP
+from memoryd.ui.pages import when
 from memoryd.vocabulary import EDGES
 from tests.conftest import cli, orphaned_by
 from tests.fixtures import S37, SMALL
@@ -109,10 +110,6 @@ async def _submit(page: Any, button: str) -> None:
         await page.click(button)
 
 
-def _when(iso: str | None) -> str:
-    return iso[:16].replace("T", " ") if iso else ""
-
-
 async def test_each_page_shows_the_rows_of_the_database(
     stack: Runtime, world: tuple[Client, Path, str], browser: Any
 ) -> None:
@@ -157,7 +154,7 @@ async def test_each_page_shows_the_rows_of_the_database(
     assert {row[3] for row in shown} >= {S37.stem, SMALL.stem}
     assert shown == [
         [
-            _when(s["started_at"]),
+            when(s["started_at"]),
             s["agent"] or "",
             s["project"] or "",
             s["session"],
@@ -206,12 +203,12 @@ async def test_each_page_shows_the_rows_of_the_database(
     await page.goto(f"{base}/memory?project={project}")
     notes = (await client.recent_activity(project, EVER))["notes"]
     assert [row[:4] for row in await _rows(page, "notes")] == [
-        [n["id"], n["kind"], _when(n["event_time"]), n["text"]] for n in notes
+        [n["id"], n["kind"], when(n["event_time"]), n["text"]] for n in notes
     ]
     assert [n["kind"] for n in notes] == ["decision"]
     [injected] = await client.injections()
     assert await _rows(page, "injected") == [
-        [_when(injected["at"]), "claude-code", "live-session", "UserPromptSubmit", injected["text"]]
+        [when(injected["at"]), "claude-code", "live-session", "UserPromptSubmit", injected["text"]]
     ]
     assert injected["text"].startswith("memoryd: earlier work related to this prompt")
     assert await page.inner_text("#capture") == "Capture is on. pause"
