@@ -25,14 +25,9 @@ import subprocess
 from playwright.async_api import async_playwright
 
 from bench.cli_latency import MEMORYD, QUERY, fill, index_repo, wait_until_serving, workspace
-from tests.test_ui import ARGS, CHROMIUM
+from tests.test_ui import ARGS, CHROMIUM, FIRST_PAINT
 
 TARGET_MS = 300
-# The browser's first-contentful-paint of the page, waited for (it is recorded after the load).
-FIRST_PAINT = """new Promise(done => new PerformanceObserver(list => {
-    const paint = list.getEntriesByName('first-contentful-paint')[0];
-    if (paint) done(paint.startTime);
-}).observe({type: 'paint', buffered: true}))"""
 
 
 async def paint_times(url: str, pages: dict[str, str], runs: int) -> dict[str, list[float]]:

@@ -20,7 +20,6 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from bench.ui_paint import FIRST_PAINT
 from memoryd import channel
 from memoryd.client import Client
 from memoryd.runtime import Runtime
@@ -47,6 +46,11 @@ ARGS = [
 ]
 SHOTS = Path(os.environ.get("MEMORYD_UI_SCREENSHOTS", "/tmp/memoryd-ui-screenshots"))
 EVER = datetime.fromtimestamp(0, UTC)
+# The browser's first-contentful-paint of the page, waited for (it is recorded after the load).
+FIRST_PAINT = """new Promise(done => new PerformanceObserver(list => {
+    const paint = list.getEntriesByName('first-contentful-paint')[0];
+    if (paint) done(paint.startTime);
+}).observe({type: 'paint', buffered: true}))"""
 PROMPT = "how does generate_html build the page?"
 
 
