@@ -156,13 +156,10 @@ async def wait_until_serving(data_dir: Path, daemon: subprocess.Popen[bytes], lo
     raise SystemExit("the daemon did not start in 5 minutes")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=100_000)
-    parser.add_argument("--runs", type=int, default=7)
-    args = parser.parse_args()
-
-    work = Path(tempfile.mkdtemp(prefix="md-cli-", dir="/tmp"))
+def workspace(prefix: str) -> tuple[Path, Path, Path, dict[str, str]]:
+    """A temp dir under /tmp with an empty data dir and a copy of arq's source, and the
+    environment that points memoryd at them (this process's too): (dir, data dir, repo, env)."""
+    work = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
     data_dir = work / "data"
     data_dir.mkdir(mode=0o700)
     repo = work / "arq"
@@ -177,6 +174,16 @@ def main() -> None:
         "MEMORYD_CONFIG": str(work / "no-config.toml"),
     }
     os.environ.update(env)
+    return work, data_dir, repo, env
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=7)
+    args = parser.parse_args()
+
+    work, data_dir, repo, env = workspace("md-cli-")
     daemon = None
     try:
         print(f"build: {args.rows} rows in {data_dir}")

@@ -831,6 +831,56 @@ def resume(
 
 
 @app.command()
+def ui(
+    port: Annotated[int, typer.Option(help="The page's port on 127.0.0.1 (0: any free one).")] = 0,
+    open_page: Annotated[
+        bool, typer.Option("--open/--no-open", help="Open it in a browser (on a desktop).")
+    ] = True,
+    data_dir: DataDir = None,
+    redis_url: RedisUrl = None,
+    surreal_url: SurrealUrl = None,
+) -> None:
+    """A web page of what memoryd remembers: projects, sessions, files, search, and what to
+    forget. The daemon serves it on loopback from now on; this prints its address (with the
+    token that signs the browser in). In server mode (no daemon here) this process serves it,
+    reading through the queue, until stopped."""
+    from memoryd import channel, client
+    from memoryd.ui import UI_QUERY
+
+    settings = _client(data_dir, redis_url, surreal_url)
+    if channel.listening(settings.channel_socket):
+        url = _run(lambda: channel.ask(settings.channel_socket, UI_QUERY, (port,), 60))
+        _show_page(url, open_page)
+        return
+    from memoryd.ui.app import UiServer
+
+    async def serve_here() -> None:
+        async with client.connect(settings):  # fails at once when nothing serves the queue
+            pass
+        page = UiServer(settings, lambda: client.connect(settings))
+        try:
+            _show_page(await page.open(port), open_page)
+            await page.wait()
+        finally:
+            await page.close()
+
+    _run(serve_here)
+
+
+def _show_page(url: str, open_page: bool) -> None:
+    import os
+    import sys
+    import webbrowser
+
+    print(url, flush=True)
+    desktop = (
+        sys.platform == "darwin" or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+    )
+    if open_page and desktop:
+        webbrowser.open(url)
+
+
+@app.command()
 def status(
     data_dir: DataDir = None,
     redis_url: RedisUrl = None,

@@ -284,6 +284,18 @@ class Client:
         result: str = await self._call(jobs.HOOK, agent, command, stdin, cwd, max_chars)
         return result
 
+    async def injections(self, limit: int = 50) -> list[dict[str, str]]:
+        """What the hooks injected into agents' sessions lately, newest first: agent,
+        session, at, event and the text itself."""
+        result: list[dict[str, str]] = await self._call(jobs.INJECTIONS, limit)
+        return result
+
+    async def daily_stats(self, days: int = 365) -> list[dict[str, Any]]:
+        """memoryd's numbers a day over the last `days` days (memories, chunks, database_mb,
+        jobs), oldest first."""
+        result: list[dict[str, Any]] = await self._call(jobs.DAILY_STATS, days)
+        return result
+
     async def reindex(self) -> dict[str, Any]:
         """Rebuild the search indexes from the database; rows indexed per table."""
         from memoryd import queue

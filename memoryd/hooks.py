@@ -13,7 +13,9 @@ only passes the JSON over and prints the answer).
 - Never the same item twice in one session: what was injected is recorded in
   `<data dir>/hooks/<agent>-<session hash>.json` (0600; at most MAX_RECORDED keys, about 100 KB).
   The record starts afresh when the session is compacted or cleared (that context is gone), and
-  a record unused for `hook_state_days` (default 7) is deleted by the daily prune.
+  a record unused for `hook_state_days` (default 7) is deleted by the daily prune. It also
+  keeps the text of the last SHOWN_RECORDED injections (each at most `hook_max_chars`), so a
+  person can see what went into their sessions (`memoryd ui`).
 - Only this repository's own memory, and no tool output: raw results of tools (a web page, a
   command's output) could carry a prompt injection into later sessions, so prompts, assistant
   messages, agents' notes and code are injected, tool results and other repositories never.
@@ -50,6 +52,7 @@ from memoryd.results import RecentActivity, Record
 # SessionStart sources after which the agent's earlier context is gone.
 RESET_SOURCES = frozenset({"compact", "clear"})
 MAX_RECORDED = 1000
+SHOWN_RECORDED = 10
 # The share of the hook's budget its work may take in the daemon.
 ANSWER_SHARE = 0.8
 # Memory kinds a prompt may bring back: words of people and agents, never a tool's output.
@@ -75,25 +78,56 @@ class State:
     """What was injected into one agent session so far."""
 
     path: Path
+    agent: str
+    session: str
     injected: list[str] = field(default_factory=list)
+    # The injections themselves, newest last: {"at", "event", "text"}.
+    shown: list[dict[str, str]] = field(default_factory=list)
 
     @classmethod
     def load(cls, settings: Settings, agent: str, session_id: str, reset: bool) -> State:
         path = settings.data_dir / "hooks" / f"{agent}-{stable_id(session_id)}.json"
-        state = cls(path)
-        if not reset:
-            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-                state.injected = list(json.loads(path.read_text())["injected"])
+        state = cls(path, agent, session_id)
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            recorded = json.loads(path.read_text())
+            # What was shown stays shown after a reset: only the keys start afresh.
+            state.shown = list(recorded.get("shown", []))
+            if not reset:
+                state.injected = list(recorded["injected"])
         return state
 
-    def save(self, added: Sequence[str]) -> None:
+    def save(self, added: Sequence[str], event: str = "", text: str = "") -> None:
         self.injected = [*self.injected, *added][-MAX_RECORDED:]
+        if text:
+            at = datetime.now(UTC).isoformat()
+            self.shown = [*self.shown, {"at": at, "event": event, "text": text}]
+            self.shown = self.shown[-SHOWN_RECORDED:]
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = self.path.with_suffix(".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        record = {
+            "agent": self.agent,
+            "session": self.session,
+            "injected": self.injected,
+            "shown": self.shown,
+        }
         with os.fdopen(fd, "w") as f:
-            json.dump({"injected": self.injected}, f)
+            json.dump(record, f)
         os.replace(tmp, self.path)
+
+
+def injections(settings: Settings, limit: int) -> list[dict[str, str]]:
+    """What the hooks injected lately, newest first, at most `limit`: each with its agent,
+    session, time, event and text (the records above; expired with them)."""
+    folder = settings.data_dir / "hooks"
+    found: list[dict[str, str]] = []
+    for path in folder.glob("*.json") if folder.is_dir() else ():
+        # A record of an older memoryd (no agent, no texts) or a broken one: nothing shown.
+        with contextlib.suppress(OSError, ValueError, TypeError, KeyError, AttributeError):
+            recorded = json.loads(path.read_text())
+            who = {"agent": str(recorded["agent"]), "session": str(recorded["session"])}
+            found.extend(who | shown for shown in recorded.get("shown", []))
+    return sorted(found, key=lambda shown: shown["at"], reverse=True)[:limit]
 
 
 def expire_states(settings: Settings, now: float, dry_run: bool = False) -> int:
@@ -270,7 +304,7 @@ async def run(
         text, keys = "", []
     if keys or reset:
         with contextlib.suppress(OSError):
-            state.save(keys)
+            state.save(keys, event, text)
     if not text:
         return ""
     return json.dumps({"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}})

@@ -79,6 +79,12 @@ INDEX_PROGRESS = _query("index_progress")
 CHANGED_TRANSCRIPTS = _query("changed_transcripts")
 # An agent's hook: its JSON in, the context to inject out (memoryd/hooks.py).
 HOOK = _query("hook")
+# What the hooks injected lately (their records, read in the daemon's data dir).
+INJECTIONS = _query("injections")
+# memoryd's own numbers, a row a day (`status` records them).
+DAILY_STATS = _query("daily_stats")
 
-# Every job above, in the order declared: the registry binds a function to each.
+
+# Every job above, in the order declared (declare new ones above this line): the registry binds
+# a function to each.
 ALL = tuple(_DECLARED)

@@ -363,17 +363,24 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
-def http_app(server: MCPServer, token: str, host: str, allowed_hosts: list[str]) -> Any:
-    """The streamable HTTP app behind the token, with the SDK's Host/Origin checks (DNS
-    rebinding) on for the address it serves and any extra names allowed."""
+def transport_security(
+    host: str, allowed_hosts: list[str], port: str = "*"
+) -> TransportSecuritySettings:
+    """The SDK's Host/Origin checks (DNS rebinding) for the address served (`port`: one, or
+    any) and any extra names allowed; also the checks of the web page (memoryd/ui)."""
     names = [host, *allowed_hosts]
     if host in ("127.0.0.1", "localhost", "::1"):
         names += ["127.0.0.1", "localhost", "[::1]"]
-    security = TransportSecuritySettings(
+    return TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
-        allowed_hosts=sorted({f"{n}:*" for n in names}),
-        allowed_origins=sorted({f"http://{n}:*" for n in names}),
+        allowed_hosts=sorted({f"{n}:{port}" for n in names}),
+        allowed_origins=sorted({f"http://{n}:{port}" for n in names}),
     )
+
+
+def http_app(server: MCPServer, token: str, host: str, allowed_hosts: list[str]) -> Any:
+    """The streamable HTTP app behind the token, with the SDK's Host/Origin checks."""
+    security = transport_security(host, allowed_hosts)
     app = server.streamable_http_app(transport_security=security, host=host)
     return BearerAuth(app, token)
 

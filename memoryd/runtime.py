@@ -35,6 +35,7 @@ from memoryd.liveness import SERVING_WAIT_SECONDS, HeldLock, holder
 from memoryd.migrate import migrate
 from memoryd.paths import serving_lock_path
 from memoryd.store import Store
+from memoryd.ui import Page
 
 if TYPE_CHECKING:
     from workers.context import JobContext
@@ -88,7 +89,7 @@ class Runtime:
         self._serving_lock: HeldLock | None = None
         self._worker_lock: HeldLock | None = None
         self._redis_lost: str | None = None
-        self._channel: channel.Channel | None = None
+        self._page: Page | None = None
 
     @property
     def serving(self) -> bool:
@@ -201,11 +202,14 @@ class Runtime:
         queue.serving.set(self._serving)
         if self._daemon_lock is not None:
             # The data dir's daemon also answers queries on its socket (memoryd/channel.py),
-            # and serves there the MCP sessions of `memoryd mcp` (memoryd/mcp_service.py).
+            # serves there the MCP sessions of `memoryd mcp` (memoryd/mcp_service.py), and its
+            # `ui` query starts the web page (memoryd/ui), served from then on here.
             from memoryd import mcp_service
 
             sessions = mcp_service.streams(self._ctx)
-            self._channel = await channel.serve(s.channel_socket, self._ctx["queries"], sessions)
+            self._page = Page(self._ctx)
+            answer = self._page.answering(self._ctx["queries"])
+            self._channel = await channel.serve(s.channel_socket, answer, sessions)
         self._worker_lock = HeldLock(s.data_dir / "run" / f"worker-{uuid.uuid4().hex}.lock")
         try:
             freed = await self._start_workers()
@@ -419,6 +423,9 @@ class Runtime:
         try:
             if self.embedder is not None and self._own_embedder:
                 self.embedder.interrupt()
+            if self._page is not None:
+                await self._page.close()
+                self._page = None
             if self._channel is not None:
                 # No new query starts (MCP sessions end); those under way end with the jobs.
                 self._channel.close()

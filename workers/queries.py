@@ -172,6 +172,14 @@ async def status(ctx: JobContext) -> dict[str, Any]:
         )
     )
     since = parts["paused_since"]
+    # The day's reading for the plots over time (`memoryd ui`): a row a day, replaced.
+    db_bytes = counts["database_bytes"]
+    await store.record_day(
+        counts["counts"].get("memory", 0),
+        counts["valid_chunks"],
+        None if db_bytes is None else round(db_bytes / 1e6, 1),
+        sum(parts["last_hour"].values()),
+    )
     return {
         # The queue's account, read here: a client asking over the channel needs no Redis.
         "daemon_running": parts["live_workers"] > 0,
@@ -485,3 +493,14 @@ async def hook(
     """An agent's hook, answered here with the client API on this process's own queries."""
     memoryd = Client.answering(ctx["redis"], ctx["settings"], ctx["queries"])
     return await hooks.run(memoryd, agent, command, stdin, cwd, max_chars)
+
+
+async def injections(ctx: JobContext, limit: int) -> list[dict[str, str]]:
+    """What the hooks injected into sessions lately, newest first (memoryd/hooks.py)."""
+    return await asyncio.to_thread(hooks.injections, ctx["settings"], limit)
+
+
+async def daily_stats(ctx: JobContext, days: int) -> list[dict[str, Any]]:
+    """The rows a day `status` records (memories, chunks, database MB, jobs), oldest first."""
+    rows: list[dict[str, Any]] = await ctx["store"].daily_stats(days)
+    return rows

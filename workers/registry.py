@@ -88,6 +88,8 @@ FUNCTIONS: dict[JobSpec, JobFunction] = {
     jobs.FORGET: forget.forget,
     jobs.INDEX_PROGRESS: queries.index_progress,
     jobs.HOOK: queries.hook,
+    jobs.INJECTIONS: queries.injections,
+    jobs.DAILY_STATS: queries.daily_stats,
 }
 
 

@@ -20,6 +20,7 @@ from memoryd.store.rederive import RederiveQueries
 from memoryd.store.rewrite import RewriteQueries
 from memoryd.store.schema import SCHEMA_DIR, VECTOR_TABLES, SchemaQueries
 from memoryd.store.search import SearchQueries
+from memoryd.store.stats import StatsQueries
 from memoryd.store.status import StatusQueries
 from memoryd.store.transcripts import TranscriptQueries
 from memoryd.store.transfer import TransferQueries
@@ -44,6 +45,7 @@ class Store(
     BlobQueries,
     ProgressQueries,
     StatusQueries,
+    StatsQueries,
     StoreBase,
 ):
     """A connection to the memoryd database with every query memoryd runs."""

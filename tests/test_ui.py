@@ -1,0 +1,334 @@
+"""`memoryd ui` in a real browser (Debian's chromium, headless, driven by playwright): two
+indexed repos and two real transcripts, each page showing exactly their rows, a forget through
+the page removing what its preview listed, and the page refusing strangers. Screenshots of each
+page (1280×800) go to $MEMORYD_UI_SCREENSHOTS (default: /tmp/memoryd-ui-screenshots)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+import pytest_asyncio
+
+from memoryd import channel
+from memoryd.client import Client
+from memoryd.runtime import Runtime
+from memoryd.ui import UI_QUERY
+from memoryd.ui.app import COOKIE, CSP
+from memoryd.ui.pages import when
+from memoryd.vocabulary import EDGES
+from tests.conftest import cli, orphaned_by
+from tests.fixtures import S37, SMALL
+from tests.test_forget_scopes import RENDERER, _world
+
+pytestmark = pytest.mark.e2e
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SHOTS = Path(os.environ.get("MEMORYD_UI_SCREENSHOTS", "/tmp/memoryd-ui-screenshots"))
+EVER = datetime.fromtimestamp(0, UTC)
+# The browser's first-contentful-paint of the page, waited for (it is recorded after the load).
+FIRST_PAINT = """new Promise(done => new PerformanceObserver(list => {
+    const paint = list.getEntriesByName('first-contentful-paint')[0];
+    if (paint) done(paint.startTime);
+}).observe({type: 'paint', buffered: true}))"""
+PROMPT = "how does generate_html build the page?"
+
+
+def _chromium() -> str:
+    """Debian's chromium, installed when missing and this runs as root with apt-get (as
+    .ci/run installs systemd); else the tests skip, saying why."""
+    if not os.path.exists(CHROMIUM) and os.geteuid() == 0 and shutil.which("apt-get"):
+        subprocess.run(
+            "apt-get update -qq && apt-get install -y -qq chromium",
+            shell=True,
+            check=False,
+            capture_output=True,
+            timeout=900,
+        )
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} missing and not installable here (needs root and apt-get)")
+    return CHROMIUM
+
+
+@pytest_asyncio.fixture
+async def world(stack: Runtime, tmp_path: Path) -> AsyncIterator[tuple[Client, Path, str]]:
+    """The indexed repos and transcripts, a note, a hook's injection, and the page's URL."""
+    client, repo, _beta = await _world(stack, tmp_path)
+    project = (await client.scope(repo)).project
+    assert project is not None
+    note = f"renderer.py builds HTML by hand: {RENDERER}"
+    await client.remember(note, "decision", cwd=repo, project=project)
+    stdin = json.dumps({"session_id": "live-session", "cwd": str(repo), "prompt": PROMPT})
+    assert await client.hook("claude-code", "user-prompt-submit", stdin, str(repo))
+    url = await channel.ask(stack.settings.channel_socket, UI_QUERY, (0,), 60)
+    yield client, repo, url
+
+
+@pytest_asyncio.fixture
+async def browser() -> AsyncIterator[Any]:
+    executable = _chromium()
+    pw_api = pytest.importorskip("playwright.async_api")
+    async with pw_api.async_playwright() as pw:
+        launched = await pw.chromium.launch(executable_path=executable, args=ARGS)
+        try:
+            yield launched
+        finally:
+            await launched.close()
+
+
+async def _rows(page: Any, table: str) -> list[list[str]]:
+    cells: list[list[str]] = await page.eval_on_selector_all(
+        f"#{table} tbody tr",
+        "rows => rows.map(r => [...r.cells].map(c => c.innerText.trim()))",
+    )
+    return cells
+
+
+async def _shot(page: Any, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    await page.screenshot(path=str(SHOTS / f"{name}.png"))
+
+
+async def _submit(page: Any, button: str) -> None:
+    """Click a form's button and wait for the page it leads to."""
+    async with page.expect_navigation():
+        await page.click(button)
+
+
+async def test_each_page_shows_the_rows_of_the_database(
+    stack: Runtime, world: tuple[Client, Path, str], browser: Any
+) -> None:
+    assert stack.store is not None
+    client, repo, url = world
+    page = await browser.new_page(viewport={"width": 1280, "height": 800})
+    base = "{0.scheme}://{0.netloc}".format(urlsplit(url))
+
+    # Overview: the token traded for the cookie, the address bar left without it.
+    await page.goto(url)
+    assert page.url == base + "/"
+    [cookie] = await page.context.cookies()
+    assert (cookie["name"], cookie["httpOnly"], cookie["sameSite"]) == (COOKIE, True, "Strict")
+    paint = await asyncio.wait_for(page.evaluate(FIRST_PAINT), 60)
+    print(f"overview first contentful paint: {paint:.0f} ms")
+    projects = await client.index_progress()
+    assert await _rows(page, "projects") == [
+        [
+            p["name"],
+            p["root"],
+            "ready",
+            f"{p['index']['files_done']}/{p['index']['files_total']}",
+            str(p["index"]["chunks"]),
+            "0",
+        ]
+        for p in projects
+        if p["index"] is not None
+    ]
+    counts = await stack.store.counts()
+    assert await _rows(page, "tables") == [[t, str(n)] for t, n in sorted(counts.items())]
+    assert counts["memory"] == 282 + 22 + 1  # the two transcripts and the decision
+    caption = await page.inner_text("#plot-memories figcaption")
+    assert caption == f"memories stored: {counts['memory']}"
+    await _shot(page, "overview")
+
+    # Sessions: both transcripts' sessions, with their agent, project and goals.
+    await page.goto(base + "/sessions?days=36500")
+    activity = await client.recent_activity(None, EVER)
+    shown = await _rows(page, "sessions")
+    assert {row[3] for row in shown} >= {S37.stem, SMALL.stem}
+    assert shown == [
+        [
+            when(s["started_at"]),
+            s["agent"] or "",
+            s["project"] or "",
+            s["session"],
+            "\n".join(s["goals"]),
+        ]
+        for s in activity["sessions"]
+    ]
+    await _shot(page, "sessions")
+
+    # A session: every event on the timeline, in order; a file it touched opens its page.
+    await page.click(f"#sessions a[href='/session/{S37.stem}']")
+    replay = await client.session(S37.stem)
+    timeline = await _rows(page, "timeline")
+    assert [row[0] for row in timeline] == [f"#{ev['seq']}" for ev in replay["events"]]
+    assert [row[2].split()[0] for row in timeline] == [ev["kind"] for ev in replay["events"]]
+    await _shot(page, "session")
+    await page.click("#timeline a[href^='/file']")
+    assert (await _rows(page, "file-facts"))[0][1] == RENDERER
+
+    # A file: the sessions that touched it and its current chunks.
+    renderer = str(repo / RENDERER)
+    await page.goto(base + "/file?path=" + renderer)
+    history = await client.history(renderer)
+    assert await _rows(page, "file-chunks") == [
+        [f"{c['start_line']}-{c['end_line']}", c["chunk_type"], c.get("name") or ""]
+        for c in history["chunks"]
+    ]
+    assert [r[0] for r in await _rows(page, "file-sessions")] == [
+        s["session"] for s in history["sessions"]
+    ]
+    await _shot(page, "file")
+
+    # Search: the hits of the hybrid search; a hit opens its record.
+    await page.goto(base + "/search?q=generate_html&kind=code")
+    hits = await client.search("generate_html", kind="code", limit=20)
+    found = await _rows(page, "hits")
+    assert [row[0] for row in found] == [f"code:{h.id}" for h in hits]
+    assert found[0][2] == f"{RENDERER}:1-2"
+    await _shot(page, "search")
+    await page.click("#hits tbody tr:first-child a")
+    assert "def generate_html(messages):" in await page.inner_text("#record-text")
+    await _shot(page, "record")
+
+    # Memory you control: the decision, what the hook injected, capture on.
+    project = (await client.scope(repo)).project
+    await page.goto(f"{base}/memory?project={project}")
+    notes = (await client.recent_activity(project, EVER))["notes"]
+    assert [row[:4] for row in await _rows(page, "notes")] == [
+        [n["id"], n["kind"], when(n["event_time"]), n["text"]] for n in notes
+    ]
+    assert [n["kind"] for n in notes] == ["decision"]
+    [injected] = await client.injections()
+    assert await _rows(page, "injected") == [
+        [when(injected["at"]), "claude-code", "live-session", "UserPromptSubmit", injected["text"]]
+    ]
+    assert injected["text"].startswith("memoryd: earlier work related to this prompt")
+    assert await page.inner_text("#capture") == "Capture is on. pause"
+    await _shot(page, "memory")
+
+    # Pause and resume through the page: POSTs the daemon acts on.
+    await _submit(page, "#capture button")
+    assert (await client.status())["paused_since"] is not None
+    assert (await page.inner_text("#capture")).startswith("Capture paused since")
+    await _submit(page, "#capture button")
+    assert (await client.status())["paused_since"] is None
+    await page.close()
+
+
+async def test_forget_through_the_page_removes_what_the_preview_listed(
+    stack: Runtime, world: tuple[Client, Path, str], browser: Any
+) -> None:
+    assert stack.store is not None
+    client, _repo, url = world
+    page = await browser.new_page(viewport={"width": 1280, "height": 800})
+    await page.goto(url)
+    before = await stack.store.dump()
+    await page.goto(page.url + "memory")
+    await page.select_option("#forget-form select[name=scope]", "session")
+    await page.fill("#forget-form input[name=value]", SMALL.stem)
+    await _submit(page, "#forget-form button")
+    preview = {t: int(n) for t, n in await _rows(page, "preview")}
+    assert await page.inner_text("#preview-sessions") == SMALL.stem
+    # The preview deleted nothing.
+    assert await stack.store.dump() == before
+    assert preview["memory"] == 22
+    await _shot(page, "forget-preview")
+
+    await _submit(page, "main form button")
+    removed = {t: int(n) for t, n in await _rows(page, "removed")}
+    after = await stack.store.dump()
+    gone = {
+        table: {str(r["id"].id) for r in rows} - {str(r["id"].id) for r in after.get(table, [])}
+        for table, rows in before.items()
+    }
+    gone = {table: keys for table, keys in gone.items() if keys}
+    # Exactly the preview's rows went, their edges, and the entities (files, commands) only
+    # they pointed at, as the preview says; the blobs of long texts are storage, not rows.
+    edges = {edge.table for edge in EDGES}
+    rows = {t: keys for t, keys in gone.items() if t not in edges | {"entity", "blob"}}
+    assert {t: len(keys) for t, keys in rows.items()} == preview
+    doomed = {(t, key) for t, keys in rows.items() for key in keys}
+    orphans = orphaned_by(before, doomed) - orphaned_by(before, set())
+    assert gone.get("entity", set()) == orphans
+    ends = doomed | {("entity", key) for key in orphans}
+    assert {t: keys for t, keys in gone.items() if t in edges} == {
+        table: keys
+        for table in edges
+        if (
+            keys := {
+                str(e["id"].id)
+                for e in before.get(table, [])
+                if {(e["in"].table_name, str(e["in"].id)), (e["out"].table_name, str(e["out"].id))}
+                & ends
+            }
+        )
+    }
+    assert removed == preview | ({"entity": len(orphans)} if orphans else {})
+    # Gone from the search indexes too: the session's own words find none of it.
+    for memory in [m for m in before["memory"] if m["session"].id == SMALL.stem][:5]:
+        words = " ".join(str(memory.get("content") or "").split()[:8])
+        if words:
+            hits = await client.search(words, kind="memory", limit=50)
+            assert all(h.session != SMALL.stem for h in hits)
+    await _shot(page, "forgotten")
+    await page.close()
+
+
+async def test_strangers_are_refused(
+    stack: Runtime, world: tuple[Client, Path, str], browser: Any
+) -> None:
+    client, _repo, url = world
+    base = "{0.scheme}://{0.netloc}".format(urlsplit(url))
+    host = urlsplit(url).netloc
+    # `memoryd ui` gives the address of the page the daemon serves already.
+    # (In a thread: the daemon answering it runs on this test's event loop.)
+    asked = ("ui", "--no-open", "--data-dir", str(stack.settings.data_dir))
+    printed = (await asyncio.to_thread(cli, *asked)).stdout
+    assert printed == url + "\n"
+    async with httpx.AsyncClient(base_url=base) as stranger:
+        # No cookie, no token; a wrong token.
+        assert (await stranger.get("/")).status_code == 401
+        assert (await stranger.get("/?token=wrong")).status_code == 401
+    async with httpx.AsyncClient(base_url=base) as http:
+        signed = await http.get(url)  # the token, traded for the cookie
+        assert signed.status_code == 303
+        assert COOKIE in http.cookies
+        page = await http.get("/")
+        assert page.status_code == 200
+        assert page.headers["content-security-policy"] == CSP
+        # A foreign Origin, a foreign Host (DNS rebinding).
+        foreign = {"origin": "http://evil.example"}
+        assert (await http.get("/", headers=foreign)).status_code == 403
+        rebound = {"host": "evil.example:" + host.split(":")[1]}
+        assert (await http.get("/", headers=rebound)).status_code == 421
+        # A POST without the CSRF token, or with a wrong one: refused, nothing paused.
+        origin = {"origin": base}
+        for form in ({}, {"csrf": "forged"}):
+            refused = await http.post("/pause", headers=origin, data=form)
+            assert refused.status_code == 403
+        # The real token from a page, but from a foreign Origin.
+        memory = await http.get("/memory")
+        csrf = memory.text.split('name="csrf" value="')[1].split('"')[0]
+        refused = await http.post("/pause", headers=foreign, data={"csrf": csrf})
+        assert refused.status_code == 403
+        assert (await client.status())["paused_since"] is None
+        # The same POST from the page's own origin goes through.
+        done = await http.post("/pause", headers=origin, data={"csrf": csrf})
+        assert done.status_code == 303
+        assert (await client.status())["paused_since"] is not None
+    # A browser without the cookie sees the refusal.
+    page = await browser.new_page()
+    response = await page.goto(base + "/sessions")
+    assert response.status == 401
+    await page.close()
