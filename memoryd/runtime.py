@@ -89,6 +89,7 @@ class Runtime:
         self._serving_lock: HeldLock | None = None
         self._worker_lock: HeldLock | None = None
         self._redis_lost: str | None = None
+        self._channel: channel.Channel | None = None
         self._page: Page | None = None
 
     @property

@@ -73,7 +73,11 @@ def test_the_wheel_installs_and_indexes_and_searches_from_outside_the_checkout(
     for package, patterns in settings["package-data"].items():
         folder = REPO / settings["package-dir"].get(package, package.replace(".", "/"))
         target = package.replace(".", "/")
-        data = {f"{target}/{f.name}" for pattern in patterns for f in folder.glob(pattern)}
+        data = {
+            f"{target}/{f.relative_to(folder).as_posix()}"
+            for pattern in patterns
+            for f in folder.glob(pattern)
+        }
         assert data and data <= names, (package, data - names)
 
     # A fresh environment that sees the dependencies already installed (a .pth line adds their

@@ -19,7 +19,7 @@ from watchdog.observers.api import ObservedWatch
 
 from memoryd import queue
 from memoryd.scan import not_regular
-from memoryd.watch import CHANGES, Outage
+from memoryd.watch import CHANGES
 from memoryd.watch.debounce import Burst, Debouncer
 
 log = logging.getLogger(__name__)
@@ -134,7 +134,6 @@ class TranscriptWatcher:
         self._watches: dict[Path, tuple[ObservedWatch, tuple[int, int]]] = {}
         self._refused: set[Path] = set()  # roots whose watch failed, said once each
         self.dead: set[Path] = set()  # roots whose watch saw its folder removed
-        self._outage = Outage(log)
         self._tasks: list[asyncio.Task[None]] = []
 
     async def _flush(self, _group: str, burst: Burst) -> None:
@@ -196,9 +195,12 @@ class TranscriptWatcher:
             await asyncio.sleep(LOOK_SECONDS)
             try:
                 await self._look_once()
-                self._outage.ended()
+                self.debouncer.outage.ended()
             except Exception as exc:  # Redis restarting, or a bug: said, and the loop goes on
-                self._outage.failed("looking for new transcript folders and files failed", exc)
+                # The debouncer's outage: one line for the watcher while Redis is away.
+                self.debouncer.outage.failed(
+                    "looking for new transcript folders and files failed", exc
+                )
 
     async def _look_once(self) -> None:
         for root in await asyncio.to_thread(self._attach):
