@@ -41,7 +41,7 @@ from workers.entities import (
     canonical_url,
     normalize_path,
 )
-from workers.transcripts.lines import Line
+from workers.transcripts.lines import DEEP, Line
 from workers.transcripts.model import (
     CAP_TOOL_INPUT,
     CAP_TOOL_OUTPUT,
@@ -110,6 +110,9 @@ def parse(
         text = line.raw.decode("utf-8", errors="replace")
         try:
             _line(em, ctx, text, line.offset)
+        except RecursionError:
+            em.skip(line.offset, DEEP, text[:80])
+            ctx.pop("buf", None)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             em.skip(line.offset, f"unreadable Gemini record: {exc!r}", text[:80])
             ctx.pop("buf", None)
