@@ -178,7 +178,8 @@ EXPLAINED: dict[str, dict[str, int]] = {
     # (tests/test_transcripts_gemini.py: with the project watched, all resolve).
     "session-2026-01-16T11-01-file-ops-37b7abef.json": {"READS ok": -5},
     # Every other fixture agrees call for call. (Task calls make SPAWNED, counted by neither;
-    # the denied `Read ~/.claude/CLAUDE.md` is DENIED on the Read tool, as no home is known.)
+    # the denied `Read ~/.claude/CLAUDE.md` is DENIED on the file "~/.claude/CLAUDE.md", as
+    # no home is known.)
 }
 
 
@@ -234,7 +235,7 @@ def test_the_reviewed_list_covers_every_fixture_that_names_files() -> None:
     listed = set(expected_files())
     assert listed <= {str(p.relative_to(FIXTURES)) for p in TRANSCRIPTS}
     assert len(listed) == 8  # 4e27c414 (a lone summary) names no file
-    assert sum(len(v) for v in expected_files().values()) == 63 + 7  # Claude, Codex + Gemini
+    assert sum(len(v) for v in expected_files().values()) == 64 + 7  # Claude, Codex + Gemini
 
 
 # --- failures and the error entities they trigger ---------------------------------------------

@@ -287,9 +287,9 @@ def test_2b4ed4c0_permission_denials() -> None:
     denied_targets = {(d.entity.kind, d.entity.key) for d in of(r, Denied)}
     assert ("tool", "websearch") in denied_targets
     # Read ~/.claude/CLAUDE.md: whose home that is, nothing here tells (cwd /src/…), so the
-    # denial names the tool, not a file called "~/.claude/CLAUDE.md"
-    assert not any(key.startswith("~") for _, key in denied_targets)
-    assert ("tool", "read") in denied_targets
+    # file keeps its "~/" key: the writer's home (issue 33: before, it named no file)
+    assert ("file", "~/.claude/CLAUDE.md") in denied_targets
+    assert ("tool", "read") not in denied_targets
     assert of(r, Triggered) == []  # denials are not failures
     assert edges(r, "EXECUTES") == {"claude": 2, "head": 1, "grep": 1}
     assert edges(r, "READS") == {"/src/experiments/claude_p": 1}  # the Glob
