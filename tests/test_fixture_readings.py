@@ -69,7 +69,13 @@ CLAUDE_VERBS = {
     "Task": "SPAWNED",  # not a verb edge: the subagent link
 }
 USER_REJECTED = "The user doesn't want to proceed with this tool use"
-PERMISSION = ("requested permissions", "requires approval", "was blocked. For security")
+PERMISSION = (
+    "requested permissions",
+    "requires approval",
+    "require approval",
+    "needs approval",
+    "was blocked. For security",
+)
 
 
 def claude_reading(path: Path) -> Counter[str]:
