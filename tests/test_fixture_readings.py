@@ -148,6 +148,7 @@ GEMINI_VERBS = {
     "list_directory": "READS",
     "glob": "READS",
     "search_file_content": "READS",
+    "grep_search": "READS",
     "write_file": "MODIFIES",
     "replace": "MODIFIES",
 }
@@ -159,11 +160,16 @@ def gemini_reading(path: Path) -> Counter[str]:
         for call in message.get("toolCalls") or ():
             status = call["status"]
             verb = GEMINI_VERBS.get(call["name"], "EXECUTES")
+            # a shell command's non-zero exit is in its output, under status "success"
+            output = json.dumps(call.get("result"))
+            exited = call["name"] == "run_shell_command" and "Exit Code: " in output
+            code = output.rsplit("Exit Code: ", 1)[-1].split("\\n")[0] if exited else "0"
+            failed = status == "error" or code.strip() not in ("0", "")
             if status == "cancelled":
                 table["DENIED user_rejected"] += 1
             elif status in ("success", "error"):
-                table[f"{verb} {'ok' if status == 'success' else 'error'}"] += 1
-                table["TRIGGERED"] += status == "error"
+                table[f"{verb} {'error' if failed else 'ok'}"] += 1
+                table["TRIGGERED"] += failed
     return +table
 
 
@@ -179,10 +185,6 @@ EXPLAINED: dict[str, dict[str, int]] = {
     # The four BashOutput calls poll the background `uv tool install` Bash call: memoryd
     # settles that call with their status and gives them no edge of their own.
     "cb2e607c-c758-415a-8b45-c49e4631906a.jsonl": {"EXECUTES ok": -4},
-    # The chat holds no directory and its first five reads name relative paths: they name no
-    # file until a write_file result states an absolute path that hashes to the projectHash
-    # (tests/test_transcripts_gemini.py: with the project watched, all resolve).
-    "session-2026-01-16T11-01-file-ops-37b7abef.json": {"READS ok": -5},
     # Every other fixture agrees call for call. (Task calls make SPAWNED, counted by neither;
     # the denied `Read ~/.claude/CLAUDE.md` is DENIED on the file "~/.claude/CLAUDE.md", as
     # no home is known.)
@@ -241,7 +243,7 @@ def test_the_reviewed_list_covers_every_fixture_that_names_files() -> None:
     listed = set(expected_files())
     assert listed <= {str(p.relative_to(FIXTURES)) for p in TRANSCRIPTS}
     assert len(listed) == 8  # 4e27c414 (a lone summary) names no file
-    assert sum(len(v) for v in expected_files().values()) == 64 + 7  # Claude, Codex + Gemini
+    assert sum(len(v) for v in expected_files().values()) == 64 + 12  # Claude, Codex + Gemini
 
 
 # --- failures and the error entities they trigger ---------------------------------------------

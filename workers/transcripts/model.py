@@ -369,6 +369,11 @@ def pending_actions(state: ParserState) -> list[Action]:
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+_GREETING = re.compile(
+    r"(?:hi|hello|hey|hiya|howdy|hola|yo|greetings|good (?:morning|afternoon|evening))"
+    r"(?: there| all| everyone)?[\s!.,:;)]*",
+    re.IGNORECASE,
+)
 
 
 def clean_text(text: str) -> str:
@@ -561,9 +566,10 @@ class Emitter:
         return stable_id(self.state.agent, session_id, *key)
 
     def goal(self, session_id: str, intent: str, memory: Memory | None) -> None:
-        """Record the session's goal, once per session."""
+        """Record the session's goal, once per session. A prompt that only greets (``hello``)
+        is none: the request comes in the next prompt."""
         text = self.safe(intent, CAP_GOAL).strip()
-        if not text or memory is None or self.has_goal(session_id):
+        if not text or memory is None or self.has_goal(session_id) or _GREETING.fullmatch(text):
             return
         self.state.sessions[session_id]["has_goal"] = True
         goal_id = stable_id("goal", memory.id)
