@@ -45,6 +45,7 @@ from workers.transcripts import (
     read_lines,
     split_lines,
 )
+from workers.transcripts.model import norm_time
 
 log = logging.getLogger(__name__)
 
@@ -379,7 +380,10 @@ async def _ingest(ctx: JobContext, path: str) -> IngestReport:
             return report
         parser = parser_for(agent)
         projects = [(p["id"], p["root"]) for p in await store.projects()]
-        source = Source.of(path, projects, _subagent_meta(path) if agent == "claude-code" else None)
+        meta = _subagent_meta(path) if agent == "claude-code" else None
+        # an archive's size is not its offsets'
+        written = None if compressed else norm_time(info.st_mtime)
+        source = Source.of(path, projects, meta, (info.st_size, written) if written else None)
         state = ParserState.from_json(saved["parser"]) if saved else None
         skipped_before = (cursor or {}).get("lines_skipped", 0) if saved else 0
         while True:

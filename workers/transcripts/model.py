@@ -103,12 +103,15 @@ class Source:
     transcript (``{agentType, description, worktreePath?}``), if the caller read it.
     ``home``: the home directory of whoever wrote the transcript, for ``~`` in commands
     (guessed from ``path`` when not given; a session's cwd may tell it later).
+    ``written``: the file's size and the time it was last written (ISO), for a format whose
+    lines carry no time of their own (aider's): the line ending there was written then.
     """
 
     path: str
     projects: tuple[Project, ...] = ()
     subagent_meta: dict[str, Any] | None = None
     home: str | None = None
+    written: tuple[int, str] | None = None
 
     def __post_init__(self) -> None:
         # Accept (project_id, root) pairs too; frozen, hence object.__setattr__.
@@ -122,8 +125,9 @@ class Source:
         path: str,
         projects: ProjectsLike | None = None,
         subagent_meta: dict[str, Any] | None = None,
+        written: tuple[int, str] | None = None,
     ) -> Source:
-        return cls(path, as_projects(projects), subagent_meta)
+        return cls(path, as_projects(projects), subagent_meta, written=written)
 
 
 @dataclass(frozen=True, slots=True)
