@@ -11,6 +11,7 @@ list in fixtures/transcripts/expected-files.tsv.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections import Counter
 from pathlib import Path
@@ -173,9 +174,32 @@ def gemini_reading(path: Path) -> Counter[str]:
     return +table
 
 
+def aider_reading(path: Path) -> Counter[str]:
+    """aider states no exit status: every action it logs is ok. `> Applied edit to F` edits,
+    `> Added F to the chat` reads (not `> Added 6 lines of output to the chat`), and a
+    prompt block starting `/run CMD` or `!CMD` runs CMD."""
+    table: Counter[str] = Counter()
+    previous = ""
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        if line.startswith("> Applied edit to "):
+            table["MODIFIES ok"] += 1
+        elif re.fullmatch(r"> Added (.+) to the chat\.?\s*", line) and not re.match(
+            r"> Added \d+ lines? of output", line
+        ):
+            table["READS ok"] += 1
+        elif line.startswith("#### ") and not previous.startswith("####"):
+            command = line[5:].removeprefix("/run ").removeprefix("!").strip()
+            runs = line[5:].startswith(("/run ", "!")) and command
+            table["EXECUTES ok"] += bool(runs)
+        previous = line
+    return +table
+
+
 def reading(path: Path) -> Counter[str]:
     if "claude-code" in path.parts:
         return claude_reading(path)
+    if "aider" in path.parts:
+        return aider_reading(path)
     return codex_reading(path) if "codex" in path.parts else gemini_reading(path)
 
 
@@ -185,13 +209,19 @@ EXPLAINED: dict[str, dict[str, int]] = {
     # The four BashOutput calls poll the background `uv tool install` Bash call: memoryd
     # settles that call with their status and gives them no edge of their own.
     "cb2e607c-c758-415a-8b45-c49e4631906a.jsonl": {"EXECUTES ok": -4},
+    # aider's `#### !!` (line 81237) runs `!`: bash's negation of an empty command, no
+    # program, so no EXECUTES edge.
+    "chat-history.md": {"EXECUTES ok": -1},
     # Every other fixture agrees call for call. (Task calls make SPAWNED, counted by neither;
     # the denied `Read ~/.claude/CLAUDE.md` is DENIED on the file "~/.claude/CLAUDE.md", as
     # no home is known.)
 }
 
 
-@pytest.mark.parametrize("path", TRANSCRIPTS, ids=lambda p: p.name[:12])
+AIDER_LOGS = sorted(FIXTURES.glob("aider/*.md"))
+
+
+@pytest.mark.parametrize("path", [*TRANSCRIPTS, *AIDER_LOGS], ids=lambda p: p.name[:12])
 def test_verbs_and_outcomes_match_an_independent_reading(path: Path) -> None:
     mine = memoryd_table(parse(path))
     theirs = reading(path)
