@@ -115,7 +115,8 @@ def _retime(
     (o0, t0), (o1, t1) = known, nxt
     start, end = _epoch(t0), max(_epoch(t0), _epoch(t1))
     for index, offset in placed:
-        when = norm_time(start + (end - start) * (offset - o0) / (o1 - o0))
+        # (a line written after the stat lies past its size: it gets the time of the stat)
+        when = norm_time(start + (end - start) * (min(offset, o1) - o0) / (o1 - o0))
         em.events[index] = replace(em.events[index], event_time=when)  # type: ignore[arg-type]
         em.session(ctx["session"], event_time=when)
     ctx["known"] = [placed[-1][1], em.events[placed[-1][0]].event_time]  # type: ignore[union-attr]
