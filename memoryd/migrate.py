@@ -107,6 +107,16 @@ async def _rederive_edges(store: Store, settings: Settings) -> None:
     await rederive_all(store, settings, _PAGE)
 
 
+async def _rederive_edges_2(store: Store, settings: Settings) -> None:
+    """Issue 33's extraction rules on what every agent's transcripts still on disk made
+    (approval refusals are DENIED, Gemini searches READS and failed exits, aider's output
+    lines no file, paths with spaces, home paths, version tags…): step 9's re-reading, for
+    Gemini CLI and aider too. Resumable as step 9 is."""
+    from workers.rederive import READ_AGAIN_2, rederive_all
+
+    await rederive_all(store, settings, _PAGE, READ_AGAIN_2)
+
+
 async def _pack_vectors(store: Store, _: Settings) -> None:
     """Vectors as packed half floats (memoryd/store/base.py) instead of arrays of floats, a
     tenth of the bytes. Resumable: a packed row is left as it is."""
@@ -140,6 +150,12 @@ async def _drop_order_edges(store: Store, _: Settings) -> None:
     await compact_files(store, leave_out=RETIRED_EDGE_TABLES)
 
 
+# What re-deriving edges writes. search_state: a changed memory kind moves the search
+# generation (its row made then).
+# What re-deriving edges rewrites. search_state: a changed memory kind moves the search
+# generation (its row made then).
+_REDERIVED = ("entity", *MEMORY_ENTITY_EDGE_TABLES, "search_state")
+
 # The data steps, in number order; numbers are shared with the schema files.
 DATA_STEPS: tuple[DataStep, ...] = (
     DataStep(4, "scrub_secrets", _scrub_secrets, changes=("code_chunk", "defined_in")),
@@ -148,13 +164,13 @@ DATA_STEPS: tuple[DataStep, ...] = (
         9,
         "rederive_edges",
         _rederive_edges,
-        # search_state: a changed memory kind moves the search generation (its row made then)
-        changes=("entity", *MEMORY_ENTITY_EDGE_TABLES, "search_state"),
+        changes=_REDERIVED,
     ),
     DataStep(10, "pack_vectors", _pack_vectors, changes=()),
     DataStep(12, "store_bodies", _store_bodies, changes=("blob",)),
     DataStep(13, "compact", _compact, changes=()),
     DataStep(25, "drop_order_edges", _drop_order_edges, changes=RETIRED_EDGE_TABLES),
+    DataStep(26, "rederive_edges_2", _rederive_edges_2, changes=_REDERIVED),
 )
 
 

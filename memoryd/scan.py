@@ -27,12 +27,18 @@ IGNORED_DIRS = frozenset(
     bower_components site-packages .eggs
     """.split()
 )
+# aider's chat log, in whichever folder of a repository aider was started: a transcript (the
+# repository watcher hands it to the ingester), never a document to index, committed or not.
+AIDER_LOG = ".aider.chat.history.md"
 # Lock files and other generated files with names of their own.
 IGNORED_NAMES = frozenset(
-    """
-    package-lock.json yarn.lock pnpm-lock.yaml poetry.lock Cargo.lock Gemfile.lock composer.lock
-    uv.lock go.sum Pipfile.lock .DS_Store
-    """.split()
+    {
+        *"""
+        package-lock.json yarn.lock pnpm-lock.yaml poetry.lock Cargo.lock Gemfile.lock
+        composer.lock uv.lock go.sum Pipfile.lock .DS_Store
+        """.split(),
+        AIDER_LOG,
+    }
 )
 # Binary files by suffix: never text, ignored without a word (a tree has thousands).
 _SUFFIX_WORDS = """
@@ -243,6 +249,29 @@ def _git_ignored_listing(root: Path) -> set[str] | None:
     `dir/`, not file by file); None when git cannot answer."""
     out = _git(root, "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory")
     return None if out is None else set(_split_z(out))
+
+
+def aider_logs(root: Path) -> list[str]:
+    """Absolute paths of aider's chat logs anywhere in the tree (aider writes one in the folder
+    it was started in, usually gitignored). In a git working tree one `git ls-files` answers,
+    ignored files included; elsewhere a walk that skips the built-in ignored directories."""
+    root = root.resolve()
+    out = None
+    if is_git_tree(root):
+        out = _git(root, "ls-files", "-z", "--cached", "--others", "--", f":(glob)**/{AIDER_LOG}")
+    if out is not None:
+        found = _split_z(out)
+    else:
+        found = []
+        for current, dirs, files in os.walk(root, followlinks=False, onerror=_log_walk_error):
+            dirs[:] = [d for d in dirs if d not in IGNORED_DIRS]
+            if AIDER_LOG in files:
+                found.append(Path(current, AIDER_LOG).relative_to(root).as_posix())
+    return sorted(
+        str(root / rel)
+        for rel in found
+        if IGNORED_DIRS.isdisjoint(rel.split("/")[:-1]) and (root / rel).is_file()
+    )
 
 
 def _log_walk_error(exc: OSError) -> None:

@@ -43,11 +43,29 @@ def test_file_keys(path: str, cwd: str | None, key: str) -> None:
     assert entity.key == key and entity.raw == path and entity.kind == "file"
 
 
-def test_a_tilde_is_expanded_with_the_home_or_names_no_file() -> None:
+def test_a_tilde_is_expanded_with_the_home_or_kept_when_no_home_is_known() -> None:
     e = canonical_file("~/.claude/CLAUDE.md", "/home/u/app", PROJECTS, home="/home/u")
     assert e is not None and (e.key, e.raw) == ("/home/u/.claude/CLAUDE.md", "~/.claude/CLAUDE.md")
-    assert canonical_file("~/.claude/CLAUDE.md", "/home/u/app", PROJECTS) is None
+    # Whose home is unknown, but the file is named: it still gets its edge (issue 33).
+    e = canonical_file("~/.claude/../.claude/CLAUDE.md", "/home/u/app", PROJECTS)
+    assert e is not None and e.key == "~/.claude/CLAUDE.md"
     assert canonical_file("~bob/x.txt", "/home/u/app", PROJECTS, home="/home/u") is None
+
+
+@pytest.mark.parametrize(
+    ("path", "cwd", "key"),
+    [
+        # An anonymised transcript: both stripped of the same leading folders (issue 33).
+        ("work/app/src/a.py", "work/app", "work/app/src/a.py"),
+        ("app/src/a.py", "work/app", "work/app/app/src/a.py"),  # one folder may be a sub-folder
+        ("work/app/src/a.py", "home/u/work/app", "home/u/work/app/src/a.py"),
+        ("src/a.py", "work/app", "work/app/src/a.py"),
+        ("src/a.py", "/work/app/src", "/work/app/src/src/a.py"),  # absolute cwd: as written
+    ],
+)
+def test_a_relative_path_under_a_relative_cwd_is_not_doubled(path: str, cwd: str, key: str) -> None:
+    entity = canonical_file(path, cwd)
+    assert entity is not None and entity.key == key
 
 
 def test_file_entity_keeps_project_and_name() -> None:
@@ -95,6 +113,11 @@ def test_as_projects_accepts_pairs_and_sorts_nested_first() -> None:
         ("FOO=1 BAR=2 env -i X=3 sudo -u root time nohup make all", ["make"]),
         ("git diff HEAD~1 a.py | grep -A5 -B5 'x' 2>&1 || true; ls", ["git", "grep", "ls"]),
         ("echo $(git rev-parse HEAD) > out.txt", ["echo", "git"]),
+        # issue 33: a substitution inside a word leaves the word whole
+        ("export PYTHONPATH=$PYTHONPATH:$(pwd)/x && python3 -m x.run", ["python3", "pwd"]),
+        ("echo $(date) done", ["echo", "date"]),
+        ("npx create-next-app@latest my-app --ts", ["create-next-app"]),
+        ("npx -y @scope/tool@1.2.3 run && uvx ruff@0.6.1 check", ["tool", "ruff"]),
         ("npm test\nnpm run build", ["npm"]),
         ("for f in *.py; do ruff check $f; done", ["ruff"]),
         ("if [ -f x ]; then make; fi", ["make"]),
@@ -246,4 +269,29 @@ def test_files_a_command_names() -> None:
         "pytest -k test_x tests/": [("name", "repo-1:tests")],
         "echo 1.5 && curl https://example.com/a.json": [],
         "python -m pkg.main": [],
+    }
+
+
+def test_a_path_with_escaped_or_quoted_spaces_is_one_file() -> None:
+    # issue 33: Codex read `/a/Sample\ File.vtt` ten times, and none became a file.
+    from workers.entities import files_in_command
+
+    uses = {
+        command: [(u.access, u.entity.key) for u in files_in_command(command, "/a")]
+        for command in (
+            r"wc -l /a/Sample\ File.vtt",
+            r"rg -n 'Speaker' /a/Sample\ File.vtt",
+            r"sed -n '1,40p' /a/Sample\ File.vtt",
+            'cat "./My Notes.md"',
+            'cat "hello world"',  # no path in the shape of the word: text
+            'grep -r "TODO later" src/',
+        )
+    }
+    assert uses == {
+        r"wc -l /a/Sample\ File.vtt": [("read", "/a/Sample File.vtt")],
+        r"rg -n 'Speaker' /a/Sample\ File.vtt": [("read", "/a/Sample File.vtt")],
+        r"sed -n '1,40p' /a/Sample\ File.vtt": [("read", "/a/Sample File.vtt")],
+        'cat "./My Notes.md"': [("read", "/a/My Notes.md")],
+        'cat "hello world"': [],
+        'grep -r "TODO later" src/': [("read", "/a/src")],
     }

@@ -11,6 +11,7 @@ list in fixtures/transcripts/expected-files.tsv.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections import Counter
 from pathlib import Path
@@ -69,7 +70,13 @@ CLAUDE_VERBS = {
     "Task": "SPAWNED",  # not a verb edge: the subagent link
 }
 USER_REJECTED = "The user doesn't want to proceed with this tool use"
-PERMISSION = ("requested permissions", "requires approval", "was blocked. For security")
+PERMISSION = (
+    "requested permissions",
+    "requires approval",
+    "require approval",
+    "needs approval",
+    "was blocked. For security",
+)
 
 
 def claude_reading(path: Path) -> Counter[str]:
@@ -142,6 +149,7 @@ GEMINI_VERBS = {
     "list_directory": "READS",
     "glob": "READS",
     "search_file_content": "READS",
+    "grep_search": "READS",
     "write_file": "MODIFIES",
     "replace": "MODIFIES",
 }
@@ -153,17 +161,45 @@ def gemini_reading(path: Path) -> Counter[str]:
         for call in message.get("toolCalls") or ():
             status = call["status"]
             verb = GEMINI_VERBS.get(call["name"], "EXECUTES")
+            # a shell command's non-zero exit is in its output, under status "success"
+            output = json.dumps(call.get("result"))
+            exited = call["name"] == "run_shell_command" and "Exit Code: " in output
+            code = output.rsplit("Exit Code: ", 1)[-1].split("\\n")[0] if exited else "0"
+            failed = status == "error" or code.strip() not in ("0", "")
             if status == "cancelled":
                 table["DENIED user_rejected"] += 1
             elif status in ("success", "error"):
-                table[f"{verb} {'ok' if status == 'success' else 'error'}"] += 1
-                table["TRIGGERED"] += status == "error"
+                table[f"{verb} {'error' if failed else 'ok'}"] += 1
+                table["TRIGGERED"] += failed
+    return +table
+
+
+def aider_reading(path: Path) -> Counter[str]:
+    """aider states no exit status: every action it logs is ok. `> Applied edit to F` edits,
+    `> Added F to the chat` reads (not `> Added 6 lines of output to the chat`), and a
+    prompt block starting `/run CMD` or `!CMD` runs CMD."""
+    table: Counter[str] = Counter()
+    previous = ""
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        if line.startswith("> Applied edit to "):
+            table["MODIFIES ok"] += 1
+        elif re.fullmatch(r"> Added (.+) to the chat\.?\s*", line) and not re.match(
+            r"> Added \d+ lines? of output", line
+        ):
+            table["READS ok"] += 1
+        elif line.startswith("#### ") and not previous.startswith("####"):
+            command = line[5:].removeprefix("/run ").removeprefix("!").strip()
+            runs = line[5:].startswith(("/run ", "!")) and command
+            table["EXECUTES ok"] += bool(runs)
+        previous = line
     return +table
 
 
 def reading(path: Path) -> Counter[str]:
     if "claude-code" in path.parts:
         return claude_reading(path)
+    if "aider" in path.parts:
+        return aider_reading(path)
     return codex_reading(path) if "codex" in path.parts else gemini_reading(path)
 
 
@@ -173,16 +209,19 @@ EXPLAINED: dict[str, dict[str, int]] = {
     # The four BashOutput calls poll the background `uv tool install` Bash call: memoryd
     # settles that call with their status and gives them no edge of their own.
     "cb2e607c-c758-415a-8b45-c49e4631906a.jsonl": {"EXECUTES ok": -4},
-    # The chat holds no directory and its first five reads name relative paths: they name no
-    # file until a write_file result states an absolute path that hashes to the projectHash
-    # (tests/test_transcripts_gemini.py: with the project watched, all resolve).
-    "session-2026-01-16T11-01-file-ops-37b7abef.json": {"READS ok": -5},
+    # aider's `#### !!` (line 81237) runs `!`: bash's negation of an empty command, no
+    # program, so no EXECUTES edge.
+    "chat-history.md": {"EXECUTES ok": -1},
     # Every other fixture agrees call for call. (Task calls make SPAWNED, counted by neither;
-    # the denied `Read ~/.claude/CLAUDE.md` is DENIED on the Read tool, as no home is known.)
+    # the denied `Read ~/.claude/CLAUDE.md` is DENIED on the file "~/.claude/CLAUDE.md", as
+    # no home is known.)
 }
 
 
-@pytest.mark.parametrize("path", TRANSCRIPTS, ids=lambda p: p.name[:12])
+AIDER_LOGS = sorted(FIXTURES.glob("aider/*.md"))
+
+
+@pytest.mark.parametrize("path", [*TRANSCRIPTS, *AIDER_LOGS], ids=lambda p: p.name[:12])
 def test_verbs_and_outcomes_match_an_independent_reading(path: Path) -> None:
     mine = memoryd_table(parse(path))
     theirs = reading(path)
@@ -234,7 +273,7 @@ def test_the_reviewed_list_covers_every_fixture_that_names_files() -> None:
     listed = set(expected_files())
     assert listed <= {str(p.relative_to(FIXTURES)) for p in TRANSCRIPTS}
     assert len(listed) == 8  # 4e27c414 (a lone summary) names no file
-    assert sum(len(v) for v in expected_files().values()) == 63 + 7  # Claude, Codex + Gemini
+    assert sum(len(v) for v in expected_files().values()) == 64 + 12  # Claude, Codex + Gemini
 
 
 # --- failures and the error entities they trigger ---------------------------------------------

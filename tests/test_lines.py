@@ -164,3 +164,34 @@ def test_one_megabyte_line_of_the_fixture_decodes() -> None:
     assert big.end - big.offset == 1_046_941  # the line, newline included
     (rec,) = decode_line(big).records
     assert rec["type"] == "user"
+
+
+def test_a_line_nested_100000_deep_is_one_bad_line() -> None:
+    deep = b'{"type":"user","message":' + b'{"a":' * 100_000 + b"1" + b"}" * 100_001
+    decoded = decode_line(_line(deep, 7))
+    assert decoded.records == ()
+    assert [(s.offset, s.reason) for s in decoded.skipped] == [(7, "JSON nested too deep")]
+
+
+def test_each_parser_skips_a_line_nested_too_deep_and_keeps_the_rest() -> None:
+    from workers.transcripts import parser_for
+    from workers.transcripts.model import Memory, Source
+
+    deep = b"{" + b'"a":{' * 100_000 + b"}" * 100_001
+    claude = {"type": "user", "sessionId": "s", "cwd": "/p", "timestamp": "2026-01-01T00:00:00Z"}
+    first = {**claude, "uuid": "u1", "message": {"role": "user", "content": "fix the login bug"}}
+    second = {**claude, "uuid": "u2", "message": {"role": "user", "content": "and the logout"}}
+    gemini_meta = {"sessionId": "s", "projectHash": "h", "startTime": "2026-01-01T00:00:00Z"}
+    gemini = [
+        gemini_meta,
+        {"id": "m1", "type": "user", "content": "fix the login bug"},
+        {"id": "m2", "type": "user", "content": "and the logout"},
+    ]
+    for agent, records in (("claude-code", [first, second]), ("gemini", gemini)):
+        lines, _ = split_lines(
+            b"\n".join([_dumps(records[0]), deep, *map(_dumps, records[1:])]) + b"\n", 0
+        )
+        result = parser_for(agent).parse(lines, None, Source.of("t.jsonl"))
+        prompts = [e.content for e in result.events if isinstance(e, Memory)]
+        assert prompts == ["fix the login bug", "and the logout"], agent
+        assert [s.offset for s in result.skipped] == [lines[1].offset], agent

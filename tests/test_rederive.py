@@ -298,3 +298,115 @@ async def test_codex_calls_the_sandbox_stopped_or_the_browser_refused_are_told_a
         # a page per memory: stopped after the first call's edges (and its result's kind)
         await _killed_then_run_again(store, stack, monkeypatch, page=1, at=2)
         assert (await _graph(store), await _kinds(store)) == (fresh, kinds)
+
+
+# --- step 026: issue 33's rules ------------------------------------------------------------------
+
+STEP_26 = "026_rederive_edges_2"
+REFUSED = (
+    "touch in '/w/proj/made.txt' needs approval. The path is inside the working directories "
+    "for this session ('/w/proj'), and Claude Code asks before a shell command creates, "
+    "changes or removes files there."
+)
+
+
+def _claude_session() -> str:
+    """A Claude Code 2.1.330 session whose Bash call was refused for approval."""
+    base = {"sessionId": "5e0c1b2a-3d4e-4f60-8a9b-0c1d2e3f4a5b", "cwd": "/w/proj"}
+    base |= {"timestamp": "2026-11-20T10:00:00.000Z", "version": "2.1.330"}
+    use = {
+        "type": "tool_use",
+        "id": "toolu_1",
+        "name": "Bash",
+        "input": {"command": "touch made.txt"},
+    }
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": REFUSED, "is_error": True}
+    records = [
+        {**base, "type": "user", "uuid": "u1", "message": {"role": "user", "content": "make it"}},
+        {
+            **base,
+            "type": "assistant",
+            "uuid": "a1",
+            "message": {"role": "assistant", "content": [use]},
+        },
+        {
+            **base,
+            "type": "user",
+            "uuid": "r1",
+            "message": {"role": "user", "content": [result]},
+            "toolUseResult": f"Error: {REFUSED}",
+            "permissionDecision": {"decision": "reject", "source": "config"},
+        },
+    ]
+    return "".join(json.dumps(r) + "\n" for r in records)
+
+
+def _gemini_chat() -> str:
+    """A current Gemini CLI chat: a grep_search, and a shell call whose command failed."""
+    meta = {"sessionId": "9f0c2d4e-1111-4222-8333-444455556666", "projectHash": "ab" * 32}
+    meta["startTime"] = "2026-11-20T10:00:00.000Z"
+
+    def call(cid: str, name: str, args: dict[str, Any], output: str) -> dict[str, Any]:
+        response = {"functionResponse": {"id": cid, "name": name, "response": {"output": output}}}
+        return {"id": cid, "name": name, "args": args, "result": [response], "status": "success"}
+
+    shell = "Output: bash: line 1: pytest: command not found\nExit Code: 127"
+    calls = [
+        call("c1", "grep_search", {"dir_path": "/w/shop/src", "pattern": "def pay"}, "Found 1"),
+        call("c2", "run_shell_command", {"command": "pytest -q"}, shell),
+    ]
+    message = {"id": "m1", "timestamp": "2026-11-20T10:01:00.000Z", "type": "gemini"}
+    records = [meta, {**message, "content": "", "toolCalls": calls}]
+    return "".join(json.dumps(r) + "\n" for r in records)
+
+
+@pytest.mark.e2e
+async def test_step_26_brings_issue_33s_rules_to_a_database_built_before_them(
+    stack: Runtime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workers.transcripts import claude_code, gemini
+
+    assert stack.redis is not None and stack.store is not None
+    store = stack.store
+    claude = tmp_path / ".claude" / "projects" / "-w-proj" / "5e0c1b2a.jsonl"
+    chat = tmp_path / ".gemini" / "tmp" / ("ab" * 32) / "chats" / "session-2026-11-20.jsonl"
+    for path, text in ((claude, _claude_session()), (chat, _gemini_chat())):
+        path.parent.mkdir(parents=True)
+        path.write_text(text)
+
+    async def ingest() -> None:
+        for path in (claude, chat):
+            [job] = await queue.enqueue_ingest(stack.redis, [str(path)], fresh=True)
+            await queue.wait_for(job, 300)
+
+    await ingest()
+    fresh, kinds = await _graph(store), await _kinds(store)
+    verbs = Counter((e[0], json.loads(e[4]).get("outcome")) for e in fresh[0])
+    assert verbs == {
+        ("denied", None): 2,  # the command touch and the file it would have made
+        ("reads", "ok"): 1,  # the folder grep_search searched
+        ("executes", "error"): 1,  # pytest, exit 127
+        ("triggered", None): 1,
+    }
+
+    # The same transcripts as the code before issue 33 read them (its rules, in the parsers).
+    entities = [key_of(e["id"]) for e in (await store.dump())["entity"]]
+    await store.delete_rows("entity", entities)  # and every edge pointing at them
+    await store.query("DELETE transcript_cursor;")
+    with monkeypatch.context() as old:
+        old.setattr(claude_code, "denial_reason", lambda text, decision=None: None)
+        old.setattr(gemini, "_SEARCH_TOOLS", frozenset({"glob"}))
+        old.setattr(gemini, "_exit_code", lambda output: None)
+        await ingest()
+    before = await _graph(store)
+    assert Counter((e[0], json.loads(e[4]).get("outcome")) for e in before[0]) == {
+        ("executes", "error"): 1,  # touch, as a failure
+        ("modifies", "error"): 1,  # made.txt: `history` listed it as written
+        ("triggered", None): 1,
+        ("executes", "ok"): 2,  # grep_search as a program, and pytest
+    }
+    assert await _kinds(store) != kinds
+
+    await store.query(f"DELETE schema_version:{STEP_26};")
+    assert await migration.migrate(store, stack.settings, None) == [STEP_26]
+    assert (await _graph(store), await _kinds(store)) == (fresh, kinds)

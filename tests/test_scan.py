@@ -228,3 +228,33 @@ def test_secret_files_can_except_and_be_emptied() -> None:
     assert secret_file(".env.example", globs) is None
     assert secret_file(".env.local", globs) == "a secret file (secret_files: .env.*)"
     assert secret_file(".env", []) is None
+
+
+@pytest.mark.parametrize("with_git", [True, False])
+def test_aider_logs_are_found_in_any_folder_and_never_indexed(
+    tmp_path: Path, with_git: bool
+) -> None:
+    # issue 33: aider started in backend/ wrote its log there (7 sessions never ingested), and
+    # one committed at the top was indexed as a document too.
+    from memoryd.scan import AIDER_LOG, aider_logs
+
+    root = tmp_path / "repo"
+    log = "# aider chat started at 2024-05-01 10:00:00\n"
+    _tree(
+        root,
+        {
+            ".gitignore": "backend/.aider*\n",
+            "README.md": "",
+            AIDER_LOG: log,
+            f"backend/{AIDER_LOG}": log,
+            "backend/app.py": "",
+            f"node_modules/x/{AIDER_LOG}": log,
+        },
+    )
+    if with_git:
+        git(root, "init", "-q", "-b", "main")
+        git(root, "add", ".gitignore", AIDER_LOG)  # the top one is committed
+    found = [Path(p).relative_to(root.resolve()).as_posix() for p in aider_logs(root)]
+    assert found == [AIDER_LOG, f"backend/{AIDER_LOG}"]  # not in a dependency's folder
+    assert sorted(walk(root)) == [".gitignore", "README.md", "backend/app.py"]
+    assert not wanted(root, AIDER_LOG)

@@ -287,9 +287,9 @@ def test_2b4ed4c0_permission_denials() -> None:
     denied_targets = {(d.entity.kind, d.entity.key) for d in of(r, Denied)}
     assert ("tool", "websearch") in denied_targets
     # Read ~/.claude/CLAUDE.md: whose home that is, nothing here tells (cwd /src/…), so the
-    # denial names the tool, not a file called "~/.claude/CLAUDE.md"
-    assert not any(key.startswith("~") for _, key in denied_targets)
-    assert ("tool", "read") in denied_targets
+    # file keeps its "~/" key: the writer's home (issue 33: before, it named no file)
+    assert ("file", "~/.claude/CLAUDE.md") in denied_targets
+    assert ("tool", "read") not in denied_targets
     assert of(r, Triggered) == []  # denials are not failures
     assert edges(r, "EXECUTES") == {"claude": 2, "head": 1, "grep": 1}
     assert edges(r, "READS") == {"/src/experiments/claude_p": 1}  # the Glob
@@ -672,3 +672,96 @@ def test_record_without_session_id_is_skipped() -> None:
     data = jsonl({"type": "user", "uuid": "x", "message": {"role": "user", "content": "hi"}})
     r = parse_bytes(data, "x.jsonl")
     assert r.events == () and r.skipped[0].reason == "user record without sessionId"
+
+
+# --- issue 33 ------------------------------------------------------------------------------------
+
+# What Claude Code 2.1.330 (the pinned client, run against tests/clients.py's scripted server
+# with no allowed tools) wrote for two Bash calls it refused: the result text, the
+# toolUseResult string and the permissionDecision beside it.
+NEEDS_APPROVAL = (
+    "touch in '/w/proj/made.txt' needs approval. The path is inside the working directories "
+    "for this session ('/w/proj'), and Claude Code asks before a shell command creates, "
+    "changes or removes files there."
+)
+PARTS_NEED_APPROVAL = (
+    "This Bash command contains multiple operations. The following parts require approval: "
+    "touch made.txt, echo hi"
+)
+
+
+def refused(call_id: str, text: str, uuid: str, parent: str) -> dict[str, Any]:
+    return rec(
+        "user",
+        uuid,
+        parent,
+        tool_result(call_id, text, is_error=True),
+        toolUseResult=f"Error: {text}",
+        toolDenialKind="user-rejected",
+        permissionDecision={"decision": "reject", "source": "config", "reasonCode": "unknown"},
+    )
+
+
+def test_a_bash_command_refused_for_approval_is_denied_not_a_failed_write() -> None:
+    data = jsonl(
+        rec("user", "u1", None, "make a file"),
+        rec("assistant", "a1", "u1", tool_use("t1", "Bash", command="touch made.txt")),
+        refused("t1", NEEDS_APPROVAL, "r1", "a1"),
+        rec("assistant", "a2", "r1", tool_use("t2", "Bash", command="touch made.txt && echo hi")),
+        refused("t2", PARTS_NEED_APPROVAL, "r2", "a2"),
+    )
+    r = parse_bytes(data, "/h/.claude/projects/-w-proj/s.jsonl")
+    assert of(r, Triggered) == [] and of(r, Action) == []
+    assert sorted((d.entity.kind, d.entity.key, d.reason) for d in of(r, Denied)) == [
+        ("command", "echo", "permission_denied"),
+        ("command", "touch", "permission_denied"),
+        ("command", "touch", "permission_denied"),
+        ("file", "/w/proj/made.txt", "permission_denied"),
+        ("file", "/w/proj/made.txt", "permission_denied"),
+    ]
+    assert kinds(r) == {"user_prompt": 1, "tool_call": 2, "tool_result": 2}
+
+
+def test_the_mode_record_of_a_resumed_session_is_known() -> None:
+    # 2.1.330 appends it when a session is resumed (`claude -p … --resume <id>`).
+    data = jsonl(
+        rec("user", "u1", None, "and now?"), {"type": "mode", "mode": "normal", "sessionId": SID}
+    )
+    r = parse_bytes(data, "/h/.claude/projects/-w-proj/s.jsonl")
+    assert r.skipped == ()
+    assert [g.intent for g in of(r, Goal)] == ["and now?"]
+
+
+def test_home_paths_in_glob_and_read_make_edges() -> None:
+    data = jsonl(
+        rec("user", "u1", None, "what do my notes say"),
+        rec("assistant", "a1", "u1", tool_use("t1", "Glob", pattern="~/notes/**/*.md")),
+        rec("user", "r1", "a1", tool_result("t1", "/Users/ann/notes/a.md")),
+        rec("assistant", "a2", "r1", tool_use("t2", "Read", file_path="~/notes/a.md")),
+        rec("user", "r2", "a2", tool_result("t2", "1\thello")),
+    )
+    # the transcript lies under the writer's home: ~ is theirs
+    r = parse_bytes(data, "/Users/ann/.claude/projects/-w-proj/s.jsonl")
+    assert edges(r, "READS", "ok") == {"/Users/ann/notes": 1, "/Users/ann/notes/a.md": 1}
+    # a copy elsewhere tells no home: the keys keep the ~
+    r = parse_bytes(data, "fixtures/s.jsonl")
+    assert edges(r, "READS", "ok") == {"~/notes": 1, "~/notes/a.md": 1}
+
+
+def test_a_relative_file_path_under_a_relative_cwd_is_not_doubled() -> None:
+    # An anonymised transcript: the same leading folders stripped off the cwd and the paths.
+    cwd = "work/shop"
+    data = jsonl(
+        rec("user", "u1", None, "fix the cart", cwd=cwd),
+        rec(
+            "assistant", "a1", "u1", tool_use("t1", "Read", file_path="work/shop/cart.py"), cwd=cwd
+        ),
+        rec("user", "r1", "a1", tool_result("t1", "1\tx"), cwd=cwd),
+        rec(
+            "assistant", "a2", "r1", tool_use("t2", "Edit", file_path="work/shop/cart.py"), cwd=cwd
+        ),
+        rec("user", "r2", "a2", tool_result("t2", "updated"), cwd=cwd),
+    )
+    r = parse_bytes(data, "fixtures/s.jsonl")
+    assert edges(r, "READS") == {"work/shop/cart.py": 1}
+    assert edges(r, "MODIFIES") == {"work/shop/cart.py": 1}

@@ -534,3 +534,19 @@ def test_codex_0_169_prompts_namespaced_mcp_calls_and_file_changes() -> None:
         "tool_call", "tool_result", "tool_call", "tool_result", "tool_call", "error"
     ]  # fmt: skip
     assert results[3][1] == "Success. Updated the following files:\nM W.md"
+
+
+def test_a_path_with_escaped_spaces_is_read_as_one_file() -> None:
+    # issue 33: one session read `/w/app/Sample\ File.vtt` ten times and none became a file.
+    data = jsonl(
+        META,
+        call("exec_command", "c1", cmd=r"wc -l /w/app/Sample\ File.vtt", workdir="/w/app"),
+        output("c1", "Process exited with code 0\nOutput:\n12 /w/app/Sample File.vtt\n"),
+        call("exec_command", "c2", cmd=r"rg -n 'WEBVTT' /w/app/Sample\ File.vtt", workdir="/w/app"),
+        output("c2", "Process exited with code 0\nOutput:\n1:WEBVTT\n"),
+        call("exec_command", "c3", cmd=r"sed -n '1,20p' ./Sample\ File.vtt", workdir="/w/app"),
+        output("c3", "Process exited with code 0\nOutput:\nWEBVTT\n"),
+    )
+    r = parse_bytes(data, "/x/rollout-a.jsonl", projects=())
+    assert edges(r, "READS", "ok", via="shell") == {"/w/app/Sample File.vtt": 3}
+    assert edges(r, "EXECUTES", "ok") == {"wc": 1, "rg": 1, "sed": 1}

@@ -18,7 +18,7 @@ import pytest
 from workers.transcripts import ParserState, detect_agent
 from workers.transcripts import gemini as gm
 from workers.transcripts.lines import split_lines
-from workers.transcripts.model import Action, Event, Goal, Memory, ParseResult, Source
+from workers.transcripts.model import Action, Event, Goal, Memory, ParseResult, Source, Triggered
 
 ROOT = Path(__file__).parent / "fixtures" / "transcripts" / "gemini"
 JANE = ROOT / "session-2025-12-01T21-45-5b959dae.json"
@@ -66,7 +66,8 @@ def test_absolute_paths_chat() -> None:
         "tool_call": 10,
         "tool_result": 10,
     }
-    assert [g.intent for g in of(r, Goal)] == ["hi"]
+    # "hi" only greets: the request is the next prompt (issue 33)
+    assert [g.intent for g in of(r, Goal)] == ["Explain what this is"]
     (session,) = r.sessions
     assert (session.session_id, session.agent, session.cwd) == (
         "5b959dae-8655-4cd1-b10f-720b8c336ea2",
@@ -107,12 +108,24 @@ def test_relative_paths_resolve_in_the_watched_project_the_hash_names() -> None:
 
 
 def test_without_a_watched_project_the_directory_is_learned_from_a_result() -> None:
-    # "Successfully created and wrote to new file: <abs>/hello.md" hashes to the projectHash:
-    # from then on relative paths resolve; the five reads before it name no file.
+    # "Successfully created and wrote to new file: <abs>/hello.md": its folder hashes to the
+    # projectHash. The five reads before it named relative paths: their edges are made then
+    # (issue 33: before, they named no file).
     r = parse_bytes(FILE_OPS.read_bytes())
     assert r.sessions[0].cwd == CODEMIE
     files = Counter(f"{verb} {key}" for verb, key, _ in of_edges(r) if verb != "EXECUTES")
-    assert files == {f"MODIFIES {CODEMIE}/hello.md": 3, f"READS {CODEMIE}/hello.md": 2}
+    assert files == {
+        f"MODIFIES {CODEMIE}/hello.md": 3,
+        f"READS {CODEMIE}/hello.md": 2,
+        f"READS {CODEMIE}/SECURITY.md": 1,
+        f"READS {CODEMIE}/scripts/validate-secrets.js": 1,
+        f"READS {CODEMIE}/src/env/manager.ts": 1,
+        f"READS {CODEMIE}/.husky/pre-commit": 1,
+        f"READS {CODEMIE}": 1,  # search_file_content with no path: the project
+    }
+    # as many edges as when the project is watched, only keyed by absolute path
+    watched = parse_bytes(FILE_OPS.read_bytes(), projects=[("cm", CODEMIE)])
+    assert len(of(r, Action)) == len(of(watched, Action)) == 14
 
 
 def _doc(chat: dict[str, Any]) -> bytes:
@@ -220,3 +233,140 @@ def test_a_failed_and_a_cancelled_call() -> None:
     ]
     (t,) = [e for e in r.events if type(e).__name__ == "Triggered"]
     assert t.message == "bash: /tmp/h.txt: Permission denied"
+
+
+# --- issue 33: shapes seen in real Gemini CLI chats ----------------------------------------------
+
+PROJECT = "/home/dev/shop"
+
+
+def chat_jsonl(*messages: dict[str, Any], project_hash: str = "") -> bytes:
+    """A current (JSONL) chat: the metadata line, then one record per message."""
+    meta = {
+        "sessionId": "9f0c2d4e-1111-4222-8333-444455556666",
+        "projectHash": project_hash or gm._hash(PROJECT),
+        "startTime": "2026-03-02T10:00:00.000Z",
+    }
+    return b"".join(json.dumps(r).encode() + b"\n" for r in (meta, *messages))
+
+
+def calls(mid: str, *tool_calls: dict[str, Any]) -> dict[str, Any]:
+    stamp = "2026-03-02T10:01:00.000Z"
+    return {
+        "id": mid,
+        "timestamp": stamp,
+        "type": "gemini",
+        "content": "",
+        "toolCalls": list(tool_calls),
+    }
+
+
+def call(
+    cid: str, name: str, args: dict[str, Any], output: str, status: str = "success"
+) -> dict[str, Any]:
+    response = {"functionResponse": {"id": cid, "name": name, "response": {"output": output}}}
+    return {"id": cid, "name": name, "args": args, "result": [response], "status": status}
+
+
+SHELL_127 = (
+    "Command: export PYTHONPATH=$PYTHONPATH:$(pwd)/vendor && python3 -m shop.seed\n"
+    "Directory: (root)\n"
+    "Output: bash: line 1: python3: command not found\n"
+    "Error: (none)\n"
+    "Exit Code: 127\n"
+    "Signal: (none)\n"
+    "Background PIDs: (none)\n"
+    "Process Group PGID: 41231"
+)
+
+
+def test_search_tools_read_the_folder_they_searched() -> None:
+    data = chat_jsonl(
+        calls(
+            "m1",
+            call(
+                "c1",
+                "grep_search",
+                {"dir_path": f"{PROJECT}/src", "pattern": "def checkout"},
+                "Found 1 match",
+            ),
+            call(
+                "c2",
+                "glob",
+                {"pattern": "**/*.py", "dir_path": f"{PROJECT}/tests"},
+                "Found 3 files",
+            ),
+            call("c3", "list_directory", {"dir_path": f"{PROJECT}/docs"}, "Listed 2 item(s)."),
+        )
+    )
+    r = parse_bytes(data)
+    assert edges(r) == {
+        ("READS", f"{PROJECT}/src", "ok"): 1,
+        ("READS", f"{PROJECT}/tests", "ok"): 1,
+        ("READS", f"{PROJECT}/docs", "ok"): 1,
+    }
+
+
+def test_a_shell_call_that_exited_non_zero_is_a_failure_whatever_its_status() -> None:
+    command = "export PYTHONPATH=$PYTHONPATH:$(pwd)/vendor && python3 -m shop.seed"
+    data = chat_jsonl(
+        calls("m1", call("c1", "run_shell_command", {"command": command}, SHELL_127)),
+        calls(
+            "m2", call("c2", "run_shell_command", {"command": "ls"}, "Output: a b\nExit Code: 0")
+        ),
+    )
+    r = parse_bytes(data)
+    assert edges(r) == {
+        ("EXECUTES", "pwd", "error"): 1,
+        ("EXECUTES", "python3", "error"): 1,  # not `vendor` nor `vendor:$`
+        ("EXECUTES", "ls", "ok"): 1,
+    }
+    (failure,) = of(r, Triggered)
+    assert (failure.exit_code, failure.message) == (127, "bash: line 1: python3: command not found")
+    assert failure.error.name.startswith("not found")
+    assert Counter(m.kind for m in of(r, Memory)) == {"tool_call": 2, "error": 1, "tool_result": 1}
+
+
+def test_relative_reads_before_the_directory_is_known_get_their_edges_once_it_is() -> None:
+    data = chat_jsonl(
+        {"id": "u1", "timestamp": "2026-03-02T10:00:30.000Z", "type": "user", "content": "hello"},
+        {
+            "id": "u2",
+            "timestamp": "2026-03-02T10:00:40.000Z",
+            "type": "user",
+            "content": "why does checkout fail?",
+        },
+        calls("m1", call("c1", "read_file", {"file_path": "src/cart.py"}, "def cart(): ...")),
+        calls("m2", call("c2", "read_file", {"file_path": f"{PROJECT}/src/checkout.py"}, "...")),
+        calls("m3", call("c3", "read_file", {"file_path": "README.md"}, "# shop")),
+    )
+    r = parse_bytes(data)
+    # the absolute path's folder /home/dev/shop hashes to the projectHash
+    assert r.sessions[0].cwd == PROJECT
+    assert edges(r) == {
+        ("READS", f"{PROJECT}/src/cart.py", "ok"): 1,
+        ("READS", f"{PROJECT}/src/checkout.py", "ok"): 1,
+        ("READS", f"{PROJECT}/README.md", "ok"): 1,
+    }
+    # "hello" only greets: the goal is the request after it
+    assert [g.intent for g in of(r, Goal)] == ["why does checkout fail?"]
+    # read again (the chat grew): the late edges are not made twice
+    again = gm.parse(split_lines(data, 0)[0], r.state, Source.of("chats/session-x.jsonl"))
+    assert of(again, Action) == []
+
+
+def test_the_project_root_marker_beside_the_chats_folder_names_the_directory(
+    tmp_path: Path,
+) -> None:
+    # Current Gemini CLI: ~/.gemini/tmp/<slug>/chats/…, and <slug>/.project_root holds the path.
+    slug = tmp_path / ".gemini" / "tmp" / "shop"
+    (slug / "chats").mkdir(parents=True)
+    (slug / ".project_root").write_text(PROJECT + "\n")
+    data = chat_jsonl(
+        calls("m1", call("c1", "read_file", {"file_path": "src/cart.py"}, "...")),
+        project_hash="0" * 64,  # hashes nothing: only the marker tells
+    )
+    chat = slug / "chats" / "session-2026-03-02T10-00-9f0c2d4e.jsonl"
+    r = gm.parse(split_lines(data, 0)[0], None, Source.of(str(chat)))
+    assert r.sessions[0].cwd == PROJECT
+    assert edges(r) == {("READS", f"{PROJECT}/src/cart.py", "ok"): 1}

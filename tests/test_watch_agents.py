@@ -86,10 +86,12 @@ async def test_aiders_log_in_a_watched_repo_is_ingested(stack: Runtime, tmp_path
     (repo / "app.py").write_text("def main():\n    return 1\n")
     (repo / ".gitignore").write_text(".aider*\n")
     git_init(repo)
-    # The first two sessions of a real aider log.
+    # The first two sessions of a real aider log, written where aider was started: a
+    # sub-folder (issue 33: only a log at the top was found).
     text = (AIDER / "chat-history.md").read_text()
     third = text.index("# aider chat started at", text.index("# aider chat started at", 1) + 1)
-    (repo / AIDER_LOG).write_text(text[:third])
+    (repo / "backend").mkdir()
+    (repo / "backend" / AIDER_LOG).write_text(text[:third])
     assert stack.redis is not None and stack.store is not None
     watcher = RepoWatcher(stack.redis, [projects.resolve(repo)], 0.2, 32)
     await watcher.start()

@@ -78,12 +78,26 @@ def normalize_path(path: str, cwd: str | None = None) -> str:
             p = ntpath.join(cwd, p)
         return ntpath.normpath(p).replace("\\", "/")
     if cwd and not p.startswith(("/", "~")):
-        p = posixpath.join(cwd, p)
+        p = _join_relative(cwd, p) if not cwd.startswith(("/", "~")) else posixpath.join(cwd, p)
     if not p:
         return p
     norm = posixpath.normpath(p)
     # normpath keeps a leading "//" (POSIX allows it to mean something); transcripts never do.
     return "/" + norm.lstrip("/") if norm.startswith("//") else norm
+
+
+def _join_relative(cwd: str, path: str) -> str:
+    """A relative path under a relative working directory (an anonymised transcript strips
+    the same leading folders off both): a path that already starts with the directory, or
+    with its last two or more folders, is not put under it a second time."""
+    c = posixpath.normpath(cwd).split("/")
+    p = posixpath.normpath(path).split("/")
+    if p[: len(c)] == c:
+        return path
+    for n in range(len(c) - 1, 1, -1):
+        if p[:n] == c[-n:]:
+            return posixpath.join(*c[:-n], path)
+    return posixpath.join(cwd, path)
 
 
 def canonical_file(
@@ -99,12 +113,13 @@ def canonical_file(
     Inside a watched project the key is ``"<project_id>:<path relative to the root>"`` (the same
     key the code indexer uses), otherwise the absolute normalised path. ``resolve_symlinks``
     follows symlinks for paths that exist on this machine (off by default: it is I/O).
-    ``~/…`` is expanded with ``home``; with no home known it names no file (None).
+    ``~/…`` is expanded with ``home``; with no home known it stays ``~/…`` (the key says whose
+    home: the transcript writer's), and ``~user/…`` names no file (None).
     """
     if not path or not path.strip():
         return None
     raw = path
-    path = expand_home(path, home)
+    path = expand_home(path, home) or (path if path.startswith("~/") else None)
     if path is None:
         return None
     abs_path = normalize_path(path, cwd)
@@ -249,7 +264,7 @@ def command_programs(command: str | Sequence[str]) -> list[tuple[str, str]]:
         argv = [str(a) for a in command]
         return _dedupe(_programs_of_argv(argv) if argv else [])
     try:
-        tokens = _tokenize(_strip_heredocs(command))
+        tokens = _tokenize(_unglue_substitutions(_strip_heredocs(command)))
     except ValueError:
         return _dedupe(_fallback(command))
     return _dedupe(_programs_of_tokens(tokens))
@@ -507,7 +522,9 @@ _GIT_SUBCOMMANDS: dict[str, tuple[str, bool]] = {
 
 _FILE_SUFFIX = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,7}$")
 # Patterns, variables, URLs, assignments, quotes and text: nothing a file is called.
-_NOT_A_PATH = re.compile(r"[*?\[\]{}$`=|<>;()'\"\s\\]|://|^-|^@")
+_NOT_A_PATH = re.compile(r"[*?\[\]{}$`=|<>;()'\"\t\n\r\f\v\\]|://|^-|^@")
+# A space (`Sample\ File.vtt`, `"My File.txt"`) is in a path only when the word starts as one.
+_SPACED_PATH = ("/", "./", "../", "~/")
 # git revisions and ranges: main..HEAD, a...b, HEAD~1, HEAD^, @{u}
 _REVISION = re.compile(r"[^/.]\.\.(?!/)|\.\.\.|[\w)]~\d|\^|@\{")
 _NODE_ID = re.compile(r"::.*$")  # pytest node ids: tests/test_x.py::TestA::test_b
@@ -567,6 +584,8 @@ def _as_path(word: str, home: str | None) -> str | None:
     """The path a word names, or None (``-``, ``/dev/null``, ``~`` with no home known)."""
     word = _LINE_SUFFIX.sub("", _NODE_ID.sub("", word))
     if not word or word == "-" or ":" in word or _NOT_A_PATH.search(word) or _REVISION.search(word):
+        return None
+    if " " in word and not word.startswith(_SPACED_PATH):
         return None
     if word.startswith(("/dev/", "/proc/")) or word == "/dev":
         return None
@@ -742,9 +761,23 @@ def _lex(command: str) -> list[str]:
     """Shell words and operators of a command line; none when it does not parse (an unclosed
     quote): guessing would make files of fragments."""
     try:
-        return _tokenize(_strip_heredocs(command))
+        return _tokenize(_unglue_substitutions(_strip_heredocs(command)))
     except ValueError:
         return []
+
+
+# `$(…)` (`PATH=$PATH:$(pwd)/x`, `echo $(date) x`): the tokenizer would cut the word at the
+# parentheses and take what follows (`/x`, `x`) for a program.
+_SUBSTITUTION = re.compile(r"\$\(([^()]*)\)")
+
+
+def _unglue_substitutions(s: str) -> str:
+    """Replace each `$(…)` by a variable and run its command in a subshell after the line
+    (its programs still run; the word it was in stays one word)."""
+    inner = _SUBSTITUTION.findall(s)
+    if not inner:
+        return s
+    return _SUBSTITUTION.sub("$_", s) + "".join(f"\n( {c} )" for c in inner)
 
 
 def _tokenize(s: str) -> list[str]:
@@ -805,7 +838,7 @@ def _programs_of_argv(argv: list[str]) -> list[tuple[str, str]]:
     i = _unwrap(argv)
     if i >= len(argv):
         return []
-    prog = _basename(argv[i])
+    prog = _VERSION_TAG.sub("", _basename(argv[i]))
     if prog in _NOT_PROGRAMS:
         return []
     if prog in _SHELLS:
@@ -813,6 +846,10 @@ def _programs_of_argv(argv: list[str]) -> list[tuple[str, str]]:
         if script is not None:
             return command_programs(script)
     return [(prog, shlex.join(argv[i:]))] if prog else []
+
+
+# `npx create-next-app@latest`, `uvx ruff@0.6.1`: the package's version is not the program.
+_VERSION_TAG = re.compile(r"(?<=[^@/])@[^@/]*$")
 
 
 def _unwrap(argv: list[str]) -> int:

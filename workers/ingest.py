@@ -47,6 +47,7 @@ from workers.transcripts import (
     read_lines,
     split_lines,
 )
+from workers.transcripts.model import norm_time
 
 log = logging.getLogger(__name__)
 
@@ -385,7 +386,7 @@ async def _ingest(ctx: JobContext, path: str) -> IngestReport:
             return report
         parser = parser_for(agent)
         projects = [(p["id"], p["root"]) for p in await store.projects()]
-        source = Source.of(path, projects, _subagent_meta(path) if agent == "claude-code" else None)
+        source = source_for(path, agent, projects, info)
         state = ParserState.from_json(saved["parser"]) if saved else None
         skipped_before = (cursor or {}).get("lines_skipped", 0) if saved else 0
         while True:
@@ -560,6 +561,17 @@ def scrub_state(
     }
     # An earlier memoryd also kept each session's latest memory ("last"): it goes.
     return {"parser": parser}
+
+
+def source_for(
+    path: str, agent: str, projects: list[tuple[str, str]], info: os.stat_result
+) -> Source:
+    """What a parser is told of a transcript besides its lines: the projects, a Claude Code
+    subagent's meta file, and when the file was last written, at what size (an archive's
+    size is not its offsets)."""
+    meta = _subagent_meta(path) if agent == "claude-code" else None
+    written = None if path.endswith(".zst") else norm_time(info.st_mtime)
+    return Source.of(path, projects, meta, (info.st_size, written) if written else None)
 
 
 def _cursor(

@@ -49,7 +49,7 @@ from workers.entities import (
     canonical_tool,
     guess_home,
 )
-from workers.ingest import _read_batch, _remembered, _subagent_meta, rows_for
+from workers.ingest import _read_batch, _remembered, rows_for, source_for
 from workers.transcripts import ParserState, codex, parser_for
 from workers.transcripts.model import (
     CAP_DETAIL,
@@ -71,6 +71,8 @@ if TYPE_CHECKING:
 # The agents whose transcripts memoryd read before today's rules (Gemini CLI and aider came
 # with them: what is stored of those is today's already).
 READ_BEFORE = frozenset({"claude-code", "codex"})
+# Step 26 (issue 33) reads every agent's transcripts again; what is gone is left as stored.
+READ_AGAIN_2 = frozenset({"claude-code", "codex", "gemini", "aider"})
 
 # The edges a tool call's memory starts, which today's rules make.
 CALL_EDGES = (
@@ -267,15 +269,18 @@ def _entity(row: dict[str, Any]) -> Entity:
 # The step: transcripts still on disk are read again; the other sessions from what was stored
 
 
-async def rederive_all(store: Store, settings: Settings, page: int) -> None:
-    """Every stored call's edges by today's rules; then error entities take their aliases
-    from their failures, and entities nothing points at any more go."""
+async def rederive_all(
+    store: Store, settings: Settings, page: int, read_again: frozenset[str] = READ_BEFORE
+) -> None:
+    """Every stored call's edges by today's rules (the transcripts of ``read_again``'s agents
+    read again where they are still on disk); then error entities take their aliases from
+    their failures, and entities nothing points at any more go."""
     projects = [(p["id"], p["root"]) for p in await store.projects()]
     after: str | None = None
     while cursors := await store.rows_after("transcript_cursor", after, page):
         after = str(cursors[-1]["id"])
         for cursor in cursors:
-            if cursor.get("agent") in READ_BEFORE and _readable(cursor):
+            if cursor.get("agent") in read_again and _readable(cursor):
                 await _read_again(store, settings, cursor, projects, page)
     after = None
     while sessions := await store.rows_after("session", after, page):
@@ -295,13 +300,16 @@ async def rederive_all(store: Store, settings: Settings, page: int) -> None:
 
 
 def _readable(cursor: dict[str, Any] | None) -> bool:
-    """The transcript a cursor read is still there as it was read (appended to at most)."""
-    if not cursor or not cursor.get("agent") or rewritten_whole(cursor["path"]):
+    """The transcript a cursor read is still there as it was read (appended to at most; one
+    rewritten whole on every update is read whole: its messages keep their ids)."""
+    if not cursor or not cursor.get("agent"):
         return False
     try:
         info = os.stat(cursor["path"])
     except OSError:
         return False
+    if rewritten_whole(cursor["path"]):
+        return True
     if cursor["path"].endswith(".zst"):
         return info.st_ino == cursor["inode"] and info.st_size == cursor["size"]
     return info.st_ino == cursor["inode"] and info.st_size >= cursor["offset"]
@@ -321,8 +329,10 @@ async def _read_again(
     path, end = cursor["path"], cursor["offset"]
     agent = cursor["agent"]
     parser = parser_for(agent)
-    meta = _subagent_meta(path) if agent == "claude-code" else None
-    source = Source.of(path, projects, meta)
+    info = os.stat(path)
+    if rewritten_whole(path):
+        end = info.st_size
+    source = source_for(path, agent, projects, info)
     ctx: JobContext = {"store": store, "settings": settings}
     state: ParserState | None = None
     offset = 0

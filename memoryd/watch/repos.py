@@ -35,9 +35,8 @@ from watchdog.observers import Observer
 
 from memoryd import projects, queue
 from memoryd.projects import Project
-from memoryd.scan import ignored_by_name, valid_name, wanted_paths
+from memoryd.scan import AIDER_LOG, aider_logs, ignored_by_name, valid_name, wanted_paths
 from memoryd.watch import CHANGES, Outage
-from memoryd.watch.transcripts import AIDER_LOG
 
 log = logging.getLogger(__name__)
 
@@ -187,9 +186,8 @@ class RepoWatcher:
         # Whatever changed while memoryd was down: enqueue after watching starts, so nothing
         # falls between the reconciliation and the first event.
         for project in self.projects:
-            # aider writes its log at the top of the repository it works in.
-            aider = project.root / AIDER_LOG
-            logs = {str(aider)} if aider.is_file() else set()
+            # aider writes its log in the folder it was started in, anywhere in the repository.
+            logs = set(await asyncio.to_thread(aider_logs, project.root))
             try:
                 jobs = await projects.sync(self.redis, project, self.batch)
                 if logs:

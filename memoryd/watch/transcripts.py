@@ -18,7 +18,7 @@ from watchdog.observers import Observer
 from watchdog.observers.api import ObservedWatch
 
 from memoryd import queue
-from memoryd.scan import not_regular
+from memoryd.scan import AIDER_LOG, not_regular
 from memoryd.watch import CHANGES
 from memoryd.watch.debounce import Burst, Debouncer
 
@@ -29,7 +29,6 @@ log = logging.getLogger(__name__)
 # the repositories aider works in: the repository watcher hands those over).
 SUFFIXES = (".jsonl", ".jsonl.zst")
 _GEMINI_CHAT = re.compile(r"/chats/session-[^/]*\.json$")
-AIDER_LOG = ".aider.chat.history.md"
 _PATTERNS = ("*.jsonl", "*.jsonl.zst", "session-*.json", AIDER_LOG)
 # Transcripts are appended to line by line while an agent works: ingest at most this often.
 _MAX_WAIT = 1.0

@@ -7,6 +7,12 @@ are what the user typed (consecutive ones are one prompt; the first that is not 
 is the goal; a blank line ends it); ``> `` lines are aider's own output; other lines are the
 model's reply.
 
+Times: aider stamps only a session's start. An event's time is interpolated by its byte offset
+between the last known point (a session's start, or the end of the previous batch) and the next
+(the next session's start, or the end of the file when it was last written, from
+``Source.written``), so a session that runs for days has events across those days, in file
+order. Without a next point they keep the last known time.
+
 Edges: ``> Applied edit to <path>`` → MODIFIES the file; ``> Added <path> to the chat`` →
 READS it (it went into the model's context); a ``/run <command>`` prompt → EXECUTES its
 programs and the files the command line touches (via="shell"). Paths are relative to the
@@ -19,6 +25,8 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Iterable
+from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from memoryd.ids import stable_id
@@ -41,7 +49,8 @@ from workers.transcripts.model import (
 AGENT = "aider"
 _START = re.compile(r"^# aider chat started at (\S+ \S+)")
 _APPLIED = re.compile(r"^> Applied edit to (.+?)\s*$")
-_ADDED = re.compile(r"^> Added (.+?) to the chat\.?\s*$")
+# not "> Added 6 lines of output to the chat." (a /run's output): that is no file
+_ADDED = re.compile(r"^> Added (?!\d+ lines? of output to)(.+?) to the chat\.?\s*$")
 _KINDS = {"####": "user_prompt", ">": "output"}
 
 
@@ -64,6 +73,7 @@ def parse(
     em = Emitter(state.copy() if state else new_state(), src)
     ctx = em.state.context
     root = posixpath.dirname(src.path.replace("\\", "/")) or None
+    placed: list[tuple[int, int]] = []  # (event index, byte offset) since the last known time
     for line in lines:
         if line.oversize:
             em.skip(line.offset, f"line of {line.oversize} bytes skipped")
@@ -71,18 +81,51 @@ def parse(
         text = line.raw.decode("utf-8", errors="replace").rstrip()
         start = _START.match(text)
         if start:
-            _close(em, ctx)
+            before = len(em.events)
+            offset = (ctx.get("group") or {}).get("offset", line.offset)
+            _close(em, ctx)  # what the user typed last, if the session ended there
+            placed += [(i, offset) for i in range(before, len(em.events))]
+            t = norm_time(start.group(1).replace(" ", "T"))
+            _retime(em, ctx, placed, (line.offset, t) if t else None)
             sid = stable_id(AGENT, src.path, str(line.offset))
-            ctx.update(session=sid, time=norm_time(start.group(1).replace(" ", "T")))
+            ctx.update(session=sid, time=t, known=[line.offset, t] if t else None)
             em.session(sid, event_time=ctx["time"], cwd=root)
             continue
         if "session" not in ctx:  # the log starts inside an older session
             if text.startswith("-*-") or not text:
                 continue  # an editor's mode line
-            ctx.update(session=stable_id(AGENT, src.path, "0"), time=None)
+            ctx.update(session=stable_id(AGENT, src.path, "0"), time=None, known=None)
             em.session(ctx["session"], cwd=root)
+        before = len(em.events)
         _line(em, ctx, text, line.offset, root)
+        placed += [(i, line.offset) for i in range(before, len(em.events))]
+    _retime(em, ctx, placed, src.written)
     return em.result()
+
+
+def _retime(
+    em: Emitter, ctx: dict[str, Any], placed: list[tuple[int, int]], nxt: tuple[int, str] | None
+) -> None:
+    """Give the events placed since the last known time theirs, interpolated by byte offset up
+    to the next known point; that point's time is the next stretch's start."""
+    known = ctx.get("known")
+    if not placed or not known or not nxt or nxt[0] <= known[0]:
+        placed.clear()
+        return
+    (o0, t0), (o1, t1) = known, nxt
+    start, end = _epoch(t0), max(_epoch(t0), _epoch(t1))
+    for index, offset in placed:
+        # (a line written after the stat lies past its size: it gets the time of the stat)
+        when = norm_time(start + (end - start) * (min(offset, o1) - o0) / (o1 - o0))
+        em.events[index] = replace(em.events[index], event_time=when)  # type: ignore[arg-type]
+        em.session(ctx["session"], event_time=when)
+    ctx["known"] = [placed[-1][1], em.events[placed[-1][0]].event_time]  # type: ignore[union-attr]
+    ctx["time"] = ctx["known"][1]
+    placed.clear()
+
+
+def _epoch(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
 def _line(em: Emitter, ctx: dict[str, Any], text: str, offset: int, root: str | None) -> None:

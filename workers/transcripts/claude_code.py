@@ -68,6 +68,7 @@ _IGNORED_TYPES = frozenset(
         "file-history-snapshot",
         "attachment",
         "permission-mode",
+        "mode",  # 2.1.330 appends {"mode": "normal"} when a session is resumed
         "last-prompt",
         "custom-title",
         "ai-title",
@@ -156,7 +157,7 @@ _USER_REJECTION = re.compile(
 )
 # Claude Code's permission system, not an OS "Permission denied" (that is a real failure).
 _PERMISSION = re.compile(
-    r"requested permissions to|requires approval|was blocked\. For security|"
+    r"requested permissions to|requires? approval|needs approval|was blocked\. For security|"
     r"Permission to use \S+ (?:has been|was) denied|denied by (?:your )?permission"
 )
 _AGENT_FILE = re.compile(r"(?:^|/)agent-([A-Za-z0-9]+)\.jsonl$")
@@ -398,7 +399,7 @@ def targets_for(name: str, inp: dict[str, Any], cwd: str | None, em: Emitter) ->
         entity = em.file(_str(inp.get(field) or inp.get("file_path")), cwd)
         return [Target(verb, entity, _change_detail(tool, inp))] if entity else []
     if tool in _SEARCH_TOOLS:
-        entity = em.file(_str(inp.get("path")) or cwd, cwd)
+        entity = em.file(_str(inp.get("path")) or _pattern_root(inp) or cwd, cwd)
         detail = f"{tool} {inp.get('pattern') or ''}".strip()
         return [Target(READS, entity, detail)] if entity else []
     if tool == "bash":
@@ -410,6 +411,16 @@ def targets_for(name: str, inp: dict[str, Any], cwd: str | None, em: Emitter) ->
         return []  # SPAWNED / the original Bash call carry these
     detail = _str(inp.get("query") or inp.get("description") or "")[:200]
     return [Target(EXECUTES, canonical_tool(name), detail)]
+
+
+def _pattern_root(inp: dict[str, Any]) -> str:
+    """The folder a Glob pattern starts from when it names one (``~/notes/**/*.md``)."""
+    pattern = _str(inp.get("pattern"))
+    if not pattern.startswith(("/", "~/")):
+        return ""
+    folders = pattern.split("/")
+    fixed = next((i for i, part in enumerate(folders) if any(c in part for c in "*?[{")), None)
+    return "/".join(folders[:fixed]) or "/"
 
 
 def _change_detail(tool: str, inp: dict[str, Any]) -> str:
@@ -585,7 +596,7 @@ def _tool_result(em: Emitter, rec: dict[str, Any], block: dict[str, Any], ctx: _
     call = em.state.pending.get(call_id)
     tool = call["tool"] if call else None
     is_error = block.get("is_error") is True
-    denial = denial_reason(text) if is_error else None
+    denial = denial_reason(text, rec.get("permissionDecision")) if is_error else None
     interrupted = isinstance(tur, dict) and tur.get("interrupted") is True
     failed = (is_error and denial is None) or interrupted
     em.memory(
@@ -643,8 +654,11 @@ def _result_text(content: Any) -> tuple[str, tuple[Media, ...]]:
     return _str(content), ()
 
 
-def denial_reason(text: str) -> str | None:
-    """user_rejected / permission_denied for refusals reported as errors, else None."""
+def denial_reason(text: str, decision: Any = None) -> str | None:
+    """user_rejected / permission_denied for refusals reported as errors, else None.
+    ``decision``: the record's ``permissionDecision`` (2.1.3xx), which says it outright."""
+    if isinstance(decision, dict) and decision.get("decision") in ("reject", "deny"):
+        return USER_REJECTED if decision.get("source") == "user" else PERMISSION_DENIED
     if _USER_REJECTION.search(text):
         return USER_REJECTED
     if _PERMISSION.search(text):

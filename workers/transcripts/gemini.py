@@ -41,7 +41,7 @@ from workers.entities import (
     canonical_url,
     normalize_path,
 )
-from workers.transcripts.lines import Line
+from workers.transcripts.lines import DEEP, Line
 from workers.transcripts.model import (
     CAP_TOOL_INPUT,
     CAP_TOOL_OUTPUT,
@@ -70,11 +70,23 @@ _READ_TOOLS = {
     "read_file": ("file_path", "absolute_path", "path"),
     "list_directory": ("dir_path", "path"),
 }
-_SEARCH_TOOLS = frozenset({"glob", "search_file_content", "grep", "search_files"})
+# grep_search is search_file_content's current name
+_SEARCH_TOOLS = frozenset({"glob", "search_file_content", "grep", "grep_search", "search_files"})
 _WRITE_TOOLS = frozenset({"write_file", "replace", "edit"})
 _URL = re.compile(r"https?://[^\s\"'<>)]+")
 # An absolute path a tool result states ("…wrote to new file: /abs/path").
 _ABS_PATH = re.compile(r"(/[^\s\"'`]+)")
+# run_shell_command's answer ends with "Exit Code: N" (only when non-zero in newer versions),
+# while the call's status says "success": the tool ran, the command failed.
+_EXIT_CODE = re.compile(r"^Exit Code: (-?\d+)\s*$", re.M)
+# The frame around a shell command's output: nothing of the failure itself.
+_SHELL_FRAME = re.compile(
+    r"^(?:(?:Command|Directory|Signal|Background PIDs|Process Group PGID|Exit Code): .*"
+    r"|Error: \(none\))$\n?",
+    re.M,
+)
+# Where current Gemini CLI writes the project a chats folder belongs to (<tmp>/<slug>/).
+PROJECT_ROOT_FILE = ".project_root"
 
 
 def new_state() -> ParserState:
@@ -110,6 +122,9 @@ def parse(
         text = line.raw.decode("utf-8", errors="replace")
         try:
             _line(em, ctx, text, line.offset)
+        except RecursionError:
+            em.skip(line.offset, DEEP, text[:80])
+            ctx.pop("buf", None)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             em.skip(line.offset, f"unreadable Gemini record: {exc!r}", text[:80])
             ctx.pop("buf", None)
@@ -175,11 +190,28 @@ def _metadata(em: Emitter, ctx: dict[str, Any], rec: dict[str, Any]) -> None:
         root = next((p.root for p in em.projects if _hash(p.root) == rec["projectHash"]), None)
         if root and not ctx.get("cwd"):
             ctx["cwd"] = root
+    if not ctx.get("cwd"):
+        ctx["cwd"] = _marked_root(em.source.path)
     sid = ctx.get("session_id")
     if sid:
         times = [norm_time(rec.get(k)) for k in ("startTime", "lastUpdated")]
         for t in times or [None]:
             em.session(sid, event_time=t, external_id=sid, cwd=ctx.get("cwd"))
+
+
+def _marked_root(path: str) -> str | None:
+    """The project a current Gemini CLI chat belongs to, from ``<slug>/.project_root`` beside
+    its ``chats`` folder (older versions name the folder by the hash and write no marker)."""
+    parts = path.replace("\\", "/").split("/")[:-1]
+    if "chats" not in parts:
+        return None
+    folder = "/".join(parts[: len(parts) - 1 - parts[::-1].index("chats")])
+    try:
+        with open(f"{folder}/{PROJECT_ROOT_FILE}", encoding="utf-8") as f:
+            root = f.read(4096).strip()
+    except OSError:
+        return None
+    return root if root.startswith("/") else None
 
 
 def _hash(path: str) -> str:
@@ -246,6 +278,7 @@ def _tool_call(
     tool = canonical_tool(name).key
     output = _output(call)
     _learn_cwd(ctx, em, sid, args, output)
+    memory_id = em.memory_id(sid, "call", cid)
     if once(f"call:{cid}"):
         em.memory(
             sid,
@@ -262,7 +295,7 @@ def _tool_call(
         em.call(
             cid,
             session_id=sid,
-            memory_id=em.memory_id(sid, "call", cid),
+            memory_id=memory_id,
             tool=tool,
             event_time=time,
             targets=_targets(name, args, ctx.get("cwd"), em),
@@ -270,9 +303,11 @@ def _tool_call(
     status = call.get("status")
     if status not in _FINAL or not once(f"result:{cid}"):
         return
+    code = _exit_code(output) if name == "run_shell_command" else None
+    failed = status == "error" or bool(code)
     em.memory(
         sid,
-        "error" if status == "error" else "tool_result",
+        "error" if failed else "tool_result",
         output,
         key=("result", cid),
         event_time=norm_time(call.get("timestamp")) or time,
@@ -284,10 +319,58 @@ def _tool_call(
     )
     if status == "cancelled":
         em.resolve(cid, OK, denial=USER_REJECTED, message=output)
-    elif status == "error":
-        em.resolve(cid, ERROR, error=canonical_error(output or "error"), message=output)
+        return
+    outcome = ERROR if failed else OK
+    if failed:
+        text = _SHELL_FRAME.sub("", output).removeprefix("Output: ") if code else output
+        em.resolve(
+            cid, ERROR, exit_code=code, error=canonical_error(text or "error", code), message=output
+        )
     else:
-        em.resolve(cid, OK)
+        em.resolve(cid, OK, exit_code=code)
+    unresolved = _relative_paths(name, args) if not ctx.get("cwd") else []
+    if unresolved:  # edges for when the directory is learned
+        deferred = {"memory_id": memory_id, "tool": tool, "time": time, "outcome": outcome}
+        ctx.setdefault("deferred", []).append({**deferred, "sid": sid, "paths": unresolved})
+
+
+def _exit_code(output: str) -> int | None:
+    codes = _EXIT_CODE.findall(output)
+    return int(codes[-1]) if codes else None
+
+
+def _relative_paths(name: str, args: dict[str, Any]) -> list[list[str]]:
+    """(verb, path, detail) of what a call names relative to a directory nobody knows yet."""
+    found: list[list[str]] = []
+    if name in _READ_TOOLS:
+        path = next((args[k] for k in _READ_TOOLS[name] if args.get(k)), None)
+        found.append([READS, path, ""])
+    elif name == "read_many_files" and isinstance(args.get("paths"), list):
+        found += [[READS, p, ""] for p in args["paths"] if isinstance(p, str) and "*" not in p]
+    elif name in _SEARCH_TOOLS:
+        path = args.get("dir_path") or args.get("path") or "."
+        found.append([READS, path, f"{name} {args.get('pattern') or ''}".strip()])
+    elif name in _WRITE_TOOLS:
+        found.append([MODIFIES, args.get("file_path"), name])
+    return [f for f in found if isinstance(f[1], str) and f[1] and not f[1].startswith(("/", "~"))]
+
+
+def _flush_deferred(em: Emitter, ctx: dict[str, Any]) -> None:
+    """The edges of earlier calls whose relative paths the directory just learned resolves."""
+    for d in ctx.pop("deferred", []):
+        targets = [
+            Target(verb, entity, detail)
+            for verb, path, detail in d["paths"]
+            if (entity := em.file(path, ctx["cwd"]))
+        ]
+        em.edges(
+            session_id=d["sid"],
+            memory_id=d["memory_id"],
+            tool=d["tool"],
+            event_time=d["time"],
+            targets=targets,
+            outcome=d["outcome"],
+        )
 
 
 def _output(call: dict[str, Any]) -> str:
@@ -307,22 +390,24 @@ def _output(call: dict[str, Any]) -> str:
 def _learn_cwd(
     ctx: dict[str, Any], em: Emitter, sid: str, args: dict[str, Any], output: str
 ) -> None:
-    """A result that states the absolute path of a relative argument tells the directory,
-    accepted when it hashes to the chat's projectHash (then it is certain)."""
-    rel = args.get("file_path") or args.get("dir_path")
-    if (
-        ctx.get("cwd")
-        or not isinstance(rel, str)
-        or rel.startswith("/")
-        or not ctx.get("project_hash")
-    ):
+    """The directory is the folder, among those of the absolute paths a call names or its
+    result states, that hashes to the chat's projectHash (then it is certain). The edges of
+    earlier calls that named paths relative to it are made then."""
+    if ctx.get("cwd") or not ctx.get("project_hash"):
         return
-    for path in _ABS_PATH.findall(output[:2000]):
-        root = path.rstrip(".:,")[: -len(rel) - 1] if path.rstrip(".:,").endswith("/" + rel) else ""
-        if root and _hash(root) == ctx["project_hash"]:
-            ctx["cwd"] = root
-            em.session(sid, cwd=root)
-            return
+    named = [v for v in args.values() if isinstance(v, str)]
+    named += [p for p in args.get("paths") or () if isinstance(p, str)]
+    for path in [*named, *_ABS_PATH.findall(output[:2000])]:
+        folders = path.rstrip(".:,").split("/")
+        if not path.startswith("/") or len(folders) > 64:
+            continue
+        for n in range(len(folders), 1, -1):
+            root = "/".join(folders[:n])
+            if _hash(root) == ctx["project_hash"]:
+                ctx["cwd"] = root
+                em.session(sid, cwd=root)
+                _flush_deferred(em, ctx)
+                return
 
 
 def _targets(name: str, args: dict[str, Any], cwd: str | None, em: Emitter) -> list[Target]:

@@ -35,6 +35,7 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _PRIVATE_HINT = re.compile(r"private", re.IGNORECASE)
 _PRIVATE_SPAN = re.compile(r"<private>.*?(?:</private>|\Z)", re.IGNORECASE | re.DOTALL)
 PRIVATE_MARK = "[PRIVATE]"
+DEEP = "JSON nested too deep"
 # Keys that mark a salvaged fragment as a real record rather than a nested object of a stub.
 _RECORD_KEYS = ("type", "record_type", "uuid", "id", "sessionId", "payload")
 
@@ -155,11 +156,15 @@ def decode_line(line: Line, max_line: int = MAX_LINE_BYTES) -> Decoded:
     text = raw.decode("utf-8", errors="replace").lstrip("\ufeff")  # a BOM from an editor
     try:
         obj = json.loads(text)
+        if not isinstance(obj, dict):
+            return Decoded(line, (), (_skip(line.offset, "not a JSON object", text),))
+        return Decoded(line, (_without_private(_clean_surrogates(obj, text), text),))
     except ValueError:
         return _salvage(line, text)
-    if not isinstance(obj, dict):
-        return Decoded(line, (), (_skip(line.offset, "not a JSON object", text),))
-    return Decoded(line, (_without_private(_clean_surrogates(obj, text), text),))
+    except RecursionError:
+        # Nesting deeper than Python's stack (decoding or walking it): no agent writes that,
+        # and salvaging would retry the depth at every '{"' of the line.
+        return Decoded(line, (), (_skip(line.offset, DEEP, text),))
 
 
 def _salvage(line: Line, text: str) -> Decoded:

@@ -103,12 +103,15 @@ class Source:
     transcript (``{agentType, description, worktreePath?}``), if the caller read it.
     ``home``: the home directory of whoever wrote the transcript, for ``~`` in commands
     (guessed from ``path`` when not given; a session's cwd may tell it later).
+    ``written``: the file's size and the time it was last written (ISO), for a format whose
+    lines carry no time of their own (aider's): the line ending there was written then.
     """
 
     path: str
     projects: tuple[Project, ...] = ()
     subagent_meta: dict[str, Any] | None = None
     home: str | None = None
+    written: tuple[int, str] | None = None
 
     def __post_init__(self) -> None:
         # Accept (project_id, root) pairs too; frozen, hence object.__setattr__.
@@ -122,8 +125,9 @@ class Source:
         path: str,
         projects: ProjectsLike | None = None,
         subagent_meta: dict[str, Any] | None = None,
+        written: tuple[int, str] | None = None,
     ) -> Source:
-        return cls(path, as_projects(projects), subagent_meta)
+        return cls(path, as_projects(projects), subagent_meta, written=written)
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,6 +373,11 @@ def pending_actions(state: ParserState) -> list[Action]:
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+_GREETING = re.compile(
+    r"(?:hi|hello|hey|hiya|howdy|hola|yo|greetings|good (?:morning|afternoon|evening))"
+    r"(?: there| all| everyone)?[\s!.,:;)]*",
+    re.IGNORECASE,
+)
 
 
 def clean_text(text: str) -> str:
@@ -561,9 +570,10 @@ class Emitter:
         return stable_id(self.state.agent, session_id, *key)
 
     def goal(self, session_id: str, intent: str, memory: Memory | None) -> None:
-        """Record the session's goal, once per session."""
+        """Record the session's goal, once per session. A prompt that only greets (``hello``)
+        is none: the request comes in the next prompt."""
         text = self.safe(intent, CAP_GOAL).strip()
-        if not text or memory is None or self.has_goal(session_id):
+        if not text or memory is None or self.has_goal(session_id) or _GREETING.fullmatch(text):
             return
         self.state.sessions[session_id]["has_goal"] = True
         goal_id = stable_id("goal", memory.id)
