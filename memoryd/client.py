@@ -23,6 +23,7 @@ from memoryd.errors import DaemonUnavailable, InvalidRequest, value_of
 from memoryd.export import read_jsonl, write_jsonl
 from memoryd.paths import config_file, default_transcripts
 from memoryd.results import (
+    AnchorState,
     FileHistory,
     Forgotten,
     PinResult,
@@ -265,6 +266,14 @@ class Client:
         result: Remembered = await self._call(
             jobs.REMEMBER, text, kind, list(files or []), str(where.resolve()), project
         )
+        return result
+
+    async def anchors(self, ids: list[str]) -> dict[str, list[AnchorState]]:
+        """Whether the code these memories point at is what they saw: per memory id (as search
+        and get give them) that has anchors, one state per file or symbol it names:
+        `current`, `changed` (`since`, `lines`), `deleted` or `unknown` (memoryd/anchors.py;
+        `anchor_text` prints them). Memories that point at no code are left out."""
+        result: dict[str, list[AnchorState]] = await self._call(jobs.ANCHORS, list(ids))
         return result
 
     async def forget(self, ids: list[str]) -> Forgotten:

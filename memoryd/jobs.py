@@ -65,6 +65,8 @@ TIMELINE = _query("timeline")
 RECENT_ACTIVITY = _query("recent_activity")
 # Agent-written memories are small and interactive: they run on the query queue.
 REMEMBER = _query("remember")
+# Whether the code memories point at is still what they saw (memoryd/anchors.py).
+ANCHORS = _query("anchors")
 FORGET = _query("forget")
 INDEX_PROGRESS = _query("index_progress")
 # Transcripts the daemon follows that changed since a time (`memoryd resume`).
@@ -98,6 +100,7 @@ ALL = (
     TIMELINE,
     RECENT_ACTIVITY,
     REMEMBER,
+    ANCHORS,
     FORGET,
     INDEX_PROGRESS,
     CHANGED_TRANSCRIPTS,

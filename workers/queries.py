@@ -11,6 +11,7 @@ from typing import Any
 from memoryd import agent, hooks, metrics, queue, views
 from memoryd import search as search_module
 from memoryd.agent import check_budget
+from memoryd.anchors import anchor_states, anchor_text
 from memoryd.client import Client
 from memoryd.compact import DB_DIR, size
 from memoryd.errors import InvalidRequest, NotFound
@@ -294,7 +295,18 @@ async def get(ctx: JobContext, ids: list[str], max_chars: int) -> list[dict[str,
         raise NotFound(f"no record {', '.join(repr(m) for m in missing)}")
     memories = [agent.parse_id(r["id"])[1] for r in records if r["kind"] not in ("code", "goal")]
     store.later(store.bump_access("memory", memories, datetime.now(UTC)), "memory reads")
+    states = await anchor_states(store, memories)
+    for record in records:
+        record["anchor"] = anchor_text(states.get(agent.parse_id(record["id"])[1], [])) or None
     return records
+
+
+async def anchors(ctx: JobContext, ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """How the anchors of these memories (ids as search and get give them) stand now: per
+    memory that points at code, one state per file or symbol (memoryd/anchors.py)."""
+    keys = {agent.parse_id(i)[1]: i for i in ids}
+    states = await anchor_states(ctx["store"], list(keys))
+    return {keys[key]: [dict(s) for s in found] for key, found in states.items()}
 
 
 def _chunk_record(row: dict[str, Any], share: int) -> dict[str, Any]:
