@@ -236,6 +236,7 @@ class FileChange(TypedDict):
     file: str
     project: str | None
     edits: int
+    sessions: int
     last_at: str | None
     last_session: str
 

@@ -26,11 +26,14 @@ IGNORED_DIRS = frozenset(
     bower_components site-packages .eggs
     """.split()
 )
-# Lock files and other generated files with names of their own.
+# Lock files and other generated files with names of their own; aider's logs kept in the
+# repository (its chat log is a transcript, ingested as memories: indexed as docs too, every
+# prompt would come back twice).
 IGNORED_NAMES = frozenset(
     """
     package-lock.json yarn.lock pnpm-lock.yaml poetry.lock Cargo.lock Gemfile.lock composer.lock
     uv.lock go.sum Pipfile.lock .DS_Store
+    .aider.chat.history.md .aider.input.history
     """.split()
 )
 # Binary, minified and generated files by suffix.

@@ -449,16 +449,20 @@ def _order(action: dict[str, Any]) -> tuple[str, str, int]:
 
 
 def file_changes(actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Files successfully modified, the most recently changed first."""
+    """Files successfully modified, the most recently changed first; `sessions`: how many
+    sessions modified each."""
     changes: dict[str, dict[str, Any]] = {}
+    sessions: dict[str, set[str]] = {}
     for a in sorted(actions, key=_order):
         if a["verb"] != MODIFIES.name or a.get("outcome") != "ok":
             continue
         path = split_file_key(a["target"])[1] if a.get("project") else a["target"]
         entry = changes.setdefault(
-            a["target"], {"file": path, "project": a.get("project"), "edits": 0}
+            a["target"], {"file": path, "project": a.get("project"), "edits": 0, "sessions": 0}
         )
         entry["edits"] += 1
+        sessions.setdefault(a["target"], set()).add(a["session"])
+        entry["sessions"] = len(sessions[a["target"]])
         entry["last_at"] = a.get("event_time")
         entry["last_session"] = a["session"]
     return sorted(changes.values(), key=lambda c: (c["last_at"] or "", c["file"]), reverse=True)
