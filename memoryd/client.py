@@ -276,6 +276,12 @@ class Client:
         result: dict[str, list[AnchorState]] = await self._call(jobs.ANCHORS, list(ids))
         return result
 
+    async def then_modified(self, ids: list[str], most: int = 3) -> dict[str, list[str]]:
+        """Per memory id: the files its session then modified (after it, in order, at most
+        `most`); memories whose session modified nothing after them are left out."""
+        result: dict[str, list[str]] = await self._call(jobs.THEN_MODIFIED, list(ids), most)
+        return result
+
     async def forget(self, ids: list[str]) -> Forgotten:
         """Delete memories (or goals) with their edges, from the database and every index."""
         result: Forgotten = await self._call(jobs.FORGET, list(ids))

@@ -248,7 +248,20 @@ async def _relevant(
     if not hits:
         return []
     records = await memoryd.get([_key(h) for h in hits], ITEM_CHARS * len(hits))
-    return _pick(prompt, hits, records)
+    items = _pick(prompt, hits, records)
+    memories = [item.key for item in items if item.key.startswith("memory:")]
+    led = await memoryd.then_modified(memories) if memories else {}
+    return [_then(item, led.get(item.key, [])) for item in items]
+
+
+def _then(item: Item, files: Sequence[str]) -> Item:
+    """A memory's item with the files its session then modified, ahead of its text (which
+    the item's budget may cut)."""
+    if not files:
+        return item
+    head, sep, text = item.text.partition("): ")
+    longer = f"{head}, then modified {', '.join(files)}{sep}{text}"
+    return Item(item.key, one_line(longer, ITEM_CHARS + len(longer) - len(item.text)))
 
 
 def _key(hit: SearchResult) -> str:

@@ -67,6 +67,8 @@ RECENT_ACTIVITY = _query("recent_activity")
 REMEMBER = _query("remember")
 # Whether the code memories point at is still what they saw (memoryd/anchors.py).
 ANCHORS = _query("anchors")
+# What a memory's session went on to change (the prompt hook says it with the memory).
+THEN_MODIFIED = _query("then_modified")
 FORGET = _query("forget")
 INDEX_PROGRESS = _query("index_progress")
 # Transcripts the daemon follows that changed since a time (`memoryd resume`).
@@ -101,6 +103,7 @@ ALL = (
     RECENT_ACTIVITY,
     REMEMBER,
     ANCHORS,
+    THEN_MODIFIED,
     FORGET,
     INDEX_PROGRESS,
     CHANGED_TRANSCRIPTS,

@@ -60,6 +60,13 @@ async def prompt_context(memoryd: client.Client, root: Path, prompt: str, sessio
     return str(json.loads(out)["hookSpecificOutput"]["additionalContext"])
 
 
+def patient(stack: Runtime, **settings: object) -> client.Client:
+    """A client whose hooks take the time a loaded test machine needs (a hook gives up after
+    `hook_timeout_seconds`, 1.5 s by default, and then says nothing)."""
+    given = dataclasses.replace(stack.settings, hook_timeout_seconds=20.0, **settings)
+    return client.Client(stack.redis, given)
+
+
 def items(text: str) -> list[str]:
     """The item lines (`- [id] …`) of a hook's context."""
     return [line for line in text.splitlines() if line.startswith("- [")]
@@ -69,7 +76,7 @@ def items(text: str) -> list[str]:
 async def test_prompt_context_has_no_noise_and_names_files_first(
     stack: Runtime, repo: Path
 ) -> None:
-    memoryd = client.Client(stack.redis, stack.settings)
+    memoryd = patient(stack)
 
     # An earlier session near this prompt: one item of it, though aider logged the prompt
     # twice (`/ask X`, then `X`) and its answer is near too.
@@ -110,12 +117,10 @@ async def test_prompt_context_has_no_noise_and_names_files_first(
 
 @pytest.mark.e2e
 async def test_below_the_relevance_floor_nothing_is_injected(stack: Runtime, repo: Path) -> None:
-    memoryd = client.Client(stack.redis, stack.settings)
     unrelated = "how long should sourdough bread proof before baking"
-    assert await prompt_context(memoryd, repo, unrelated, "f1") == ""
+    assert await prompt_context(patient(stack), repo, unrelated, "f1") == ""
     # The floor is what kept it out: with none, the same prompt gets the nearest rows.
-    floorless = dataclasses.replace(stack.settings, hook_min_relevance=0.0)
-    anything = client.Client(stack.redis, floorless)
+    anything = patient(stack, hook_min_relevance=0.0)
     assert items(await prompt_context(anything, repo, unrelated, "f2"))
 
 

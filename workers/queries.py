@@ -401,6 +401,30 @@ async def timeline(
     }
 
 
+async def then_modified(ctx: JobContext, ids: list[str], most: int) -> dict[str, list[str]]:
+    """The files each memory's session then modified (successfully, after it, in order; at
+    most `most` each; project-relative paths): what a prompt led to. Memories whose session
+    modified nothing after them are left out."""
+    store = ctx["store"]
+    keys = {agent.parse_id(i)[1]: i for i in ids}
+    memories = [plain(m) for m in await store.memories_by_key(list(keys))]
+    outcomes = await store.session_outcomes(sorted({m["session"] for m in memories}))
+    edits = sorted(
+        (plain(a) for a in outcomes if a["verb"] == MODIFIES.name and a.get("outcome") == "ok"),
+        key=_order,
+    )
+    found: dict[str, list[str]] = {}
+    for m in memories:
+        paths = [
+            split_file_key(a["target"])[1] if a.get("project") else a["target"]
+            for a in edits
+            if a["session"] == m["session"] and (a.get("seq") or 0) > m["seq"]
+        ]
+        if paths:
+            found[keys[m["id"]]] = list(dict.fromkeys(paths))[:most]
+    return found
+
+
 # Sessions and agents' notes a recent-activity answer looks at, at most.
 RECENT_SESSIONS = 20
 RECENT_NOTES = 20
