@@ -1,6 +1,7 @@
 """Memories checked against the code (memoryd/anchors.py): a decision remembered about a
 function of a real tree (arq's), then the function edited, then the file deleted, each
-re-indexed by the daemon's own jobs; what `anchors`, `get`, search and the MCP text say."""
+re-indexed by the daemon's own jobs; what `anchors`, `get`, search and the MCP text say; and
+migration step 028 anchoring notes written before anchors."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from memoryd import client
+from memoryd.migrate import migrate
 from memoryd.present import get_text, hit_line
 from memoryd.runtime import Runtime
 from memoryd.scan import project_id_for
@@ -84,3 +86,36 @@ async def test_a_symbol_the_index_does_not_keep_is_refused(
         await memoryd.remember(
             DECISION, "decision", ["connections.py#RedisSettings.nope"], cwd=repo
         )
+
+
+@pytest.mark.e2e
+async def test_step_028_anchors_notes_written_before_at_the_code_of_their_time(
+    stack: Runtime, arq_tree: Path, tmp_path: Path
+) -> None:
+    assert stack.store is not None
+    repo = tmp_path / "arq"
+    shutil.copytree(arq_tree, repo)
+    await index_tree(stack, repo)
+    project = project_id_for(repo)
+    memoryd = client.Client(stack.redis, stack.settings)
+    files = [SYMBOL, "cron.py"]
+    done = await memoryd.remember(DECISION, "decision", files, cwd=repo, project=project)
+    memory = done["id"]
+    # As an earlier memoryd left it: no anchors, the step not run.
+    await stack.store.query(
+        "UPDATE memory SET anchors = NONE; DELETE schema_version:028_anchor_notes;"
+    )
+    assert await memoryd.anchors([memory]) == {}
+    # The function changes before the step runs: the note was about the code before.
+    source = repo / "connections.py"
+    check = "        conf = urlparse(dsn)\n"
+    source.write_text(source.read_text().replace(check, check + "        assert dsn\n"))
+    await index_tree(stack, repo)
+
+    backups = stack.settings.data_dir / "backups"
+    assert await migrate(stack.store, stack.settings, backups) == ["028_anchor_notes"]
+    states = {s["key"]: s for s in (await memoryd.anchors([memory]))[memory]}
+    assert {key: (s["state"], s["lines"]) for key, s in states.items()} == {
+        f"{project}:{SYMBOL}": ("changed", 1),
+        f"{project}:cron.py": ("current", None),
+    }
