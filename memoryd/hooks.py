@@ -58,8 +58,10 @@ PROMPT_DOCS_HITS = 4
 PROMPT_ITEMS = 5
 ITEM_CHARS = 400
 RECENT_DAYS = 7
-# Files a briefing lists at most: the likeliest to be touched next, not all a long session did.
+# Files a briefing lists at most: the likeliest to be touched next, not all a long session did;
+# sessions it lists before them.
 BRIEFING_FILES = 8
+BRIEFING_SESSIONS = 3
 # Say nothing: fewer words than this, or an acknowledgement this short.
 MIN_WORDS = 4
 ACK_WORDS = 8
@@ -150,7 +152,7 @@ def pack(head: str, items: Sequence[Item], seen: set[str], limit: int) -> tuple[
 def _briefing_items(activity: RecentActivity, session_id: str) -> list[Item]:
     """The recent-activity lines, the hook's own session left out, each with its key; of
     the files, the BRIEFING_FILES likeliest to be touched next: those more sessions came back
-    to first, then the most recently changed."""
+    to first, then the most recently changed. In the order `pack` should try them."""
     files = sorted(activity["files"], key=lambda f: (f["sessions"], f.get("last_at") or ""))
     activity = {
         **activity,
@@ -165,7 +167,11 @@ def _briefing_items(activity: RecentActivity, session_id: str) -> list[Item]:
         + [f"failure:{f['session']}#{f.get('seq')}" for f in activity["failures"]]
     )
     lines = activity_blocks(activity)  # type: ignore[arg-type]
-    return [Item(key, "- " + line) for key, line in zip(keys, lines, strict=True)]
+    items = [Item(key, "- " + line) for key, line in zip(keys, lines, strict=True)]
+    # The newest sessions, then notes, files and failures, then the older sessions: a long
+    # list of sessions must not crowd out what the next work will touch.
+    newest, older = BRIEFING_SESSIONS, len(activity["sessions"])
+    return items[:newest] + items[older:] + items[newest:older]
 
 
 def _from_web(tool: str | None) -> bool:
