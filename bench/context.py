@@ -163,7 +163,7 @@ async def code_only(memoryd: client.Client, prompt: str, project: str) -> str:
         [qualified("code", h.id) for h in hits], hooks.ITEM_CHARS * len(hits)
     )
     head = "code related to this prompt:"
-    return hooks.pack(head, [hooks._record_item(r) for r in records], set(), BUDGET)[0]
+    return hooks.pack(head, [hooks.record_item(r) for r in records], set(), BUDGET)[0]
 
 
 async def index(rt: Runtime, tree: Path) -> str:

@@ -179,7 +179,8 @@ def _from_web(tool: str | None) -> bool:
     return any(word in name for word in ("web", "fetch", "browser", "search"))
 
 
-def _record_item(record: Record) -> Item:
+def record_item(record: Record) -> Item:
+    """A record as the prompt hook injects it (bench/context.py prints its baseline so too)."""
     if record["kind"] == "code":
         where = f"{record.get('path')}:{record.get('start_line')}-{record.get('end_line')}"
         name = f" {record['name']}" if record.get("name") else ""
@@ -293,7 +294,7 @@ def _pick(prompt: str, hits: Sequence[SearchResult], records: Sequence[Record]) 
         if source and source in sources:
             continue
         sources.add(source)
-        items.append(_record_item(record))
+        items.append(record_item(record))
         if len(items) == PROMPT_ITEMS:
             break
     return items
