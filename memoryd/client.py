@@ -26,6 +26,7 @@ from memoryd.export import read_jsonl, write_jsonl
 from memoryd.liveness import SERVING_WAIT_SECONDS, holder
 from memoryd.paths import config_file, daemon_lock_path, default_transcripts, serving_lock_path
 from memoryd.results import (
+    AnchorState,
     FileHistory,
     Forgotten,
     PinResult,
@@ -269,6 +270,20 @@ class Client:
         result: Remembered = await self._call(
             jobs.REMEMBER, text, kind, list(files or []), str(where.resolve()), project
         )
+        return result
+
+    async def anchors(self, ids: list[str]) -> dict[str, list[AnchorState]]:
+        """Whether the code these memories point at is what they saw: per memory id (as search
+        and get give them) that has anchors, one state per file or symbol it names:
+        `current`, `changed` (`since`, `lines`), `deleted` or `unknown` (memoryd/anchors.py;
+        `anchor_text` prints them). Memories that point at no code are left out."""
+        result: dict[str, list[AnchorState]] = await self._call(jobs.ANCHORS, list(ids))
+        return result
+
+    async def then_modified(self, ids: list[str], most: int = 3) -> dict[str, list[str]]:
+        """Per memory id: the files its session then modified (after it, in order, at most
+        `most`); memories whose session modified nothing after them are left out."""
+        result: dict[str, list[str]] = await self._call(jobs.THEN_MODIFIED, list(ids), most)
         return result
 
     async def forget(self, ids: list[str]) -> Forgotten:

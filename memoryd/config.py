@@ -306,13 +306,16 @@ class Settings:
     maintenance_schedule: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_SCHEDULE))
 
     # Agent hooks (memoryd/hooks.py): the most context one hook injects, how long it may take
-    # before it gives up and injects nothing, and how long a session's record of what was
-    # injected is kept after its last use.
+    # before it gives up and injects nothing, how long a session's record of what was
+    # injected is kept after its last use, and the relevance floor of a prompt's context.
     hook_max_chars: int = _bounded(
         HOOK_MAX_CHARS, ge=HOOK_MAX_CHARS_RANGE[0], le=HOOK_MAX_CHARS_RANGE[1]
     )
     hook_timeout_seconds: float = _bounded(HOOK_TIMEOUT_SECONDS, gt=0, le=30)
     hook_state_days: float = _bounded(7.0, gt=0)
+    # The relevance (search's score: cosine of prompt and row, 1.0 for a file the prompt names)
+    # below which a prompt hook injects nothing.
+    hook_min_relevance: float = _bounded(0.3, ge=0, le=1)
 
     def __post_init__(self) -> None:
         problems: list[tuple[str, str]] = []

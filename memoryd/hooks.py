@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -47,7 +48,8 @@ from memoryd.errors import MemorydError
 from memoryd.hook_client import CAPTURE_EVENTS, EVENTS, MAX_CHARS_RANGE
 from memoryd.ids import stable_id
 from memoryd.present import activity_blocks
-from memoryd.results import RecentActivity, Record
+from memoryd.results import RecentActivity, Record, SearchResult
+from memoryd.vocabulary import INJECTABLE_MEMORY_KINDS
 
 # SessionStart sources after which the agent's earlier context is gone.
 RESET_SOURCES = frozenset({"compact", "clear"})
@@ -55,14 +57,35 @@ MAX_RECORDED = 1000
 SHOWN_RECORDED = 10
 # The share of the hook's budget its work may take in the daemon.
 ANSWER_SHARE = 0.8
-# Memory kinds a prompt may bring back: words of people and agents, never a tool's output.
-INJECTED_KINDS = frozenset(
-    {"user_prompt", "assistant_message", "summary", "decision", "note", "todo"}
-)
-PROMPT_MEMORIES = 3
-PROMPT_CHUNKS = 2
+# Hits looked at per search of a prompt hook, and items it injects at most.
+PROMPT_MEMORY_HITS = 20
+PROMPT_CODE_HITS = 8
+PROMPT_DOCS_HITS = 4
+PROMPT_ITEMS = 5
 ITEM_CHARS = 400
 RECENT_DAYS = 7
+# Files a briefing lists at most: the likeliest to be touched next, not all a long session did;
+# sessions it lists before them.
+BRIEFING_FILES = 8
+BRIEFING_SESSIONS = 3
+# Say nothing: fewer words than this, or an acknowledgement this short.
+MIN_WORDS = 4
+ACK_WORDS = 8
+_ACK = re.compile(
+    r"^(ok(ay)?|sure|done|thanks?( you)?|great|got it|yes|no|perfect|alright|will do|"
+    r"understood|you'?re welcome|i'?ll)\b",
+    re.IGNORECASE,
+)
+# A chunk of fewer lines says nothing on its own (a 2-line .gitattributes), unless the prompt
+# names its file.
+MIN_CHUNK_LINES = 3
+# Agents' internal blocks and markers (aider's thinking blocks) are not context.
+_MARKED_BLOCK = re.compile(r"<(thinking-content-[0-9a-f]+)>.*?</\1>", re.DOTALL)
+_MARKER = re.compile(r"</?thinking-content-[0-9a-f]+>")
+# What an agent puts before a prompt it echoes (aider: `/ask X` and then `X`).
+_COMMAND = re.compile(r"^/(ask|code|architect|chat-mode|context|help)\s+", re.IGNORECASE)
+# A relevance for rows of a file the prompt names (memoryd/searchindex: they score 1.0).
+NAMED = 1.0
 
 
 @dataclass(slots=True)
@@ -164,10 +187,14 @@ def pack(head: str, items: Sequence[Item], seen: set[str], limit: int) -> tuple[
 
 
 def _briefing_items(activity: RecentActivity, session_id: str) -> list[Item]:
-    """The recent-activity lines, the hook's own session left out, each with its key."""
+    """The recent-activity lines, the hook's own session left out, each with its key; of
+    the files, the BRIEFING_FILES likeliest to be touched next: those more sessions came back
+    to first, then the most recently changed. In the order `pack` should try them."""
+    files = sorted(activity["files"], key=lambda f: (f["sessions"], f.get("last_at") or ""))
     activity = {
         **activity,
         "sessions": [s for s in activity["sessions"] if s["session"] != session_id],
+        "files": files[::-1][:BRIEFING_FILES],
         "failures": [f for f in activity["failures"] if not _from_web(f.get("tool"))],
     }
     keys = (
@@ -177,7 +204,11 @@ def _briefing_items(activity: RecentActivity, session_id: str) -> list[Item]:
         + [f"failure:{f['session']}#{f.get('seq')}" for f in activity["failures"]]
     )
     lines = activity_blocks(activity)  # type: ignore[arg-type]
-    return [Item(key, "- " + line) for key, line in zip(keys, lines, strict=True)]
+    items = [Item(key, "- " + line) for key, line in zip(keys, lines, strict=True)]
+    # The newest sessions, then notes, files and failures, then the older sessions: a long
+    # list of sessions must not crowd out what the next work will touch.
+    newest, older = BRIEFING_SESSIONS, len(activity["sessions"])
+    return items[:newest] + items[older:] + items[newest:older]
 
 
 def _from_web(tool: str | None) -> bool:
@@ -185,20 +216,39 @@ def _from_web(tool: str | None) -> bool:
     return any(word in name for word in ("web", "fetch", "browser", "search"))
 
 
-def _record_item(record: Record) -> Item:
+def record_item(record: Record) -> Item:
+    """A record as the prompt hook injects it (bench/context.py prints its baseline so too)."""
     if record["kind"] == "code":
         where = f"{record.get('path')}:{record.get('start_line')}-{record.get('end_line')}"
         name = f" {record['name']}" if record.get("name") else ""
-        head = f"- [{record['id']}] code {where}{name} (current index):"
+        head = f"- [{record['id']}] {record['kind']} {where}{name} (current index):"
         body = clip(record["text"].strip("\n"), ITEM_CHARS)[0]
         return Item(record["id"], f"{head}\n{body}")
     when = (record.get("event_time") or "?")[:16].replace("T", " ")
     tool = record.get("tool") or "-"
+    code = f", code {record['anchor']}" if record.get("anchor") else ""
     head = (
         f"- [{record['id']}] {record['kind']} (session {record.get('session')}#"
-        f"{record.get('seq')}, tool {tool}, {when}):"
+        f"{record.get('seq')}, tool {tool}, {when}{code}):"
     )
-    return Item(record["id"], one_line(f"{head} {record['text']}", ITEM_CHARS))
+    return Item(record["id"], one_line(f"{head} {clean(record['text'])}", ITEM_CHARS))
+
+
+def clean(text: str) -> str:
+    """A memory's text without agents' internal blocks and markers."""
+    return _MARKER.sub("", _MARKED_BLOCK.sub("", text)).strip()
+
+
+def said(text: str) -> str:
+    """What a prompt or message says, for comparing: clean, without the command an agent
+    put before an echoed prompt, in lower case, words only."""
+    return " ".join(re.findall(r"[^\W_]+", _COMMAND.sub("", clean(text)).lower()))
+
+
+def contentless(text: str) -> bool:
+    """Too short to say anything, or an acknowledgement (`Done.`, `Sure, will do.`)."""
+    words = said(text).split()
+    return len(words) < MIN_WORDS or (len(words) < ACK_WORDS and bool(_ACK.match(" ".join(words))))
 
 
 async def _briefing(memoryd: client.Client, payload: dict[str, Any], project: str) -> list[Item]:
@@ -210,30 +260,81 @@ async def _briefing(memoryd: client.Client, payload: dict[str, Any], project: st
 async def _relevant(
     memoryd: client.Client, payload: dict[str, Any], project: str, seen: set[str]
 ) -> list[Item]:
+    """Memories, code and docs near the prompt, above the relevance floor: files the prompt
+    names first, then by relevance; none that says nothing, repeats the prompt or another
+    item, at most one per earlier session (unless the prompt names it) and one per file."""
     prompt = str(payload.get("prompt") or "").strip()
     if not prompt:
         return []
     session_id = str(payload.get("session_id") or "")
-    memories, chunks = await asyncio.gather(
-        memoryd.search(prompt, kind="memory", limit=PROMPT_MEMORIES * 4),
-        memoryd.search(prompt, kind="code", limit=PROMPT_CHUNKS * 2, project=project),
+    floor = memoryd.settings.hook_min_relevance
+    memories, code, docs = await asyncio.gather(
+        memoryd.search(prompt, kind="memory", limit=PROMPT_MEMORY_HITS),
+        memoryd.search(prompt, kind="code", limit=PROMPT_CODE_HITS, project=project),
+        memoryd.search(prompt, kind="docs", limit=PROMPT_DOCS_HITS, project=project),
     )
     projects = await memoryd.session_projects(sorted({h.session for h in memories if h.session}))
-    picked = [
-        qualified("memory", h.id)
-        for h in memories
-        if h.name in INJECTED_KINDS
-        and h.session != session_id
-        and projects.get(h.session or "") == project
-        and qualified("memory", h.id) not in seen
-    ][:PROMPT_MEMORIES]
-    picked += [qualified("code", h.id) for h in chunks if qualified("code", h.id) not in seen][
-        :PROMPT_CHUNKS
-    ]
-    if not picked:
+    hits = (
+        [
+            h
+            for h in memories
+            if h.name in INJECTABLE_MEMORY_KINDS
+            and h.session != session_id
+            and projects.get(h.session or "") == project
+        ]
+        + code
+        + docs
+    )
+    # Stable: among equals the search's own order (a stale memory after a current one).
+    hits = sorted(
+        (h for h in hits if h.score >= floor and _key(h) not in seen), key=lambda h: -h.score
+    )[: PROMPT_ITEMS * 3]  # room for what `_pick` leaves out
+    if not hits:
         return []
-    records = await memoryd.get(picked, ITEM_CHARS * len(picked))
-    return [_record_item(r) for r in records]
+    records = await memoryd.get([_key(h) for h in hits], ITEM_CHARS * len(hits))
+    items = _pick(prompt, hits, records)
+    memories = [item.key for item in items if item.key.startswith("memory:")]
+    led = await memoryd.then_modified(memories) if memories else {}
+    return [_then(item, led.get(item.key, [])) for item in items]
+
+
+def _then(item: Item, files: Sequence[str]) -> Item:
+    """A memory's item with the files its session then modified, ahead of its text (which
+    the item's budget may cut)."""
+    if not files:
+        return item
+    head, sep, text = item.text.partition("): ")
+    longer = f"{head}, then modified {', '.join(files)}{sep}{text}"
+    return Item(item.key, one_line(longer, ITEM_CHARS + len(longer) - len(item.text)))
+
+
+def _key(hit: SearchResult) -> str:
+    """The id `get` gives the hit's record (a docs hit is a code chunk)."""
+    return qualified("code_chunk" if hit.path is not None else hit.kind, hit.id)
+
+
+def _pick(prompt: str, hits: Sequence[SearchResult], records: Sequence[Record]) -> list[Item]:
+    own = said(prompt)
+    texts, sources, items = {own}, set(), []
+    for hit, record in zip(hits, records, strict=True):
+        if hit.path is not None:
+            lines = (record.get("chunk_end_line") or 0) - (record.get("start_line") or 0) + 1
+            if lines < MIN_CHUNK_LINES and hit.score < NAMED:
+                continue
+            source = f"file:{hit.project}:{hit.path}"
+        else:
+            text = said(record["text"])
+            if contentless(record["text"]) or text in texts or (len(text) > 20 and text in own):
+                continue
+            texts.add(text)
+            source = "" if hit.session and hit.session in prompt else f"session:{hit.session}"
+        if source and source in sources:
+            continue
+        sources.add(source)
+        items.append(record_item(record))
+        if len(items) == PROMPT_ITEMS:
+            break
+    return items
 
 
 async def capture(memoryd: client.Client, payload: dict[str, Any]) -> None:

@@ -73,6 +73,10 @@ TIMELINE = _query("timeline")
 RECENT_ACTIVITY = _query("recent_activity")
 # Agent-written memories are small and interactive: they run on the query queue.
 REMEMBER = _query("remember")
+# Whether the code memories point at is still what they saw (memoryd/anchors.py).
+ANCHORS = _query("anchors")
+# What a memory's session went on to change (the prompt hook says it with the memory).
+THEN_MODIFIED = _query("then_modified")
 FORGET = _query("forget")
 INDEX_PROGRESS = _query("index_progress")
 # Transcripts the daemon follows that changed since a time (`memoryd resume`).

@@ -286,7 +286,9 @@ def build_server(
         description="Record a decision, note or todo for later sessions (kind: "
         f"{', '.join(AGENT_MEMORY_KINDS)}). It is searchable, pinned (never pruned), kept with "
         "the project's notes and linked to the files it names (files: paths, relative to the "
-        "working directory, also found in the text). Record why, not what the diff shows.",
+        "working directory, also found in the text; `path#Class.method` names a function). "
+        "When shown later it says whether that code is still current. Record why, not what "
+        "the diff shows.",
     )
     async def remember(
         text: str, kind: str = "note", files: list[str] | None = None, project: str | None = None

@@ -24,7 +24,7 @@ from memoryd.compact import compact_files
 from memoryd.config import Settings
 from memoryd.errors import MemorydError
 from memoryd.export import write_backup
-from memoryd.store import SCHEMA_DIR, VECTOR_TABLES, Store
+from memoryd.store import SCHEMA_DIR, VECTOR_TABLES, Store, key_of
 from memoryd.vocabulary import MEMORY_ENTITY_EDGE_TABLES, RETIRED_EDGE_TABLES
 
 log = logging.getLogger(__name__)
@@ -150,11 +150,29 @@ async def _drop_order_edges(store: Store, _: Settings) -> None:
     await compact_files(store, leave_out=RETIRED_EDGE_TABLES)
 
 
-# What re-deriving edges writes. search_state: a changed memory kind moves the search
-# generation (its row made then).
 # What re-deriving edges rewrites. search_state: a changed memory kind moves the search
 # generation (its row made then).
 _REDERIVED = ("entity", *MEMORY_ENTITY_EDGE_TABLES, "search_state")
+
+
+async def _anchor_notes(store: Store, _: Settings) -> None:
+    """Agents' notes written before anchors (memoryd/anchors.py) get theirs: each file or
+    symbol a note MENTIONS, with the hash of its code when the note was written (from the
+    chunks the indexer kept; none when it holds none of that time). Resumable: a note given
+    anchors (an empty list when it names no code) is not read again."""
+    from memoryd.anchors import make_anchors
+
+    after: str | None = None
+    while notes := await store.unanchored_notes_after(after, _PAGE):
+        anchors = {}
+        for note in notes:
+            at = note["event_time"]
+            targets = [(e["kind"], e["key"]) for e in note.get("named") or []]
+            chunks = await store.anchor_chunks([(kind, key, at) for kind, key in targets])
+            anchors[key_of(note["id"])] = make_anchors(targets, chunks, at)
+        await store.set_anchors(anchors)
+        after = key_of(notes[-1]["id"])
+
 
 # The data steps, in number order; numbers are shared with the schema files.
 DATA_STEPS: tuple[DataStep, ...] = (
@@ -171,6 +189,7 @@ DATA_STEPS: tuple[DataStep, ...] = (
     DataStep(13, "compact", _compact, changes=()),
     DataStep(25, "drop_order_edges", _drop_order_edges, changes=RETIRED_EDGE_TABLES),
     DataStep(26, "rederive_edges_2", _rederive_edges_2, changes=_REDERIVED),
+    DataStep(28, "anchor_notes", _anchor_notes, changes=()),
 )
 
 

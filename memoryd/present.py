@@ -43,8 +43,16 @@ def hit_line(hit: SearchResult, project: str | None) -> str:
         return one_line(f"{ident} [{proj}] {where} {hit.name or ''}", LINE_CHARS)
     seq = "" if hit.seq is None else f"#{hit.seq}"
     return one_line(
-        f"{ident} [{proj}] session {hit.session}{seq} {hit.name}: {hit.text}", LINE_CHARS
+        f"{ident} [{proj}] session {hit.session}{seq} {hit.name}{code_state(hit.anchor)}: "
+        f"{hit.text}",
+        LINE_CHARS,
     )
+
+
+def code_state(anchor: str | None) -> str:
+    """` (code current)`, ` (code changed since … (n lines))`, ` (code file deleted)` for a
+    memory that points at code (memoryd/anchors.py); nothing for one that does not."""
+    return f" (code {anchor})" if anchor else ""
 
 
 def search_text(
@@ -78,6 +86,7 @@ def record_text(record: Record) -> str:
         head = (
             f"{record['id']} [{proj}] {record['kind']} in session {record.get('session')}"
             f"#{record.get('seq')}{tool} at {_day(record.get('event_time'))}{pinned}{flags}"
+            f"{code_state(record.get('anchor'))}"
         )
     return f"{head}\n{record['text']}"
 

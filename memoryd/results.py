@@ -5,13 +5,15 @@ model, no database SDK), so the CLI, the MCP server and the hooks can hold these
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict
 
 
 @dataclass(frozen=True, slots=True)
 class SearchResult:
     """One hit. Code: project, path, lines and the symbol's name. Memory and goal: session,
-    seq, the memory's kind as ``name`` and a one-line snippet as ``text``."""
+    seq, the memory's kind as ``name`` and a one-line snippet as ``text``. ``score``: the
+    relevance in [0, 1] (memoryd/search.py). ``anchor``: for a memory that points at code,
+    whether that code is current (memoryd/anchors.py)."""
 
     kind: str
     id: str
@@ -24,6 +26,7 @@ class SearchResult:
     session: str | None = None
     seq: int | None = None
     text: str | None = None
+    anchor: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None or k in _ALWAYS}
@@ -35,10 +38,26 @@ class SearchResult:
             where = f"{self.project or '-'}  {self.path}:{self.start_line}-{self.end_line}"
             return f"{where}  {self.score:.4f}  {self.name or '-'}"
         where = self.session if self.seq is None else f"{self.session}#{self.seq}"
-        return f"{where}  {self.score:.4f}  {self.name}: {self.text}"
+        anchor = f" [code {self.anchor}]" if self.anchor else ""
+        return f"{where}  {self.score:.4f}  {self.name}{anchor}: {self.text}"
 
 
 _ALWAYS = frozenset({"kind", "id", "score", "name"})
+
+
+# How the code a memory points at stands now (memoryd/anchors.py).
+State = Literal["current", "changed", "deleted", "unknown"]
+
+
+class AnchorState(TypedDict):
+    """How an anchor stands now: ``since`` when its code was first changed (ISO time),
+    ``lines`` how many lines changed (None when the indexer no longer holds the old chunks)."""
+
+    key: str
+    kind: str
+    state: State
+    since: str | None
+    lines: int | None
 
 
 class Action(TypedDict):
@@ -181,6 +200,7 @@ class Record(TypedDict, total=False):
     valid: bool
     text: str
     truncated: bool
+    anchor: str | None
 
 
 class TimelineEvent(TypedDict):
@@ -216,6 +236,7 @@ class FileChange(TypedDict):
     file: str
     project: str | None
     edits: int
+    sessions: int
     last_at: str | None
     last_session: str
 

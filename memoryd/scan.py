@@ -38,6 +38,7 @@ IGNORED_NAMES = frozenset(
         composer.lock uv.lock go.sum Pipfile.lock .DS_Store
         """.split(),
         AIDER_LOG,
+        ".aider.input.history",
     }
 )
 # Binary files by suffix: never text, ignored without a word (a tree has thousands).

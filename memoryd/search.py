@@ -1,11 +1,17 @@
 """Hybrid search: BM25 and vector k-NN over the derived search indexes (memoryd.searchindex),
-fused by reciprocal rank, over what is valid now or was valid at a past time."""
+fused by reciprocal rank, over what is valid now or was valid at a past time.
+
+Hits come in the fused order, a memory whose code changed since (memoryd/anchors.py) below a
+current one of the same rank score; each hit's `score` is its relevance (SearchIndex.hybrid):
+the cosine similarity of query and row in [0, 1], 1.0 for a file the query names, the same
+scale for every query and kind, so a floor means the same thing everywhere."""
 
 from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
 
+from memoryd.anchors import STALE_FACTOR, anchor_states, anchor_text, is_stale
 from memoryd.embedding import Embedder
 from memoryd.errors import InvalidRequest, NotFound
 from memoryd.results import SearchResult
@@ -60,20 +66,26 @@ async def search(
     )
     vector = await asyncio.to_thread(embedder.embed_query, query)
     hits = await asyncio.to_thread(index.hybrid, query, vector, embedder.model, filters, limit)
-    if kind == "memory":
-        keys = [hit.id for hit in hits]
-        store.later(store.bump_access("memory", keys, datetime.now(UTC)), "memory reads")
-    return [_result(hit) for hit in hits]
+    if kind != "memory":
+        return [_result(hit) for hit in hits]
+    keys = [hit.id for hit in hits]
+    store.later(store.bump_access("memory", keys, datetime.now(UTC)), "memory reads")
+    states = await anchor_states(store, keys)
+    ranked = sorted(
+        hits,
+        key=lambda hit: -hit.score * (STALE_FACTOR if is_stale(states.get(hit.id, [])) else 1.0),
+    )
+    return [_result(hit, anchor_text(states.get(hit.id, [])) or None) for hit in ranked]
 
 
-def _result(hit: Hit) -> SearchResult:
+def _result(hit: Hit, anchor: str | None = None) -> SearchResult:
     f = hit.fields
     if hit.table == "code_chunk":
         name, parent = hit.name, hit.parent_name
         return SearchResult(
             hit.kind,
             hit.id,
-            hit.score,
+            hit.relevance,
             project=hit.project,
             path=hit.path,
             start_line=f.get("start_line"),
@@ -83,9 +95,10 @@ def _result(hit: Hit) -> SearchResult:
     return SearchResult(
         hit.kind,
         hit.id,
-        hit.score,
+        hit.relevance,
         session=f.get("session"),
         seq=f.get("seq"),
         name=f.get("kind") or "goal",
         text=f.get("snippet"),
+        anchor=anchor,
     )

@@ -148,28 +148,33 @@ def edge(name: str) -> Edge:
 class MemoryKind:
     """What one memory row is. ``half_life_days``: the decay default (config can override).
     ``embedded``: it gets a vector (tool results are found by BM25 and the graph).
-    ``agent_written``: written by an agent through `remember`, pinned by default."""
+    ``agent_written``: written by an agent through `remember`, pinned by default.
+    ``injectable``: a hook may put it into an agent's context (memoryd/hooks.py): words of
+    people and agents, never a tool's call or output, which could carry a prompt injection
+    from a web page or a file into later sessions."""
 
     name: str
     half_life_days: float
     embedded: bool = True
     agent_written: bool = False
+    injectable: bool = False
 
 
 MEMORY_KINDS = (
-    MemoryKind("user_prompt", 90.0),
-    MemoryKind("assistant_message", 30.0),
+    MemoryKind("user_prompt", 90.0, injectable=True),
+    MemoryKind("assistant_message", 30.0, injectable=True),
     MemoryKind("tool_call", 14.0),
     MemoryKind("tool_result", 7.0, embedded=False),
     MemoryKind("error", 30.0),
-    MemoryKind("summary", 90.0),
-    MemoryKind("decision", 365.0, agent_written=True),
-    MemoryKind("note", 180.0, agent_written=True),
-    MemoryKind("todo", 90.0, agent_written=True),
+    MemoryKind("summary", 90.0, injectable=True),
+    MemoryKind("decision", 365.0, agent_written=True, injectable=True),
+    MemoryKind("note", 180.0, agent_written=True, injectable=True),
+    MemoryKind("todo", 90.0, agent_written=True, injectable=True),
 )
 MEMORY_KINDS_BY_NAME = {kind.name: kind for kind in MEMORY_KINDS}
 EMBEDDED_MEMORY_KINDS = frozenset(kind.name for kind in MEMORY_KINDS if kind.embedded)
 AGENT_MEMORY_KINDS = tuple(kind.name for kind in MEMORY_KINDS if kind.agent_written)
+INJECTABLE_MEMORY_KINDS = frozenset(kind.name for kind in MEMORY_KINDS if kind.injectable)
 DEFAULT_HALF_LIVES = {kind.name: kind.half_life_days for kind in MEMORY_KINDS}
 
 # -- search kinds ------------------------------------------------------------------------------

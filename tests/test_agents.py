@@ -297,7 +297,7 @@ async def test_remember_links_the_files_it_names_and_forget_removes_it(daemon: D
         assert (
             not error
             and f"{memory} [{daemon.project}] session agent-notes:{daemon.project}#0 "
-            f"decision: {note}"
+            f"decision (code current): {note}"
             in found
         )
         error, recent = await call(mcp, "recent_activity")

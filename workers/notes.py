@@ -16,11 +16,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from memoryd import agent, vocabulary
+from memoryd.anchors import make_anchors
 from memoryd.embedding import embed_off_loop
 from memoryd.errors import InvalidRequest
 from memoryd.ids import entity_id, stable_id
 from memoryd.store import Ref
 from memoryd.store.recall import NOTES_AGENT
+from memoryd.vocabulary import SYMBOL
 from workers.context import JobContext
 from workers.entities import Entity, canonical_file
 from workers.ingest import EMBED_CHARS
@@ -39,11 +41,15 @@ def notes_session_id(project_id: str | None) -> str:
 def named_files(
     text: str, files: list[str], cwd: str, projects: list[tuple[str, str]]
 ) -> list[Entity]:
-    """The file entities a note names: every path in `files` (absolute, or relative to
-    `cwd`), and each word of the text that is the path of an existing file."""
+    """The file and symbol entities a note names: every path in `files` (absolute, or
+    relative to `cwd`; `path#Parent.name` names a symbol the indexer keeps of that file), and
+    each word of the text that is the path of an existing file."""
     found: dict[str, Entity] = {}
     for given in files:
-        entity = canonical_file(given, cwd, projects)
+        path, _, symbol = given.partition("#")
+        entity = canonical_file(path, cwd, projects)
+        if entity is not None and symbol:
+            entity = Entity(SYMBOL, f"{entity.key}#{symbol}", given, symbol, entity.project_id)
         if entity is not None:
             found.setdefault(entity.key, entity)
     for match in _WORD.finditer(text):
@@ -77,6 +83,17 @@ async def remember(
     projects = [(p["id"], p["root"]) for p in await ctx["store"].projects()]
     entities = await asyncio.to_thread(named_files, text, files, cwd, projects)
     [vector] = await embed_off_loop(embedder, [text[:EMBED_CHARS]])
+    # Anchors: the code it names as the indexer holds it now (files outside every project are
+    # not indexed: nothing to check them against).
+    targets = [(e.kind, e.key) for e in entities if e.project_id]
+    chunks = await ctx["store"].anchor_chunks([(kind, key, None) for kind, key in targets])
+    missing = [
+        key
+        for (kind, key), rows in zip(targets, chunks, strict=True)
+        if kind == SYMBOL and not [r for r in rows if "content" in r]
+    ]
+    if missing:
+        raise InvalidRequest(f"no indexed symbol {', '.join(missing)} (path#Parent.name)")
     at = datetime.now(UTC)
     session_id = notes_session_id(project_id)
     memory_id = stable_id("remember", session_id, kind, text)
@@ -104,6 +121,7 @@ async def remember(
             "media": [],
             "embedding": vector,
             "embedding_model": embedder.model,
+            "anchors": make_anchors(targets, chunks, at),
         },
         [_entity_row(e, at) for e in entities],
         [

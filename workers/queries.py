@@ -11,6 +11,7 @@ from typing import Any
 from memoryd import agent, hooks, metrics, queue, views
 from memoryd import search as search_module
 from memoryd.agent import check_budget
+from memoryd.anchors import anchor_states, anchor_text
 from memoryd.client import Client, remembered
 from memoryd.compact import DB_DIR, size
 from memoryd.errors import InvalidRequest, NotFound
@@ -306,7 +307,18 @@ async def get(ctx: JobContext, ids: list[str], max_chars: int) -> list[dict[str,
         raise NotFound(f"no record {', '.join(repr(m) for m in missing)}")
     memories = [agent.parse_id(r["id"])[1] for r in records if r["kind"] not in ("code", "goal")]
     store.later(store.bump_access("memory", memories, datetime.now(UTC)), "memory reads")
+    states = await anchor_states(store, memories)
+    for record in records:
+        record["anchor"] = anchor_text(states.get(agent.parse_id(record["id"])[1], [])) or None
     return records
+
+
+async def anchors(ctx: JobContext, ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """How the anchors of these memories (ids as search and get give them) stand now: per
+    memory that points at code, one state per file or symbol (memoryd/anchors.py)."""
+    keys = {agent.parse_id(i)[1]: i for i in ids}
+    states = await anchor_states(ctx["store"], list(keys))
+    return {keys[key]: [dict(s) for s in found] for key, found in states.items()}
 
 
 def _chunk_record(row: dict[str, Any], share: int) -> dict[str, Any]:
@@ -401,6 +413,30 @@ async def timeline(
     }
 
 
+async def then_modified(ctx: JobContext, ids: list[str], most: int) -> dict[str, list[str]]:
+    """The files each memory's session then modified (successfully, after it, in order; at
+    most `most` each; project-relative paths): what a prompt led to. Memories whose session
+    modified nothing after them are left out."""
+    store = ctx["store"]
+    keys = {agent.parse_id(i)[1]: i for i in ids}
+    memories = [plain(m) for m in await store.memories_by_key(list(keys))]
+    outcomes = await store.session_outcomes(sorted({m["session"] for m in memories}))
+    edits = sorted(
+        (plain(a) for a in outcomes if a["verb"] == MODIFIES.name and a.get("outcome") == "ok"),
+        key=_order,
+    )
+    found: dict[str, list[str]] = {}
+    for m in memories:
+        paths = [
+            split_file_key(a["target"])[1] if a.get("project") else a["target"]
+            for a in edits
+            if a["session"] == m["session"] and (a.get("seq") or 0) > m["seq"]
+        ]
+        if paths:
+            found[keys[m["id"]]] = list(dict.fromkeys(paths))[:most]
+    return found
+
+
 # Sessions and agents' notes a recent-activity answer looks at, at most.
 RECENT_SESSIONS = 20
 RECENT_NOTES = 20
@@ -449,16 +485,20 @@ def _order(action: dict[str, Any]) -> tuple[str, str, int]:
 
 
 def file_changes(actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Files successfully modified, the most recently changed first."""
+    """Files successfully modified, the most recently changed first; `sessions`: how many
+    sessions modified each."""
     changes: dict[str, dict[str, Any]] = {}
+    sessions: dict[str, set[str]] = {}
     for a in sorted(actions, key=_order):
         if a["verb"] != MODIFIES.name or a.get("outcome") != "ok":
             continue
         path = split_file_key(a["target"])[1] if a.get("project") else a["target"]
         entry = changes.setdefault(
-            a["target"], {"file": path, "project": a.get("project"), "edits": 0}
+            a["target"], {"file": path, "project": a.get("project"), "edits": 0, "sessions": 0}
         )
         entry["edits"] += 1
+        sessions.setdefault(a["target"], set()).add(a["session"])
+        entry["sessions"] = len(sessions[a["target"]])
         entry["last_at"] = a.get("event_time")
         entry["last_session"] = a["session"]
     return sorted(changes.values(), key=lambda c: (c["last_at"] or "", c["file"]), reverse=True)

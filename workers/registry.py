@@ -85,6 +85,8 @@ FUNCTIONS: dict[JobSpec, JobFunction] = {
     jobs.TIMELINE: queries.timeline,
     jobs.RECENT_ACTIVITY: queries.recent_activity,
     jobs.REMEMBER: notes.remember,
+    jobs.ANCHORS: queries.anchors,
+    jobs.THEN_MODIFIED: queries.then_modified,
     jobs.FORGET: forget.forget,
     jobs.INDEX_PROGRESS: queries.index_progress,
     jobs.HOOK: queries.hook,

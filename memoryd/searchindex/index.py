@@ -146,9 +146,11 @@ class Hit:
     valid_from: int
     valid_until: int | None
     fields: dict[str, Any]
+    # How near the row is to the query, comparable across queries and kinds (see `hybrid`).
+    relevance: float = 0.0
 
 
-def _hit(row: Row, score: float) -> Hit:
+def _hit(row: Row, score: float, relevance: float = 0.0) -> Hit:
     return Hit(
         row.table,
         row.id,
@@ -162,6 +164,7 @@ def _hit(row: Row, score: float) -> Hit:
         row.valid_from,
         row.valid_until,
         row.fields,
+        relevance,
     )
 
 
@@ -451,14 +454,20 @@ class SearchIndex:
         rows of a file the query names come first, then the few rows that hold every word.
         The k-NN takes part only when the index holds vectors of `model` (BM25 alone while a
         re-embedding is under way), weighted by the share of the rows it searches that have
-        their vector (`ALWAYS_EMBEDDED`)."""
+        their vector (`ALWAYS_EMBEDDED`).
+
+        The order comes from the fused ranks, which say nothing across queries (the first
+        hit of any query scores about the same). Each hit's `relevance` does: the cosine
+        similarity of the row's vector and the query's (clipped at 0), 1.0 for a row of a
+        file the query names, 0.0 for a row with no vector of `model` (found by words alone)."""
         where = self._lexical.filter_query(filters)
         candidates = max(limit * CANDIDATES_PER_RESULT, MIN_CANDIDATES)
         files, terms = named_files(query), query_terms(query)
         rankings = [(1.0, self._lexical.bm25(terms, files, where, candidates))]
-        if vector is not None and model == self._model:
+        query = None if vector is None else np.asarray(vector, np.float32)
+        if query is not None and model == self._model:
             weight = min((self._coverage.get(k, 1.0) for k in filters.kinds), default=1.0)
-            near = self._near(np.asarray(vector, np.float32), filters, candidates)
+            near = self._near(query, filters, candidates)
             rankings.append((min(weight, 1.0), near))
         fused: dict[int, float] = {}
         priors: dict[int, float] = {}
@@ -479,8 +488,26 @@ class SearchIndex:
                 for label, score in fused.items()
             ),
             key=lambda pair: (-pair[0], pair[1]),
-        )
-        return self._hits([(label, score) for score, label in scored[:limit]])
+        )[:limit]
+        near = self._cosines(query, model, filters, [label for _, label in scored])
+        relevance = {label: 1.0 if label in named else near.get(label, 0.0) for _, label in scored}
+        return self._hits([(label, score) for score, label in scored], relevance)
+
+    def _cosines(
+        self, query: np.ndarray | None, model: str | None, filters: Filters, labels: list[int]
+    ) -> dict[int, float]:
+        """Cosine similarity (at least 0) of the query and each row of `labels` that has a
+        vector of `model`."""
+        if query is None or model != self._model or self._dim != len(query):
+            return {}
+        found: dict[int, float] = {}
+        for kind in filters.kinds:
+            for now in (True, False) if filters.as_of is not None else (True,):
+                keys, matrix = self._vectors[part(kind, now)].get(labels)
+                norms = np.linalg.norm(matrix, axis=1) * float(np.linalg.norm(query))
+                cosines = (matrix @ query) / np.maximum(norms, 1e-12)
+                found.update(zip(keys.tolist(), np.maximum(cosines, 0.0).tolist(), strict=True))
+        return found
 
     def _near(self, vector: np.ndarray, filters: Filters, k: int) -> list[Ranked]:
         """(label, cosine distance, prior) of the `k` nearest rows that pass `filters`: the
@@ -529,6 +556,12 @@ class SearchIndex:
             for label, d in zip(found.tolist(), distances, strict=True)
         ]
 
-    def _hits(self, ranked: list[tuple[int, float]]) -> list[Hit]:
+    def _hits(
+        self, ranked: list[tuple[int, float]], relevance: dict[int, float] | None = None
+    ) -> list[Hit]:
         rows = self._lexical.rows_by_label([label for label, _ in ranked])
-        return [_hit(rows[label], round(score, 6)) for label, score in ranked if label in rows]
+        return [
+            _hit(rows[label], round(score, 6), round((relevance or {}).get(label, 0.0), 4))
+            for label, score in ranked
+            if label in rows
+        ]

@@ -1,0 +1,319 @@
+"""Does the hooks' context help? What memoryd injects at the start of a session, replayed from
+real repositories' histories, against a code-only search of the same budget and against nothing.
+
+    .venv/bin/python -m bench.context GIT_DIR [GIT_DIR...] [--name OWNER/NAME...] [--work DIR]
+        [--sessions 10]
+
+GIT_DIR: a repository with real history (a bare git dir or a working tree), fetched outside
+this repository. The rule, fixed before any result was seen:
+
+Sessions. Public repositories that committed aider's `.aider.chat.history.md` rarely kept a
+history with several editing sessions (the ones fetched for this bench held 0 to 3), so
+sessions are reconstructed from each repository's own history: each non-merge commit of
+HEAD's first-parent line is one session, its message the session's first prompt, its changed
+files its edits. The replayed transcript is an aider chat log of those sessions, as aider
+writes one (`# aider chat started at <commit time>`, `#### <message>`, `> Applied edit to
+<file>` per changed file), kept in the tree, so memoryd ingests it as it ingests aider's own;
+its times are shifted so that the session evaluated starts now (the briefing looks at the
+week before it).
+
+Evaluated sessions: the newest `--sessions` commits that change 1 to 20 files of which at
+least one exists in the tree before it. Before the first of them, up to REPLAY earlier
+commits are replayed as sessions. For each evaluated session k: the tree is checked out at
+k's parent and indexed (the daemon's own jobs, vectors included), sessions up to k-1 are in
+the log and ingested, and then
+- memoryd: what the hooks inject for a new session of k: SessionStart's briefing and the
+  first prompt's UserPromptSubmit, each at most HOOK_CHARS (2,000 characters together);
+- code only: the top code chunks of memoryd's search for the prompt (no memories), printed
+  as the prompt hook prints code, packed into the same 2,000 characters;
+- nothing: no context (recall 0).
+Measures, per session, averaged over sessions: file recall, the share of the files k changes
+(that exist in the tree before it) named in the injected text (its relative path, or its
+file name when that name is unique in the tree); precision, the share of injected characters
+in items (`- ` lines with what follows them) that name a file k changes (reconstructed
+sessions have no errors or decisions of their own to name). Target: memoryd's recall ahead of
+the code-only baseline by >= 0.10.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from bench.task_queries import git, repo_name
+from memoryd import client, hooks, projects, queue
+from memoryd.agent import qualified
+from memoryd.config import load_settings
+from memoryd.runtime import Runtime
+from memoryd.watch.transcripts import AIDER_LOG
+
+REPLAY = 40
+MAX_FILES = 20
+HOOK_CHARS = 1000
+BUDGET = 2 * HOOK_CHARS
+CODE_HITS = 20
+TARGET = 0.10
+TIME = "%Y-%m-%d %H:%M:%S"
+# A commit's fields in `git log` output, split on these marks.
+_COMMIT, _FIELD = "\x1e", "\x1f"
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    sha: str
+    parent: str | None
+    at: str  # the commit's time in its own zone, as aider writes its own
+    prompt: str
+    files: tuple[str, ...]
+
+
+def sessions(git_dir: Path) -> list[Session]:
+    """HEAD's first-parent non-merge commits, oldest first."""
+    log = git(
+        git_dir,
+        "log",
+        "--first-parent",
+        "--no-merges",
+        "--reverse",
+        f"--date=format:{TIME}",
+        f"--format={_COMMIT}%H{_FIELD}%P{_FIELD}%ad{_FIELD}%B{_FIELD}",
+        "--name-only",
+        "HEAD",
+    )
+    found = []
+    for entry in log.split(_COMMIT)[1:]:
+        sha, parents, at, message, files = entry.split(_FIELD)
+        found.append(
+            Session(
+                sha,
+                parents.split()[0] if parents.split() else None,
+                at,
+                " ".join(message.split()),
+                tuple(f for f in files.split("\n") if f.strip()),
+            )
+        )
+    return found
+
+
+def tree_files(git_dir: Path, sha: str) -> set[str]:
+    return set(git(git_dir, "ls-tree", "-r", "--name-only", sha).splitlines())
+
+
+def aider_log(replayed: list[Session], shift: timedelta) -> str:
+    """The chat log aider would have written for these sessions, `shift` later."""
+    parts = []
+    for s in replayed:
+        at = (datetime.strptime(s.at, TIME) + shift).strftime(TIME)
+        edits = "".join(f"> Applied edit to {f}  \n" for f in s.files)
+        parts.append(f"\n# aider chat started at {at}\n\n#### {s.prompt}  \n\n{edits}\n")
+    return "".join(parts)
+
+
+def named(text: str, path: str, unique: dict[str, int]) -> bool:
+    if path in text:
+        return True
+    base = path.rsplit("/", 1)[-1]
+    return (
+        unique.get(base) == 1 and re.search(rf"(?<![\w./-]){re.escape(base)}\b", text) is not None
+    )
+
+
+def items(text: str) -> list[str]:
+    """The items of an injected text: a `- ` line and the lines after it up to the next."""
+    found: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("- ") or not found:
+            found.append(line)
+        else:
+            found[-1] += "\n" + line
+    return [item for item in found if item.startswith("- ")]
+
+
+def measure(text: str, relevant: set[str], unique: dict[str, int]) -> tuple[float, float]:
+    """(file recall, precision) of an injected text."""
+    recall = sum(named(text, f, unique) for f in relevant) / len(relevant)
+    useful = sum(len(i) for i in items(text) if any(named(i, f, unique) for f in relevant))
+    return recall, (useful / len(text) if text else 0.0)
+
+
+async def hook_text(memoryd: client.Client, command: str, payload: dict[str, object]) -> str:
+    """What `memoryd hook claude-code <command>` injects."""
+    out = await hooks.run(
+        memoryd, "claude-code", command, json.dumps(payload), str(payload["cwd"]), HOOK_CHARS
+    )
+    return json.loads(out)["hookSpecificOutput"]["additionalContext"] if out else ""
+
+
+async def code_only(memoryd: client.Client, prompt: str, project: str) -> str:
+    hits = await memoryd.search(prompt, kind="code", limit=CODE_HITS, project=project)
+    if not hits:
+        return ""
+    records = await memoryd.get(
+        [qualified("code", h.id) for h in hits], hooks.ITEM_CHARS * len(hits)
+    )
+    head = "code related to this prompt:"
+    return hooks.pack(head, [hooks.record_item(r) for r in records], set(), BUDGET)[0]
+
+
+async def index(rt: Runtime, tree: Path) -> str:
+    assert rt.redis is not None
+    project = projects.resolve(tree)
+    for job, _ in await projects.sync(rt.redis, project, rt.settings.index_batch_files):
+        await queue.embedded_later(rt.redis, await queue.wait_for(job, timeout=7200), 7200)
+    return project.id
+
+
+def checkout(tree: Path, sha: str) -> None:
+    """The tree at `sha`, the replayed log kept (a log the repository committed is its own)."""
+    log = tree / AIDER_LOG
+    kept = log.read_bytes() if log.exists() else b""
+    subprocess.run(["git", "-C", str(tree), "checkout", "-q", "-f", sha], check=True)
+    subprocess.run(["git", "-C", str(tree), "clean", "-q", "-f", "-d", "-x"], check=True)
+    log.write_bytes(kept)
+
+
+async def evaluate(
+    git_dir: Path, name: str | None, count: int, work: Path
+) -> list[dict[str, float]]:
+    git_dir = Path(git(git_dir, "rev-parse", "--absolute-git-dir").strip())
+    label = repo_name(git_dir, name)
+    history = sessions(git_dir)
+    chosen = []
+    for n, s in reversed(list(enumerate(history))):
+        before = tree_files(git_dir, s.parent) if s.parent else set()
+        if 1 <= len(s.files) <= MAX_FILES and before & set(s.files):
+            chosen.append(n)
+            if len(chosen) == count:
+                break
+    chosen.reverse()
+    if not chosen:
+        print(f"\n== {label}: no session qualifies")
+        return []
+    start = max(0, chosen[0] - REPLAY)
+    place = work / label.replace("/", "+")
+    tree = place / "tree"
+    if not tree.exists():
+        subprocess.run(
+            ["git", "clone", "-q", "--no-checkout", "--shared", str(git_dir), str(tree)],
+            check=True,
+        )
+    (tree / AIDER_LOG).unlink(missing_ok=True)
+    print(
+        f"\n== {label}: {len(history)} sessions (first-parent commits); {len(chosen)} evaluated "
+        f"({history[chosen[0]].sha[:10]}..{history[chosen[-1]].sha[:10]}), "
+        f"{chosen[0] - start} replayed before the first"
+    )
+    # A kept data dir's record of what the hooks injected would leave those items out now.
+    shutil.rmtree(place / "data" / "hooks", ignore_errors=True)
+    rt = Runtime(load_settings(data_dir=place / "data"))
+    await rt.start_queue(exclusive=True)
+    await rt.serve()
+    rows = []
+    try:
+        assert rt.redis is not None
+        memoryd = client.Client(rt.redis, rt.settings)
+        for n in chosen:
+            s = history[n]
+            assert s.parent is not None
+            started = time.perf_counter()
+            checkout(tree, s.parent)
+            # As if session k started now: the briefing looks at the days before it. A new
+            # file (the ingester reads a replaced file again from its start, same ids).
+            shift = datetime.now() - datetime.strptime(s.at, TIME)
+            fresh = tree / (AIDER_LOG + ".new")
+            fresh.write_text(aider_log(history[start:n], shift))
+            os.replace(fresh, tree / AIDER_LOG)
+            project = await index(rt, tree)
+            await memoryd.ingest([str(tree / AIDER_LOG)])
+            files = tree_files(git_dir, s.parent)
+            relevant = set(s.files) & files
+            unique: dict[str, int] = {}
+            for f in files:
+                unique[f.rsplit("/", 1)[-1]] = unique.get(f.rsplit("/", 1)[-1], 0) + 1
+            base = {"session_id": f"bench-{s.sha}", "cwd": str(tree)}
+            brief = await hook_text(memoryd, "session-start", base | {"source": "startup"})
+            prompt = await hook_text(memoryd, "user-prompt-submit", base | {"prompt": s.prompt})
+            injected = "\n".join(t for t in (brief, prompt) if t)
+            baseline = await code_only(memoryd, s.prompt, project)
+            (m_recall, m_precision), (c_recall, c_precision) = (
+                measure(injected, relevant, unique),
+                measure(baseline, relevant, unique),
+            )
+            p_recall = measure(prompt, relevant, unique)[0]
+            rows.append(
+                {
+                    "memoryd": m_recall,
+                    "memoryd prompt hook only": p_recall,
+                    "code only": c_recall,
+                    "nothing": 0.0,
+                    "memoryd precision": m_precision,
+                    "code only precision": c_precision,
+                    "memoryd chars": float(len(injected)),
+                }
+            )
+            print(
+                f"  {s.sha[:10]} {len(relevant)} files: recall memoryd {m_recall:.2f} "
+                f"(prompt hook {p_recall:.2f}), code only {c_recall:.2f}; precision "
+                f"{m_precision:.2f} vs {c_precision:.2f}; {len(injected)} chars "
+                f"({time.perf_counter() - started:.0f} s)"
+            )
+    finally:
+        await rt.close()
+    report(label, rows)
+    return rows
+
+
+def report(label: str, rows: list[dict[str, float]]) -> None:
+    if not rows:
+        return
+    print(f"-- {label}: {len(rows)} sessions")
+    for key in rows[0]:
+        print(f"  {key:<28} {statistics.fmean(r[key] for r in rows):.3f}")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("repos", nargs="+", type=Path)
+    parser.add_argument("--work", type=Path, help="keep trees and data dirs here")
+    parser.add_argument("--sessions", type=int, default=10)
+    parser.add_argument("--name", action="append", help="a name to print per repo, in order")
+    args = parser.parse_args()
+    # This machine's own memoryd config and transcripts stay out of the measurement; the hooks
+    # get the time they need on a loaded machine (what they say is measured here, how fast
+    # they say it by bench/agent_latency.py).
+    os.environ |= {
+        "MEMORYD_CONFIG": "/nonexistent/memoryd-bench.toml",
+        "MEMORYD_TRANSCRIPTS": "[]",
+        "MEMORYD_HOOK_TIMEOUT_SECONDS": "30",
+    }
+    work = args.work or Path(tempfile.mkdtemp(prefix="mdctx-"))
+    work.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, float]] = []
+    try:
+        names = args.name or []
+        for i, repo in enumerate(args.repos):
+            name = names[i] if i < len(names) else None
+            rows += await evaluate(repo, name, args.sessions, work)
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    report("all repositories", rows)
+    if rows:
+        gain = statistics.fmean(r["memoryd"] - r["code only"] for r in rows)
+        verdict = "met" if gain >= TARGET else "NOT met"
+        print(f"file recall, memoryd minus code only: {gain:+.3f} (target >= {TARGET}: {verdict})")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

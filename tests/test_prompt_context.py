@@ -1,0 +1,150 @@
+"""What the prompt hook injects (memoryd/hooks.py), against a real stack: arq's tree indexed, a
+real aider session (from the fixture, with aider's `/ask` echo and its long reply) and a short
+one after it ingested from the tree's own `.aider.chat.history.md`. Nothing that says nothing,
+nothing that repeats the prompt, one item per earlier session, files the prompt names first,
+and nothing below the relevance floor."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from memoryd import client, hooks
+from memoryd.runtime import Runtime
+from tests.conftest import index_tree
+
+AIDER = Path(__file__).parent / "fixtures" / "transcripts" / "aider" / "chat-history.md"
+# The fixture's session of 2024-08-06 09:44:24: `/ask …`, aider's echo of it, a long answer.
+ASK_SESSION = (4674, 4943)
+ASKED = "is there a portable way to know the user's preferred language?"
+DONE_SESSION = (
+    "\n# aider chat started at 2024-08-07 10:00:00\n\n"
+    "#### make from_dsn reject a redis DSN url with an unknown scheme  \n\n"
+    "Done.\n\n"
+)
+DOC = (
+    "# Connecting to Redis\n\n"
+    "arq reads its Redis settings from a DSN url: redis://, rediss:// or unix://.\n"
+    "The database number comes from the path or from a `db` query parameter.\n"
+    "Timeouts and retries are settings of their own.\n"
+)
+
+
+@pytest.fixture
+async def repo(stack: Runtime, arq_tree: Path, tmp_path: Path) -> Path:
+    root = tmp_path / "arq"
+    shutil.copytree(arq_tree, root)
+    (root / "docs").mkdir()
+    (root / "docs" / "connections.md").write_text(DOC)
+    lines = AIDER.read_text().splitlines(keepends=True)
+    log = root / ".aider.chat.history.md"
+    log.write_text("".join(lines[ASK_SESSION[0] - 1 : ASK_SESSION[1] - 1]) + DONE_SESSION)
+    await index_tree(stack, root)
+    memoryd = client.Client(stack.redis, stack.settings)
+    [report] = await memoryd.ingest([str(log)])
+    assert report["memories"] > 0, report
+    return root
+
+
+async def prompt_context(memoryd: client.Client, root: Path, prompt: str, session: str) -> str:
+    payload = {"session_id": session, "cwd": str(root), "prompt": prompt}
+    out = await hooks.run(
+        memoryd, "claude-code", "user-prompt-submit", json.dumps(payload), str(root), None
+    )
+    if not out:
+        return ""
+    return str(json.loads(out)["hookSpecificOutput"]["additionalContext"])
+
+
+def patient(stack: Runtime, **settings: object) -> client.Client:
+    """A client whose hooks take the time a loaded test machine needs (a hook gives up after
+    `hook_timeout_seconds`, 1.5 s by default, and then says nothing)."""
+    given = dataclasses.replace(stack.settings, hook_timeout_seconds=20.0, **settings)
+    return client.Client(stack.redis, given)
+
+
+def items(text: str) -> list[str]:
+    """The item lines (`- [id] …`) of a hook's context."""
+    return [line for line in text.splitlines() if line.startswith("- [")]
+
+
+@pytest.mark.e2e
+async def test_prompt_context_has_no_noise_and_names_files_first(
+    stack: Runtime, repo: Path
+) -> None:
+    memoryd = patient(stack)
+
+    # An earlier session near this prompt: one item of it, though aider logged the prompt
+    # twice (`/ask X`, then `X`) and its answer is near too.
+    text = await prompt_context(
+        memoryd, repo, "detect the user's preferred language portably on windows", "p1"
+    )
+    assert sum(ASKED in line for line in items(text)) <= 1, text
+    sessions = [
+        line.split("(session ")[1].split("#")[0] for line in items(text) if "(session " in line
+    ]
+    assert len(sessions) == len(set(sessions)) >= 1
+
+    # The prompt itself, asked again: the earlier copies of it say nothing new.
+    text = await prompt_context(memoryd, repo, ASKED, "p2")
+    assert ASKED not in text
+
+    # `Done.` never: not for the prompt it answered, not for one that names its words.
+    for n, prompt in enumerate(
+        (
+            "make from_dsn reject a redis DSN url with an unknown scheme",
+            "is it done? the redis DSN url scheme check in from_dsn",
+        )
+    ):
+        text = await prompt_context(memoryd, repo, prompt, f"p-done-{n}")
+        assert text, prompt  # from_dsn's code is relevant
+        assert not [line for line in items(text) if line.rstrip().endswith(": Done.")], text
+
+    # A Markdown file the prompt names comes first, then code of the file it also names.
+    text = await prompt_context(
+        memoryd, repo, "rewrite docs/connections.md for the unix socket DSN", "p-doc"
+    )
+    first = items(text)[0]
+    assert first.split("] ", 1)[1].startswith("code docs/connections.md:1-"), text
+    assert "arq reads its Redis settings from a DSN url" in text
+    text = await prompt_context(memoryd, repo, "in connections.py, log the DSN url", "p-code")
+    assert items(text)[0].split("] ", 1)[1].startswith("code connections.py:"), text
+
+
+@pytest.mark.e2e
+async def test_below_the_relevance_floor_nothing_is_injected(stack: Runtime, repo: Path) -> None:
+    unrelated = "how long should sourdough bread proof before baking"
+    assert await prompt_context(patient(stack), repo, unrelated, "f1") == ""
+    # The floor is what kept it out: with none, the same prompt gets the nearest rows.
+    anything = patient(stack, hook_min_relevance=0.0)
+    assert items(await prompt_context(anything, repo, unrelated, "f2"))
+
+
+@pytest.mark.parametrize(
+    ("text", "nothing"),
+    [
+        ("Done.", True),
+        ("Sure, will do.", True),
+        ("OK  ", True),
+        ("Perfect! Now let's test the fix:", True),
+        ("Sure: the retry count comes from Worker.max_tries, 5 by default.", False),
+        ("from_dsn now rejects unknown schemes; see connections.py", False),
+        (
+            "<thinking-content-7bbeb8e1441453ad999a0bbba8a46d4b>\nplan\n"
+            "</thinking-content-7bbeb8e1441453ad999a0bbba8a46d4b>\nDone.",
+            True,
+        ),
+    ],
+)
+def test_what_says_nothing(text: str, nothing: bool) -> None:
+    assert hooks.contentless(text) is nothing
+
+
+def test_an_echo_says_what_its_prompt_said_and_markers_go() -> None:
+    assert hooks.said("/ask " + ASKED) == hooks.said(" " + ASKED)
+    marked = "<thinking-content-7bbeb8e1>\nthe plan\n</thinking-content-7bbeb8e1>\nUse locale."
+    assert hooks.clean(marked) == "Use locale."
