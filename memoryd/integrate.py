@@ -6,14 +6,14 @@ other setting of the file, are written atomically with the file's mode kept, and
 cleanly (`--uninstall` removes exactly what was added, and keys left empty by it). The files,
 as verified against the installed clients (docs/clients.md):
 
-- Claude Code: `mcpServers.memoryd` in `~/.claude.json`, hooks (SessionStart for startup,
-  resume, clear and compact; UserPromptSubmit) in `~/.claude/settings.json`
-  (`$CLAUDE_CONFIG_DIR/...` when set).
-- Codex: `[mcp_servers.memoryd]` in `$CODEX_HOME/config.toml`, the SessionStart hook in
-  `$CODEX_HOME/hooks.json` (default `~/.codex`). Codex runs a user hook only once the user
-  trusted it (`/hooks` in codex): integrate says so.
-- Gemini CLI: `mcpServers.memoryd` in `~/.gemini/settings.json`. Gemini loads MCP servers only
-  in folders the user trusted: integrate says so.
+- Claude Code: `mcpServers.memoryd` in `~/.claude.json`, hooks (HOOKS: SessionStart for
+  startup, resume, clear and compact; UserPromptSubmit; PreToolUse of edits;
+  PostToolUseFailure) in `~/.claude/settings.json` (`$CLAUDE_CONFIG_DIR/...` when set).
+- Codex: `[mcp_servers.memoryd]` in `$CODEX_HOME/config.toml`, the hooks (SessionStart,
+  PreToolUse of apply_patch, PostToolUse) in `$CODEX_HOME/hooks.json` (default `~/.codex`).
+  Codex runs a user hook only once the user trusted it (`/hooks` in codex): integrate says so.
+- Gemini CLI: `mcpServers.memoryd` and the AfterTool hook in `~/.gemini/settings.json`. Gemini
+  loads MCP servers only in folders the user trusted: integrate says so.
 """
 
 from __future__ import annotations
@@ -40,6 +40,26 @@ CLIENTS = ("claude-code", "codex", "gemini")
 SESSION_SOURCES = "startup|resume|clear|compact"
 # Seconds the client gives a hook; memoryd's own budget (hook_timeout_seconds) is far shorter.
 HOOK_TIMEOUT = 10
+# The hooks each client gets: (the client's event, `memoryd hook <agent> <word>`, matcher).
+HOOKS: dict[str, tuple[tuple[str, str, str | None], ...]] = {
+    "claude-code": (
+        ("SessionStart", "session-start", SESSION_SOURCES),
+        ("UserPromptSubmit", "user-prompt-submit", None),
+        ("PreToolUse", "pre-tool-use", "Edit|Write|MultiEdit|NotebookEdit"),
+        ("PostToolUseFailure", "post-tool-use-failure", None),
+    ),
+    "codex": (
+        ("SessionStart", "session-start", SESSION_SOURCES),
+        ("PreToolUse", "pre-tool-use", "apply_patch"),
+        # Codex has no failure event: the hook looks at every result's output.
+        ("PostToolUse", "post-tool-use", None),
+    ),
+    # Gemini's BeforeTool cannot add context (only block or rewrite the call): its AfterTool
+    # brings both what is known of an edited file and of a failure.
+    "gemini": (("AfterTool", "after-tool", None),),
+}
+# Gemini CLI counts a hook's timeout in milliseconds, the others in seconds.
+HOOK_TIMEOUT_UNITS = {"claude-code": 1, "codex": 1, "gemini": 1000}
 Json = dict[str, Any]
 
 
@@ -155,9 +175,18 @@ def _set_hooks(marker: str, wanted: dict[str, Json] | None) -> Callable[[Json], 
     return edit
 
 
-def _hook_group(command: str, matcher: str | None) -> Json:
-    group: Json = {"hooks": [{"type": "command", "command": command, "timeout": HOOK_TIMEOUT}]}
+def _hook_group(command: str, matcher: str | None, timeout: int = HOOK_TIMEOUT) -> Json:
+    group: Json = {"hooks": [{"type": "command", "command": command, "timeout": timeout}]}
     return {"matcher": matcher, **group} if matcher else group
+
+
+def _wanted_hooks(client: str, settings: Settings) -> dict[str, Json]:
+    """The hook groups memoryd registers for `client`, by event (HOOKS)."""
+    timeout = HOOK_TIMEOUT * HOOK_TIMEOUT_UNITS[client]
+    return {
+        event: _hook_group(_shell(hook_command(settings, client, word)), matcher, timeout)
+        for event, word, matcher in HOOKS[client]
+    }
 
 
 def _shell(words: list[str]) -> str:
@@ -197,18 +226,7 @@ def plan(client: str, settings: Settings, uninstall: bool) -> Plan:
             None if uninstall else {"type": "stdio", "command": exe, "args": mcp_args, "env": {}}
         )
         result.changes.append(_edit_json(claude_user_config(), _set_server("mcpServers", entry)))
-        wanted = (
-            None
-            if uninstall
-            else {
-                "SessionStart": _hook_group(
-                    _shell(hook_command(settings, "claude-code", "session-start")), SESSION_SOURCES
-                ),
-                "UserPromptSubmit": _hook_group(
-                    _shell(hook_command(settings, "claude-code", "user-prompt-submit")), None
-                ),
-            }
-        )
+        wanted = None if uninstall else _wanted_hooks(client, settings)
         result.changes.append(
             _edit_json(claude_dir() / "settings.json", _set_hooks(" hook claude-code ", wanted))
         )
@@ -216,26 +234,25 @@ def plan(client: str, settings: Settings, uninstall: bool) -> Plan:
         result.changes.append(
             _edit_codex_config(codex_home() / "config.toml", exe, mcp_args, uninstall)
         )
-        wanted = (
-            None
-            if uninstall
-            else {
-                "SessionStart": _hook_group(
-                    _shell(hook_command(settings, "codex", "session-start")), SESSION_SOURCES
-                )
-            }
-        )
+        wanted = None if uninstall else _wanted_hooks(client, settings)
         result.changes.append(
             _edit_json(codex_home() / "hooks.json", _set_hooks(" hook codex ", wanted))
         )
         if not uninstall:
             result.notes.append(
                 "Codex runs a hook only once you trust it: start `codex`, type /hooks and "
-                "trust memoryd's SessionStart hook (again whenever integrate changes it)."
+                "trust memoryd's hooks (again whenever integrate changes them)."
             )
     else:
         entry = None if uninstall else {"command": exe, "args": mcp_args}
-        result.changes.append(_edit_json(gemini_settings(), _set_server("mcpServers", entry)))
+        wanted = None if uninstall else _wanted_hooks(client, settings)
+        server, hooks = _set_server("mcpServers", entry), _set_hooks(" hook gemini ", wanted)
+
+        def both(data: Json) -> None:
+            server(data)
+            hooks(data)
+
+        result.changes.append(_edit_json(gemini_settings(), both))
         if not uninstall:
             result.notes.append(
                 "Gemini CLI loads MCP servers only in folders you trust (it asks on first "
@@ -309,8 +326,8 @@ def registered(client: str) -> list[list[str]]:
         hooks = _json(_read(codex_home() / "hooks.json"), codex_home()).get("hooks", {})
         marker = " hook codex "
     else:
-        server = _json(_read(gemini_settings()), gemini_settings()).get("mcpServers", {})
-        hooks, marker = {}, " hook gemini "
+        data = _json(_read(gemini_settings()), gemini_settings())
+        server, hooks, marker = data.get("mcpServers", {}), data.get("hooks", {}), " hook gemini "
     if NAME in server:
         found.append([str(server[NAME]["command"]), *map(str, server[NAME].get("args", []))])
     for groups in hooks.values():

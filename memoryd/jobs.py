@@ -71,6 +71,9 @@ INDEX_PROGRESS = _query("index_progress")
 CHANGED_TRANSCRIPTS = _query("changed_transcripts")
 # An agent's hook: its JSON in, the context to inject out (memoryd/hooks.py).
 HOOK = _query("hook")
+# What the graph knows at the moment of action: a file about to be edited, a failure just met.
+FILE_CONTEXT = _query("file_context")
+ERROR_CONTEXT = _query("error_context")
 
 ALL = (
     INDEX_FILES,
@@ -102,4 +105,6 @@ ALL = (
     INDEX_PROGRESS,
     CHANGED_TRANSCRIPTS,
     HOOK,
+    FILE_CONTEXT,
+    ERROR_CONTEXT,
 )

@@ -25,7 +25,7 @@ from memoryd.config import Settings
 from memoryd.errors import MemorydError
 from memoryd.export import write_backup
 from memoryd.store import SCHEMA_DIR, VECTOR_TABLES, Store
-from memoryd.vocabulary import RETIRED_EDGE_TABLES
+from memoryd.vocabulary import RESOLVED_BY, RETIRED_EDGE_TABLES
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +140,14 @@ async def _drop_order_edges(store: Store, _: Settings) -> None:
     await compact_files(store, leave_out=RETIRED_EDGE_TABLES)
 
 
+async def _resolve_errors(store: Store, _: Settings) -> None:
+    """RESOLVED_BY edges (schema 027) for the failures stored before ingest wrote them, by
+    the rule ingest uses (workers/resolutions.py). Resumable: the edges are upserts."""
+    from workers.resolutions import resolve_sessions
+
+    await resolve_sessions(store, await store.failed_sessions())
+
+
 # The data steps, in number order; numbers are shared with the schema files.
 DATA_STEPS: tuple[DataStep, ...] = (
     DataStep(4, "scrub_secrets", _scrub_secrets, changes=("code_chunk", "defined_in")),
@@ -164,6 +172,7 @@ DATA_STEPS: tuple[DataStep, ...] = (
     DataStep(12, "store_bodies", _store_bodies, changes=("blob",)),
     DataStep(13, "compact", _compact, changes=()),
     DataStep(25, "drop_order_edges", _drop_order_edges, changes=RETIRED_EDGE_TABLES),
+    DataStep(27, "resolve_errors", _resolve_errors, changes=(RESOLVED_BY.table,)),
 )
 
 

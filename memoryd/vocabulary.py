@@ -67,6 +67,10 @@ DENIED = Edge(
 SPAWNED = Edge("SPAWNED", "memory", "session", in_replay=True)
 MENTIONS = Edge("MENTIONS", "memory", "entity", (FILE, SYMBOL), in_history=True, in_replay=True)
 DEFINED_IN = Edge("DEFINED_IN", "code_chunk", "entity", (FILE, SYMBOL), written_by="code")
+# An error and the tool call that fixed it: the action that failed with it succeeding later in
+# the same session (workers/resolutions.py derives it at ingest; migration step 027 for older
+# databases). It carries the files modified in between and the command that then succeeded.
+RESOLVED_BY = Edge("RESOLVED_BY", "entity", "memory")
 
 EDGES = (
     HAS_GOAL,
@@ -78,6 +82,7 @@ EDGES = (
     SPAWNED,
     MENTIONS,
     DEFINED_IN,
+    RESOLVED_BY,
 )
 EDGES_BY_NAME = {edge.name: edge for edge in EDGES}
 ACTION_VERBS = tuple(edge.name for edge in EDGES if edge.action)

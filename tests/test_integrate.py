@@ -27,6 +27,12 @@ def run(env_home: dict[str, str], data: Path, *args: str) -> subprocess.Complete
     return done
 
 
+def group(command: str, matcher: str | None = None, timeout: int = 10) -> dict[str, object]:
+    """One hook group as integrate writes it."""
+    hooks = {"hooks": [{"type": "command", "command": command, "timeout": timeout}]}
+    return {"matcher": matcher, **hooks} if matcher else hooks
+
+
 def dump(data: object) -> str:
     return json.dumps(data, indent=2) + "\n"
 
@@ -76,28 +82,13 @@ def test_integrate_keeps_the_users_settings_repeats_nothing_and_reverses(
         "hooks": {
             "SessionStart": [
                 {"hooks": [{"type": "command", "command": "x"}]},
-                {
-                    "matcher": "startup|resume|clear|compact",
-                    "hooks": [
-                        {
-                            "type": "command",
-                            "command": f"{hook} session-start {where}",
-                            "timeout": 10,
-                        }
-                    ],
-                },
+                group(f"{hook} session-start {where}", "startup|resume|clear|compact"),
             ],
-            "UserPromptSubmit": [
-                {
-                    "hooks": [
-                        {
-                            "type": "command",
-                            "command": f"{hook} user-prompt-submit {where}",
-                            "timeout": 10,
-                        }
-                    ]
-                }
+            "UserPromptSubmit": [group(f"{hook} user-prompt-submit {where}")],
+            "PreToolUse": [
+                group(f"{hook} pre-tool-use {where}", "Edit|Write|MultiEdit|NotebookEdit")
             ],
+            "PostToolUseFailure": [group(f"{hook} post-tool-use-failure {where}")],
         },
     }
     assert (home / ".codex" / "config.toml").read_text() == (
@@ -106,25 +97,22 @@ def test_integrate_keeps_the_users_settings_repeats_nothing_and_reverses(
         f'args = ["mcp", "--data-dir", "{data_dir}"]\n'
         'default_tools_approval_mode = "approve"\n'
     )
+    codex = f"{MEMORYD} hook codex"
     assert json.loads((home / ".codex" / "hooks.json").read_text()) == {
         "hooks": {
             "SessionStart": [
-                {
-                    "matcher": "startup|resume|clear|compact",
-                    "hooks": [
-                        {
-                            "type": "command",
-                            "command": f"{MEMORYD} hook codex session-start --data-dir {data_dir}",
-                            "timeout": 10,
-                        }
-                    ],
-                }
-            ]
+                group(f"{codex} session-start {where}", "startup|resume|clear|compact")
+            ],
+            "PreToolUse": [group(f"{codex} pre-tool-use {where}", "apply_patch")],
+            "PostToolUse": [group(f"{codex} post-tool-use {where}")],
         }
     }
+    # Gemini counts a hook's timeout in milliseconds.
+    gemini_hook = group(f"{MEMORYD} hook gemini after-tool {where}", timeout=10000)
     assert json.loads((home / ".gemini" / "settings.json").read_text()) == {
         "theme": "dark",
         "mcpServers": {"memoryd": mcp},
+        "hooks": {"AfterTool": [gemini_hook]},
     }
 
     # Again: nothing changes.
@@ -165,7 +153,7 @@ def test_doctor_checks_what_integrate_registered(tmp_path: Path, data_dir: Path)
     [check] = json.loads(done.stdout)
     assert (done.returncode, check["level"]) == (0, "ok")
     assert check["summary"] == (
-        "registered in claude-code (3 entries); every command runs, hooks answer"
+        "registered in claude-code (5 entries); every command runs, hooks answer"
     )
     # memoryd moved: the registered path no longer runs.
     config = tmp_path / "home" / ".claude.json"
