@@ -322,14 +322,17 @@ def error_items(context: dict[str, Any]) -> list[Item]:
 
 async def _before_edit(
     memoryd: client.Client, payload: dict[str, Any], project: str, cwd: Path
-) -> list[Item]:
+) -> tuple[str, list[Item]]:
     session = str(payload.get("session_id") or "")
+    files: list[str] = []
     items: list[Item] = []
     for path in edited_paths(payload):
         context = await memoryd.file_context(project, str(cwd), path, session)
         if context:
+            files.append(context["file"])
             items += file_items(context)
-    return items
+    head = f"memoryd: before you edit {', '.join(files)}, what earlier sessions did to it:"
+    return head, items
 
 
 async def _after_failure(
@@ -350,9 +353,7 @@ async def _action_context(
 ) -> tuple[str, list[Item]]:
     """The head and items of a hook about one action (see the module's docstring)."""
     if event == "PreToolUse" or (event == "AfterTool" and edited_paths(payload)):
-        files = ", ".join(edited_paths(payload))
-        head = f"memoryd: before you edit {files}, what earlier sessions did to it:"
-        return head, await _before_edit(memoryd, payload, project, cwd)
+        return await _before_edit(memoryd, payload, project, cwd)
     return await _after_failure(memoryd, payload, project)
 
 

@@ -43,7 +43,7 @@ async def file_context(
             first_edit.setdefault(e["session"], e["seq"])
             last_edit[e["session"]] = e.get("event_time") or ""
     rows = {
-        r["session"]: r
+        r["id"]: r
         for r in map(plain, await store.session_rows(sorted(first_edit)))
         if r.get("project") == project
     }
