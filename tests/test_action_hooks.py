@@ -208,18 +208,18 @@ async def test_claude_code_is_told_before_the_edit_and_after_the_failure(
 async def test_what_claude_code_broke_reaches_codex_before_its_edit_and_after_its_failure(
     daemon: Daemon, tmp_path: Path
 ) -> None:
-    error = "NameError: name 'jsn' is not defined"
-    good, bad = "print(json.dumps", "print(jsn.dumps"
+    error = "ModuleNotFoundError: No module named 'jsony'"
+    good, bad = "import json\n", "import jsony as json\n"
     first = break_and_fix(daemon, tmp_path / "claude", "total.py", good, bad)
     await resolved(daemon, f"Traceback (most recent call last):\n{error}\n", first)
 
     codex = integrated_codex(daemon, tmp_path / "codex")
-    line = "print(json.dumps({'total': 3}))"
+    line = "import json"
 
     def patch(old: str, new: str) -> str:
         return f"*** Begin Patch\n*** Update File: total.py\n@@\n-{old}\n+{new}\n*** End Patch\n"
 
-    broken = line.replace(good, bad)
+    broken = bad.rstrip("\n")
     script = [
         tool_use("apply_patch", {"input": patch(line, broken)}),
         tool_use("exec_command", {"cmd": "python3 total.py"}),
@@ -228,7 +228,7 @@ async def test_what_claude_code_broke_reaches_codex_before_its_edit_and_after_it
     ]
     with ScriptedOpenAI(script, time_limit=180) as server:
         run = codex.exec(
-            "try jsn in total.py", server, cwd=daemon.repo, model=CODEX_CATALOG_MODEL,
+            "try jsony in total.py", server, cwd=daemon.repo, model=CODEX_CATALOG_MODEL,
             timeout=180,
         )  # fmt: skip
     assert run.result.returncode == 0, run.result.stderr
