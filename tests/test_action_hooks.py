@@ -30,7 +30,14 @@ from tests.clients import (
     tool_use,
 )
 from tests.conftest import MEMORYD, git_init
-from tests.test_agents import Daemon, _wait_live, clean_env, integrated_codex, memoryd
+from tests.test_agents import (
+    Daemon,
+    _wait_live,
+    clean_env,
+    integrated_codex,
+    memoryd,
+    remember,
+)
 from tests.test_agents import patient_hooks as patient
 
 GOOD = "import json\n\nprint(json.dumps({'total': 3}))\n"
@@ -173,6 +180,10 @@ async def test_claude_code_is_told_before_the_edit_and_after_the_failure(
         (first, ["calc.py"], "python3 calc.py")
     ]
 
+    # A decision naming calc.py: the session-start briefing brings it, so the pre-edit
+    # context does not bring it again.
+    note = "Decision: calc.py keeps the standard json module."
+    memory = await remember(daemon, note)
     home = integrated_claude(daemon, tmp_path / "second")
     calc = daemon.repo / "calc.py"
     edit = {"file_path": str(calc), "old_string": good, "new_string": bad}
@@ -191,6 +202,8 @@ async def test_claude_code_is_told_before_the_edit_and_after_the_failure(
     assert run.result.returncode == 0, run.result.stderr
     assert server.unused_turns == []
     requests = server.main_requests
+    [briefing] = contexts(requests[0], "SessionStart")
+    assert f"- decision [{memory}] (agent note, " in briefing and note in briefing
     # The request right after the first Edit carries what the earlier session did to calc.py.
     assert contexts(requests[1], "PreToolUse") == []
     [before] = contexts(requests[2], "PreToolUse")

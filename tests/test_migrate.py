@@ -387,3 +387,37 @@ async def test_the_order_edges_an_earlier_memoryd_wrote_are_dropped(stack: Runti
         "db"
     ]
     assert _db_bytes(stack.settings.data_dir) < 0.8 * before
+
+
+@pytest.mark.e2e
+async def test_what_fixed_each_failure_is_derived_for_sessions_stored_before_it_was(
+    stack: Runtime,
+) -> None:
+    """Step 027 writes the RESOLVED_BY edges ingest writes today (workers/resolutions.py) for
+    a database that has none: the same edges, and nothing else changed."""
+    assert stack.redis is not None and stack.store is not None
+    store = stack.store
+    files = [S37, CODERABBIT_SESSION, CODERABBIT_SUBAGENT, CODEX_ROLLOUT]
+    for job in await queue.enqueue_ingest(stack.redis, [str(f) for f in files]):
+        await queue.wait_for(job, 300)
+    await store.settled()
+    rows = await store.dump()
+    written = rows["resolved_by"]
+    assert len(written) > 0
+    # Each edge joins an error to a later successful call of its session.
+    for edge in written:
+        [fix] = [m for m in rows["memory"] if m["id"] == edge["out"]]
+        [failed] = [m for m in rows["memory"] if m["id"] == edge["failed"]]
+        assert fix["session"] == failed["session"] == edge["session"]
+        assert fix["seq"] > failed["seq"] and edge["in"].table_name == "entity"
+    await store.query("DELETE resolved_by; DELETE schema_version:027_resolve_errors;")
+
+    assert await migrate(store, stack.settings, None) == ["027_resolve_errors"]
+
+    after = await store.dump()
+    versions = {str(v["id"].id): v for v in after.pop("schema_version")}
+    assert versions["027_resolve_errors"]["counts"] == {
+        "resolved_by": {"before": 0, "after": len(written)}
+    }
+    rows.pop("schema_version")
+    assert after == rows
