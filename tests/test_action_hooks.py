@@ -23,7 +23,9 @@ from memoryd.scan import project_id_for
 from tests.clients import (
     CODEX_CATALOG_MODEL,
     ClaudeHome,
+    GeminiHome,
     ScriptedAnthropic,
+    ScriptedGemini,
     ScriptedOpenAI,
     install_clients,
     text,
@@ -50,7 +52,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, short_tmp: Path) -> Iterato
     """`memoryd run` on a small repository of two scripts."""
     repo = tmp_path_factory.mktemp("action") / "calc"
     repo.mkdir()
-    for name in ("calc.py", "total.py"):
+    for name in ("calc.py", "total.py", "mean.py"):
         (repo / name).write_text(GOOD)
     git_init(repo)
     data = Path(tempfile.mkdtemp(dir=short_tmp))
@@ -91,7 +93,7 @@ def contexts(body: dict, event: str) -> list[str]:
 
     def walk(value: object) -> None:
         if isinstance(value, str):
-            pattern = rf"{event}:\w+ hook additional context: (.*?)(?=\n\n|\Z)"
+            pattern = rf"{event}(?::\w+)? hook additional context: (.*?)(?=\n\n|\Z)"
             found.extend(re.findall(pattern, value, re.S))
         elif isinstance(value, dict):
             for inner in value.values():
@@ -269,3 +271,57 @@ async def test_what_claude_code_broke_reaches_codex_before_its_edit_and_after_it
     assert re.fullmatch(after_failure("total.py", first, error), after), after
     # The undo patch was told nothing new.
     assert told(requests[3], "memoryd: before you edit") == [before]
+
+
+@pytest.mark.e2e
+async def test_gemini_cli_is_told_with_its_edit_and_after_its_failure(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    """Gemini CLI 0.61's BeforeTool cannot add context (docs/clients.md): its AfterTool
+    brings what is known of the edited file with the edit's result, and the earlier fix
+    with a failed command's."""
+    error = "ModuleNotFoundError: No module named 'jsonz'"
+    good, bad = "import json\n", "import jsonz as json\n"
+    first = break_and_fix(daemon, tmp_path / "claude", "mean.py", good, bad)
+    await resolved(daemon, f"Traceback (most recent call last):\n{error}", first)
+
+    gemini = GeminiHome(install_clients(), tmp_path / "gemini")
+    done = subprocess.run(
+        [MEMORYD, "integrate", "gemini"],
+        capture_output=True,
+        text=True,
+        env=clean_env(daemon.data) | {"HOME": str(gemini.home)},
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    gemini.trust_folder(daemon.repo)
+    patient(gemini.home)
+    mean = daemon.repo / "mean.py"
+    edit = {"file_path": str(mean), "old_string": good, "new_string": bad, "instruction": "jsonz"}
+    script = [
+        tool_use("replace", edit),
+        tool_use("run_shell_command", {"command": "python3 mean.py"}),
+        tool_use("replace", edit | {"old_string": bad, "new_string": good}),
+        text("Done."),
+    ]
+    with ScriptedGemini(script, time_limit=180) as server:
+        run = gemini.prompt("try jsonz in mean.py", server, cwd=daemon.repo, timeout=180)
+    assert run.result.returncode == 0, run.result.stderr
+    assert server.unused_turns == []
+    assert mean.read_text() == GOOD
+
+    def told(body: dict) -> list[str]:
+        """memoryd's hook contexts in a Gemini request's tool results (its history's too)."""
+        outputs = [
+            str(part.get("functionResponse", {}).get("response", {}).get("output", ""))
+            for content in body.get("contents") or []
+            for part in content.get("parts") or []
+        ]
+        return re.findall(r"<hook_context>(.*?)</hook_context>", "\n".join(outputs), re.S)
+
+    requests = server.main_requests
+    [before] = told(requests[1])
+    assert re.fullmatch(before_edit("mean.py", first, error), before), before
+    [_, after] = told(requests[2])
+    assert re.fullmatch(after_failure("mean.py", first, error), after), after
+    assert told(requests[3]) == [before, after]
