@@ -72,18 +72,22 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, short_tmp: Path) -> Iterato
         shutil.rmtree(data, ignore_errors=True)
 
 
-def integrated_claude(daemon: Daemon, root: Path) -> ClaudeHome:
-    home = ClaudeHome(install_clients(), root)
-    env = {"HOME": str(home.home), "CLAUDE_CONFIG_DIR": str(home.config_dir)}
+def integrate(daemon: Daemon, agent: str, home: Path, **env: str) -> None:
+    """`memoryd integrate AGENT` in a client's home, with hooks patient on a loaded machine."""
     done = subprocess.run(
-        [MEMORYD, "integrate", "claude-code"],
+        [MEMORYD, "integrate", agent],
         capture_output=True,
         text=True,
-        env=clean_env(daemon.data) | env,
+        env=clean_env(daemon.data, HOME=str(home), **env),
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    patient(home.home)
+    patient(home)
+
+
+def integrated_claude(daemon: Daemon, root: Path) -> ClaudeHome:
+    home = ClaudeHome(install_clients(), root)
+    integrate(daemon, "claude-code", home.home, CLAUDE_CONFIG_DIR=str(home.config_dir))
     return home
 
 
@@ -286,16 +290,8 @@ async def test_gemini_cli_is_told_with_its_edit_and_after_its_failure(
     await resolved(daemon, f"Traceback (most recent call last):\n{error}", first)
 
     gemini = GeminiHome(install_clients(), tmp_path / "gemini")
-    done = subprocess.run(
-        [MEMORYD, "integrate", "gemini"],
-        capture_output=True,
-        text=True,
-        env=clean_env(daemon.data) | {"HOME": str(gemini.home)},
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
+    integrate(daemon, "gemini", gemini.home)
     gemini.trust_folder(daemon.repo)
-    patient(gemini.home)
     mean = daemon.repo / "mean.py"
     edit = {"file_path": str(mean), "old_string": good, "new_string": bad, "instruction": "jsonz"}
     script = [

@@ -35,6 +35,17 @@ async def _indexed(stack: Runtime, tree: Path) -> Store:
     return stack.store
 
 
+async def _with_sessions(stack: Runtime) -> Store:
+    """The store once real Claude Code (a session and its subagent) and Codex transcripts
+    are ingested."""
+    assert stack.redis is not None and stack.store is not None
+    files = [S37, CODERABBIT_SESSION, CODERABBIT_SUBAGENT, CODEX_ROLLOUT]
+    for job in await queue.enqueue_ingest(stack.redis, [str(f) for f in files]):
+        await queue.wait_for(job, 300)
+    await stack.store.settled()
+    return stack.store
+
+
 async def _blocks(store: Store) -> int:
     rows = await store.query(
         "SELECT count() AS n FROM code_chunk WHERE chunk_type = 'block' GROUP ALL"
@@ -330,12 +341,7 @@ async def test_the_order_edges_an_earlier_memoryd_wrote_are_dropped(stack: Runti
     memory, one per memory but each session's first): the step leaves every other row as it
     was, and a session's actions (parent and subagent) are found by the sessions their edges
     carry exactly as they were through CONTAINS, in fewer bytes."""
-    assert stack.redis is not None and stack.store is not None
-    store = stack.store
-    files = [S37, CODERABBIT_SESSION, CODERABBIT_SUBAGENT, CODEX_ROLLOUT]
-    for job in await queue.enqueue_ingest(stack.redis, [str(f) for f in files]):
-        await queue.wait_for(job, 300)
-    await store.settled()
+    store = await _with_sessions(stack)
     rows = await store.dump()
     assert not {"contains", "next"} & set(rows)
 
@@ -395,12 +401,7 @@ async def test_what_fixed_each_failure_is_derived_for_sessions_stored_before_it_
 ) -> None:
     """Step 027 writes the RESOLVED_BY edges ingest writes today (workers/resolutions.py) for
     a database that has none: the same edges, and nothing else changed."""
-    assert stack.redis is not None and stack.store is not None
-    store = stack.store
-    files = [S37, CODERABBIT_SESSION, CODERABBIT_SUBAGENT, CODEX_ROLLOUT]
-    for job in await queue.enqueue_ingest(stack.redis, [str(f) for f in files]):
-        await queue.wait_for(job, 300)
-    await store.settled()
+    store = await _with_sessions(stack)
     rows = await store.dump()
     written = rows["resolved_by"]
     assert len(written) > 0
