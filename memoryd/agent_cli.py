@@ -100,31 +100,43 @@ def hook_over_queue(agent: str, command: str, stdin: str, data_dir: Path | None)
 def _hook(agent: str, event: str, data_dir: Path | None) -> None:
     from memoryd import hook_client
 
+    known = [word for (who, word) in hook_client.EVENTS if who == agent]
+    if event not in known:
+        typer.echo(f"memoryd: event is one of {', '.join(known)}", err=True)
+        raise typer.Exit(2)
     hook_client.run(agent, event, data_dir)
 
 
 @hook_app.command("claude-code")
 def hook_claude_code(
-    event: Annotated[str, typer.Argument(help="session-start or user-prompt-submit")],
+    event: Annotated[
+        str,
+        typer.Argument(
+            help="session-start, user-prompt-submit, pre-tool-use or post-tool-use-failure"
+        ),
+    ],
     data_dir: DataDir = None,
 ) -> None:
-    """Claude Code's SessionStart / UserPromptSubmit hook."""
-    if event not in ("session-start", "user-prompt-submit"):
-        typer.echo("memoryd: event is session-start or user-prompt-submit", err=True)
-        raise typer.Exit(2)
+    """Claude Code's SessionStart, UserPromptSubmit, PreToolUse and PostToolUseFailure hooks."""
     _hook("claude-code", event, data_dir)
 
 
 @hook_app.command("codex")
 def hook_codex(
-    event: Annotated[str, typer.Argument(help="session-start")],
+    event: Annotated[str, typer.Argument(help="session-start, pre-tool-use or post-tool-use")],
     data_dir: DataDir = None,
 ) -> None:
-    """Codex's SessionStart hook."""
-    if event != "session-start":
-        typer.echo("memoryd: event is session-start", err=True)
-        raise typer.Exit(2)
+    """Codex's SessionStart, PreToolUse and PostToolUse hooks."""
     _hook("codex", event, data_dir)
+
+
+@hook_app.command("gemini")
+def hook_gemini(
+    event: Annotated[str, typer.Argument(help="after-tool")],
+    data_dir: DataDir = None,
+) -> None:
+    """Gemini CLI's AfterTool hook (before an edit is not possible there: docs/clients.md)."""
+    _hook("gemini", event, data_dir)
 
 
 @app.command()
