@@ -311,7 +311,8 @@ async def main() -> None:
         made = root.parent / "scenario.json"
         if not made.exists():
             print(f"ingesting {args.copies} sessions that edit files and fail…", flush=True)
-            shutil.rmtree(root, ignore_errors=True)
+            shutil.rmtree(root.parent, ignore_errors=True)  # a run cut short: start afresh
+            made.parent.mkdir(parents=True)
             made.write_text(json.dumps(action_scenario(data, root, args.copies)))
         files, failures = json.loads(made.read_text())
         action_round(data, root, files, failures, args.samples)

@@ -63,6 +63,8 @@ INJECTED_KINDS = frozenset(
 PROMPT_MEMORIES = 3
 PROMPT_CHUNKS = 2
 ITEM_CHARS = 400
+# The failures after an edit one session's line names at most (the latest distinct ones).
+FAILURES_PER_SESSION = 2
 RECENT_DAYS = 7
 
 
@@ -264,6 +266,13 @@ def _fix_text(fix: dict[str, Any]) -> str:
     return f"{done}`{one_line(str(fix.get('detail') or fix.get('verb') or '?'), 120)}` succeeded"
 
 
+def _distinct_failures(failures: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One failure per error (its last), in order: a test run failing five times the same
+    way is one thing to know."""
+    last = {f["name"]: f for f in failures}
+    return sorted(last.values(), key=lambda f: f["seq"])
+
+
 def file_items(context: dict[str, Any]) -> list[Item]:
     """The lines about one file, each with the key that keeps it from coming twice (a note's
     is the key its prompt hit and briefing line have)."""
@@ -278,14 +287,15 @@ def file_items(context: dict[str, Any]) -> list[Item]:
                 if f.get("fixed")
                 else "not fixed since"
             )
-            for f in s["failures"]
+            for f in _distinct_failures(s["failures"])[-FAILURES_PER_SESSION:]
         ]
         after = "; ".join(outcome) or "no failure followed"
         text = (
             f"- session {s['session']} ({s.get('agent') or '?'}, {_when(s['last_edit'])}) "
             f"edited it{goal}; {after}"
         )
-        items.append(Item(f"edit:{s['session']}:{context['file']}", text))
+        # Clipped, not dropped: a long session's line must still fit the small budget.
+        items.append(Item(f"edit:{s['session']}:{context['file']}", one_line(text, ITEM_CHARS)))
     for n in context.get("notes", []):
         # Whether the note still matches the code (item 6 of issue 32: current / changed
         # since / file deleted, from the note's anchor) is to be said here, after its kind.

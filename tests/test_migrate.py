@@ -408,9 +408,14 @@ async def test_what_fixed_each_failure_is_derived_for_sessions_stored_before_it_
     # Each edge joins an error to a later successful call of its session.
     for edge in written:
         [fix] = [m for m in rows["memory"] if m["id"] == edge["out"]]
-        [failed] = [m for m in rows["memory"] if m["id"] == edge["failed"]]
-        assert fix["session"] == failed["session"] == edge["session"]
-        assert fix["seq"] > failed["seq"] and edge["in"].table_name == "entity"
+        assert fix["session"] == edge["session"] and edge["in"].table_name == "entity"
+        failed = [
+            t
+            for t in rows["triggered"]
+            if (t["session"], t["out"]) == (edge["session"], edge["in"])
+            and t["event_time"] == edge["failed_at"]
+        ]
+        assert failed and fix["seq"] > edge["failed_seq"]
     await store.query("DELETE resolved_by; DELETE schema_version:027_resolve_errors;")
 
     assert await migrate(store, stack.settings, None) == ["027_resolve_errors"]

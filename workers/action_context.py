@@ -43,8 +43,8 @@ async def file_context(
             first_edit.setdefault(e["session"], e["seq"])
             last_edit[e["session"]] = e.get("event_time") or ""
     rows = {
-        r["id"]: r
-        for r in map(plain, await store.session_rows(sorted(first_edit)))
+        r["session"]: r
+        for r in map(plain, await store.session_goals(sorted(first_edit)))
         if r.get("project") == project
     }
     newest = sorted(rows, key=lambda s: last_edit[s], reverse=True)[:MAX_SESSIONS]

@@ -52,7 +52,9 @@ def resolutions(
             "in": Ref("entity", trigger["error"]),
             "out": Ref("memory", fix["memory"]),
             "session": Ref("session", session),
-            "failed": Ref("memory", trigger["memory"]),
+            # Where it failed, by place (a record link here would be one more reference for
+            # export and import to carry).
+            "failed_seq": trigger["seq"],
             "failed_at": trigger.get("event_time"),
             "files": files,
             "verb": fix["verb"],

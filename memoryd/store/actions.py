@@ -67,6 +67,16 @@ class ActionQueries(StoreBase):
         )
         return rows[0] or []
 
+    async def session_goals(self, session_keys: Sequence[str]) -> list[dict[str, Any]]:
+        """Each session's agent, project and first goal: no more (a hook waits for it)."""
+        rows = await self.query(
+            "SELECT record::id(id) AS session, agent, record::id(project) AS project, "
+            "(SELECT VALUE intent FROM ->has_goal->goal ORDER BY event_time LIMIT 1)[0] AS goal "
+            "FROM $ids",
+            {"ids": [rid("session", k) for k in session_keys]},
+        )
+        return rows[0] or []
+
     async def failures_in(self, session_keys: Sequence[str]) -> list[dict[str, Any]]:
         """The failures of these sessions: where, which error (its record key and name)."""
         if not session_keys:
