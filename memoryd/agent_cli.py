@@ -114,9 +114,9 @@ def hook_over_queue(agent: str, command: str, stdin: str, data_dir: Path | None)
 def _hook(agent: str, event: str, data_dir: Path | None) -> None:
     from memoryd import hook_client
 
-    known = [command for name, command in hook_client.EVENTS if name == agent]
+    known = [word for (who, word) in hook_client.EVENTS if who == agent]
     if event not in known:
-        typer.echo(f"memoryd: event is {' or '.join(known)}", err=True)
+        typer.echo(f"memoryd: event is one of {', '.join(known)}", err=True)
         raise typer.Exit(2)
     hook_client.run(agent, event, data_dir)
 
@@ -124,29 +124,38 @@ def _hook(agent: str, event: str, data_dir: Path | None) -> None:
 @hook_app.command("claude-code")
 def hook_claude_code(
     event: Annotated[
-        str, typer.Argument(help="session-start, user-prompt-submit, stop or session-end")
+        str,
+        typer.Argument(
+            help="session-start, user-prompt-submit, pre-tool-use, post-tool-use-failure, stop "
+            "or session-end"
+        ),
     ],
     data_dir: DataDir = None,
 ) -> None:
-    """Claude Code's SessionStart / UserPromptSubmit / Stop / SessionEnd hook."""
+    """Claude Code's SessionStart, UserPromptSubmit, PreToolUse, PostToolUseFailure, Stop and
+    SessionEnd hooks."""
     _hook("claude-code", event, data_dir)
 
 
 @hook_app.command("codex")
 def hook_codex(
-    event: Annotated[str, typer.Argument(help="session-start, stop or session-end")],
+    event: Annotated[
+        str,
+        typer.Argument(help="session-start, pre-tool-use, post-tool-use, stop or session-end"),
+    ],
     data_dir: DataDir = None,
 ) -> None:
-    """Codex's SessionStart / Stop / SessionEnd hook."""
+    """Codex's SessionStart, PreToolUse, PostToolUse, Stop and SessionEnd hooks."""
     _hook("codex", event, data_dir)
 
 
 @hook_app.command("gemini")
 def hook_gemini(
-    event: Annotated[str, typer.Argument(help="after-agent or session-end")],
+    event: Annotated[str, typer.Argument(help="after-tool, after-agent or session-end")],
     data_dir: DataDir = None,
 ) -> None:
-    """Gemini CLI's AfterAgent / SessionEnd hook (queues the transcript's read)."""
+    """Gemini CLI's AfterTool hook (before an edit is not possible there: docs/clients.md), and
+    its AfterAgent / SessionEnd hooks (they queue the transcript's read)."""
     _hook("gemini", event, data_dir)
 
 

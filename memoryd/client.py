@@ -291,6 +291,18 @@ class Client:
         result: Forgotten = await self._call(jobs.FORGET, list(ids))
         return result
 
+    async def file_context(self, project: str, cwd: str, path: str, session: str) -> dict[str, Any]:
+        """Earlier sessions of `project` that edited `path` (goal, when, the failures that
+        followed and what fixed them) and the notes linked to it; empty when there are none."""
+        result: dict[str, Any] = await self._call(jobs.FILE_CONTEXT, project, cwd, path, session)
+        return result
+
+    async def error_context(self, project: str, text: str, session: str) -> dict[str, Any]:
+        """Where the error of a failure's output was seen before in `project` and what fixed
+        it; empty when it is new."""
+        result: dict[str, Any] = await self._call(jobs.ERROR_CONTEXT, project, text, session)
+        return result
+
     async def hook(
         self, agent: str, command: str, stdin: str, cwd: str, max_chars: object = None
     ) -> str:

@@ -20,6 +20,7 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from memoryd import jobs
 from memoryd.errors import MemorydError
+from memoryd.hook_client import ACTION_MAX_CHARS as HOOK_ACTION_MAX_CHARS
 from memoryd.hook_client import MAX_CHARS as HOOK_MAX_CHARS
 from memoryd.hook_client import MAX_CHARS_RANGE as HOOK_MAX_CHARS_RANGE
 from memoryd.hook_client import TIMEOUT_SECONDS as HOOK_TIMEOUT_SECONDS
@@ -310,6 +311,10 @@ class Settings:
     # injected is kept after its last use, and the relevance floor of a prompt's context.
     hook_max_chars: int = _bounded(
         HOOK_MAX_CHARS, ge=HOOK_MAX_CHARS_RANGE[0], le=HOOK_MAX_CHARS_RANGE[1]
+    )
+    # ...and the most one hook about an action injects (before an edit, after a failure).
+    hook_action_max_chars: int = _bounded(
+        HOOK_ACTION_MAX_CHARS, ge=HOOK_MAX_CHARS_RANGE[0], le=HOOK_MAX_CHARS_RANGE[1]
     )
     hook_timeout_seconds: float = _bounded(HOOK_TIMEOUT_SECONDS, gt=0, le=30)
     hook_state_days: float = _bounded(7.0, gt=0)

@@ -8,6 +8,12 @@ only passes the JSON over and prints the answer).
 - SessionStart: a briefing on the repository of `cwd` (recent sessions and their goals, files
   changed lately, failures still open). UserPromptSubmit: the few memories and code chunks most
   relevant to the prompt.
+- Before an edit (PreToolUse; Gemini's AfterTool of an edit, its BeforeTool cannot add
+  context): the earlier sessions that edited the file (goal, agent, when), the failures that
+  followed those edits and what fixed them, the notes and decisions that name the file. After
+  a failed call (PostToolUseFailure, Codex's PostToolUse, Gemini's AfterTool): where the same
+  error (its signature) was seen before and what fixed it (RESOLVED_BY). Nothing when there is
+  nothing earlier; at most `hook_action_max_chars` (default 600); never a decision to block.
 - At most `hook_max_chars` characters (default 2000); every item says where it came from (which
   session, which tool, when).
 - Never the same item twice in one session: what was injected is recorded in
@@ -45,7 +51,7 @@ from memoryd import client
 from memoryd.agent import clip, one_line, qualified
 from memoryd.config import Settings
 from memoryd.errors import MemorydError
-from memoryd.hook_client import CAPTURE_EVENTS, EVENTS, MAX_CHARS_RANGE
+from memoryd.hook_client import ACTION_EVENTS, CAPTURE_EVENTS, EVENTS, MAX_CHARS_RANGE
 from memoryd.ids import stable_id
 from memoryd.present import activity_blocks
 from memoryd.results import RecentActivity, Record, SearchResult
@@ -63,6 +69,8 @@ PROMPT_CODE_HITS = 8
 PROMPT_DOCS_HITS = 4
 PROMPT_ITEMS = 5
 ITEM_CHARS = 400
+# The failures after an edit one session's line names at most (the latest distinct ones).
+FAILURES_PER_SESSION = 2
 RECENT_DAYS = 7
 # Files a briefing lists at most: the likeliest to be touched next, not all a long session did;
 # sessions it lists before them.
@@ -86,6 +94,16 @@ _MARKER = re.compile(r"</?thinking-content-[0-9a-f]+>")
 _COMMAND = re.compile(r"^/(ask|code|architect|chat-mode|context|help)\s+", re.IGNORECASE)
 # A relevance for rows of a file the prompt names (memoryd/searchindex: they score 1.0).
 NAMED = 1.0
+
+
+# The tools that write a file: Claude Code's, Codex's apply_patch, Gemini CLI's.
+EDIT_TOOLS = frozenset(
+    {"Edit", "Write", "MultiEdit", "NotebookEdit", "apply_patch", "replace", "write_file"}
+)
+# The files an apply_patch names (relative to the session's folder).
+_PATCH_FILES = re.compile(r"^\*\*\* (?:(?:Update|Add|Delete) File|Move to): (.+)$", re.M)
+# "Exit code 1" (Claude Code), "Exit code: 0" (Codex), "Exit Code: 1" (Gemini CLI).
+_EXIT_CODE = re.compile(r"^\W*Exit code:? (-?\d+)", re.I | re.M)
 
 
 @dataclass(slots=True)
@@ -345,6 +363,155 @@ async def capture(memoryd: client.Client, payload: dict[str, Any]) -> None:
         await memoryd.queue_ingest([transcript])
 
 
+def edited_paths(payload: dict[str, Any]) -> list[str]:
+    """The files an edit tool call is about to write, as the agent named them."""
+    given = payload.get("tool_input")
+    if payload.get("tool_name") not in EDIT_TOOLS or not isinstance(given, dict):
+        return []
+    named = [given.get(k) for k in ("file_path", "notebook_path", "absolute_path")]
+    patch = given.get("command") or given.get("input")
+    if isinstance(patch, str):
+        named += _PATCH_FILES.findall(patch)
+    return list(dict.fromkeys(p.strip() for p in named if isinstance(p, str) and p.strip()))
+
+
+def failure_output(payload: dict[str, Any]) -> str:
+    """What a failed tool call said, or "" when it did not fail as far as the client tells.
+
+    Claude Code's PostToolUseFailure carries `error`; Gemini CLI's AfterTool a
+    `tool_response` with `error` or, for a command, its output ending in a nonzero exit
+    code; Codex's PostToolUse only the output, so any output but an exit code 0 is taken
+    (a text is then said to have failed only if its error signature failed before)."""
+    if isinstance(payload.get("error"), str):
+        return str(payload["error"])
+    response = payload.get("tool_response")
+    if isinstance(response, dict):
+        error = response.get("error")
+        if isinstance(error, dict):
+            return str(error.get("message") or "error")
+        if error:
+            return str(error)
+        text = str(response.get("llmContent") or "")
+        code = _EXIT_CODE.search(text)
+        return text if code and code.group(1) != "0" else ""
+    if isinstance(response, str):
+        code = _EXIT_CODE.search(response)
+        return "" if code and code.group(1) == "0" else response
+    return ""
+
+
+def _when(value: str | None) -> str:
+    return (value or "?")[:16].replace("T", " ")
+
+
+def _fix_text(fix: dict[str, Any]) -> str:
+    """How a fix went: the files modified, then the command (or edit) that succeeded."""
+    files = fix.get("files") or []
+    done = f"modified {', '.join(files)}, then " if files else ""
+    return f"{done}`{one_line(str(fix.get('detail') or fix.get('verb') or '?'), 120)}` succeeded"
+
+
+def _distinct_failures(failures: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One failure per error (its last), in order: a test run failing five times the same
+    way is one thing to know."""
+    last = {f["name"]: f for f in failures}
+    return sorted(last.values(), key=lambda f: f["seq"])
+
+
+def file_items(context: dict[str, Any]) -> list[Item]:
+    """The lines about one file, each with the key that keeps it from coming twice (a note's
+    is the key its prompt hit and briefing line have)."""
+    items = []
+    for s in context.get("sessions", []):
+        goal = f"; goal: {one_line(s['goal'], 120)}" if s.get("goal") else ""
+        outcome = [
+            f"then {f['name']} (#{f['seq']}): "
+            + (
+                f"fixed in session {f['fixed']['session']} ({_when(f['fixed']['event_time'])}), "
+                f"{_fix_text(f['fixed'])}"
+                if f.get("fixed")
+                else "not fixed since"
+            )
+            for f in _distinct_failures(s["failures"])[-FAILURES_PER_SESSION:]
+        ]
+        after = "; ".join(outcome) or "no failure followed"
+        text = (
+            f"- session {s['session']} ({s.get('agent') or '?'}, {_when(s['last_edit'])}) "
+            f"edited it{goal}; {after}"
+        )
+        # Clipped, not dropped: a long session's line must still fit the small budget.
+        items.append(Item(f"edit:{s['session']}:{context['file']}", one_line(text, ITEM_CHARS)))
+    for n in context.get("notes", []):
+        # Whether the note still matches the code (item 6 of issue 32: current / changed
+        # since / file deleted, from the note's anchor) is to be said here, after its kind.
+        head = f"- [{n['id']}] {n['kind']} ({_when(n.get('event_time'))}):"
+        items.append(Item(n["id"], one_line(f"{head} {n['text']}", ITEM_CHARS)))
+    return items
+
+
+def error_items(context: dict[str, Any]) -> list[Item]:
+    """Where an error was seen before and what fixed it, each line with its key."""
+    signature, last = context["signature"], context["seen"][-1]
+    times = f"{context['times']} times, last" if context["times"] > 1 else "once,"
+    items = [
+        Item(
+            f"error:{signature}",
+            f"- seen {times} in session {last['session']} ({last.get('agent') or '?'}, "
+            f"{_when(last.get('event_time'))})",
+        )
+    ]
+    for fix in context["resolutions"]:
+        items.append(
+            Item(
+                f"resolved:{signature}:{fix['session']}:{fix.get('event_time')}",
+                f"- fixed in session {fix['session']} ({_when(fix.get('event_time'))}): "
+                f"{_fix_text(fix)}",
+            )
+        )
+    if not context["resolutions"]:
+        items.append(
+            Item(f"unresolved:{signature}", "- no fix recorded: the same call never succeeded")
+        )
+    return items
+
+
+async def _before_edit(
+    memoryd: client.Client, payload: dict[str, Any], project: str, cwd: Path
+) -> tuple[str, list[Item]]:
+    session = str(payload.get("session_id") or "")
+    files: list[str] = []
+    items: list[Item] = []
+    for path in edited_paths(payload):
+        context = await memoryd.file_context(project, str(cwd), path, session)
+        if context:
+            files.append(context["file"])
+            items += file_items(context)
+    head = f"memoryd: before you edit {', '.join(files)}, what earlier sessions did to it:"
+    return head, items
+
+
+async def _after_failure(
+    memoryd: client.Client, payload: dict[str, Any], project: str
+) -> tuple[str, list[Item]]:
+    output = failure_output(payload)
+    if not output.strip() or _from_web(str(payload.get("tool_name") or "")):
+        return "", []
+    context = await memoryd.error_context(project, output, str(payload.get("session_id") or ""))
+    if not context:
+        return "", []
+    head = f"memoryd: this failure ({one_line(context['error'], 120)}) happened before here:"
+    return head, error_items(context)
+
+
+async def _action_context(
+    memoryd: client.Client, event: str, payload: dict[str, Any], project: str, cwd: Path
+) -> tuple[str, list[Item]]:
+    """The head and items of a hook about one action (see the module's docstring)."""
+    if event == "PreToolUse" or (event == "AfterTool" and edited_paths(payload)):
+        return await _before_edit(memoryd, payload, project, cwd)
+    return await _after_failure(memoryd, payload, project)
+
+
 async def context_for(
     memoryd: client.Client, event: str, payload: dict[str, Any], state: State, limit: int
 ) -> tuple[str, list[str]]:
@@ -354,7 +521,9 @@ async def context_for(
     if scope.project is None:
         return "", []  # not a watched repository: other repositories' memory stays out
     seen = set(state.injected)
-    if event == "SessionStart":
+    if event in ACTION_EVENTS:
+        head, items = await _action_context(memoryd, event, payload, scope.project, cwd)
+    elif event == "SessionStart":
         items = await _briefing(memoryd, payload, scope.project)
         head = f"memoryd: recent agent work in this repository ({scope.project}):"
     else:
@@ -379,8 +548,13 @@ async def run(
     """The hook's whole answer, worked out in the daemon: what the hook prints (maybe
     nothing). Never raises for a problem of memoryd's: the agent must go on."""
     settings = memoryd.settings
-    limit = cap(max_chars, settings.hook_max_chars)
     event = EVENTS[(agent, command)]
+    # The hook process's own cap is for the session and prompt hooks.
+    limit = (
+        settings.hook_action_max_chars
+        if event in ACTION_EVENTS
+        else cap(max_chars, settings.hook_max_chars)
+    )
     try:
         payload = json.loads(stdin or "{}")
     except ValueError:

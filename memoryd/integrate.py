@@ -6,15 +6,16 @@ other setting of the file, are written atomically with the file's mode kept, and
 cleanly (`--uninstall` removes exactly what was added, and keys left empty by it). The files,
 as verified against the installed clients (docs/clients.md):
 
-- Claude Code: `mcpServers.memoryd` in `~/.claude.json`, hooks (SessionStart for startup,
-  resume, clear and compact; UserPromptSubmit; Stop and SessionEnd) and an allow rule for
-  memoryd's tools (`permissions.allow`, ALLOWED_TOOLS) in `~/.claude/settings.json`
-  (`$CLAUDE_CONFIG_DIR/...` when set).
+- Claude Code: `mcpServers.memoryd` in `~/.claude.json`, hooks (HOOKS: SessionStart for
+  startup, resume, clear and compact; UserPromptSubmit; PreToolUse of edits;
+  PostToolUseFailure; Stop and SessionEnd) and an allow rule for memoryd's tools
+  (`permissions.allow`, ALLOWED_TOOLS) in `~/.claude/settings.json` (`$CLAUDE_CONFIG_DIR/...`
+  when set).
 - Codex: `[mcp_servers.memoryd]` (`required = true`, tools approved) in
-  `$CODEX_HOME/config.toml`, the SessionStart, Stop and SessionEnd hooks in
-  `$CODEX_HOME/hooks.json` (default `~/.codex`). Codex runs a user hook only once the user
-  trusted it (`/hooks` in codex): integrate says so.
-- Gemini CLI: `mcpServers.memoryd` and the AfterAgent and SessionEnd hooks in
+  `$CODEX_HOME/config.toml`, the hooks (SessionStart, PreToolUse of apply_patch, PostToolUse,
+  Stop and SessionEnd) in `$CODEX_HOME/hooks.json` (default `~/.codex`). Codex runs a user hook
+  only once the user trusted it (`/hooks` in codex): integrate says so.
+- Gemini CLI: `mcpServers.memoryd` and the AfterTool, AfterAgent and SessionEnd hooks in
   `~/.gemini/settings.json`. Gemini loads MCP servers only in folders the user trusted:
   integrate says so.
 
@@ -62,13 +63,37 @@ ALLOWED_TOOLS = (
     "status",
     "remember",
 )
-# The hooks that only queue a transcript's read (memoryd/hook_client.py CAPTURE_EVENTS), per
-# client: event -> command word. Gemini CLI's AfterAgent is its end of a turn.
-CAPTURE_HOOKS = {
-    "claude-code": {"Stop": "stop", "SessionEnd": "session-end"},
-    "codex": {"Stop": "stop", "SessionEnd": "session-end"},
-    "gemini": {"AfterAgent": "after-agent", "SessionEnd": "session-end"},
+# The hooks each client gets: (the client's event, `memoryd hook <agent> <word>`, matcher).
+HOOKS: dict[str, tuple[tuple[str, str, str | None], ...]] = {
+    "claude-code": (
+        ("SessionStart", "session-start", SESSION_SOURCES),
+        ("UserPromptSubmit", "user-prompt-submit", None),
+        ("PreToolUse", "pre-tool-use", "Edit|Write|MultiEdit|NotebookEdit"),
+        ("PostToolUseFailure", "post-tool-use-failure", None),
+        # Capture only (CAPTURE_EVENTS): the transcript's read at the end of a turn and of the
+        # session, where no watched folder holds it.
+        ("Stop", "stop", None),
+        ("SessionEnd", "session-end", None),
+    ),
+    "codex": (
+        ("SessionStart", "session-start", SESSION_SOURCES),
+        ("PreToolUse", "pre-tool-use", "apply_patch"),
+        # Codex has no failure event: the hook looks at every result's output.
+        ("PostToolUse", "post-tool-use", None),
+        ("Stop", "stop", None),
+        ("SessionEnd", "session-end", None),
+    ),
+    # Gemini's BeforeTool cannot add context (only block or rewrite the call): its AfterTool
+    # brings both what is known of an edited file and of a failure.
+    # AfterAgent is its end of a turn.
+    "gemini": (
+        ("AfterTool", "after-tool", None),
+        ("AfterAgent", "after-agent", None),
+        ("SessionEnd", "session-end", None),
+    ),
 }
+# Gemini CLI counts a hook's timeout in milliseconds, the others in seconds.
+HOOK_TIMEOUT_UNITS = {"claude-code": 1, "codex": 1, "gemini": 1000}
 Json = dict[str, Any]
 
 
@@ -199,6 +224,15 @@ def _hook_group(command: str, matcher: str | None, timeout: int = HOOK_TIMEOUT) 
     return {"matcher": matcher, **group} if matcher else group
 
 
+def _wanted_hooks(client: str, settings: Settings) -> dict[str, Json]:
+    """The hook groups memoryd registers for `client`, by event (HOOKS)."""
+    timeout = HOOK_TIMEOUT * HOOK_TIMEOUT_UNITS[client]
+    return {
+        event: _hook_group(_shell(hook_command(settings, client, word)), matcher, timeout)
+        for event, word, matcher in HOOKS[client]
+    }
+
+
 def _shell(words: list[str]) -> str:
     return " ".join(shlex.quote(w) for w in words)
 
@@ -223,17 +257,6 @@ def gemini_settings() -> Path:
 
 def hook_command(settings: Settings, agent: str, event: str) -> list[str]:
     return [memoryd_command(), "hook", agent, event, *base_args(settings)]
-
-
-def capture_hooks(settings: Settings, agent: str) -> dict[str, Json]:
-    """The groups of the hooks that queue the transcript's read at the end of a turn and of
-    the session (no matcher: every one)."""
-    # Gemini CLI counts a hook's timeout in milliseconds, the others in seconds.
-    timeout = HOOK_TIMEOUT * 1000 if agent == "gemini" else HOOK_TIMEOUT
-    return {
-        event: _hook_group(_shell(hook_command(settings, agent, command)), None, timeout)
-        for event, command in CAPTURE_HOOKS[agent].items()
-    }
 
 
 def claude_allow_rules() -> list[str]:
@@ -272,19 +295,7 @@ def plan(client: str, settings: Settings, uninstall: bool) -> Plan:
             None if uninstall else {"type": "stdio", "command": exe, "args": mcp_args, "env": {}}
         )
         result.changes.append(_edit_json(claude_user_config(), _set_server("mcpServers", entry)))
-        wanted = (
-            None
-            if uninstall
-            else {
-                "SessionStart": _hook_group(
-                    _shell(hook_command(settings, "claude-code", "session-start")), SESSION_SOURCES
-                ),
-                "UserPromptSubmit": _hook_group(
-                    _shell(hook_command(settings, "claude-code", "user-prompt-submit")), None
-                ),
-                **capture_hooks(settings, "claude-code"),
-            }
-        )
+        wanted = None if uninstall else _wanted_hooks(client, settings)
         allowed = None if uninstall else claude_allow_rules()
         result.changes.append(
             _edit_json(
@@ -301,32 +312,22 @@ def plan(client: str, settings: Settings, uninstall: bool) -> Plan:
         result.changes.append(
             _edit_codex_config(codex_home() / "config.toml", exe, mcp_args, uninstall)
         )
-        wanted = (
-            None
-            if uninstall
-            else {
-                "SessionStart": _hook_group(
-                    _shell(hook_command(settings, "codex", "session-start")), SESSION_SOURCES
-                ),
-                **capture_hooks(settings, "codex"),
-            }
-        )
+        wanted = None if uninstall else _wanted_hooks(client, settings)
         result.changes.append(
             _edit_json(codex_home() / "hooks.json", _set_hooks(" hook codex ", wanted))
         )
         if not uninstall:
             result.notes.append(
                 "Codex runs a hook only once you trust it: start `codex`, type /hooks and "
-                "trust memoryd's SessionStart, Stop and SessionEnd hooks (again whenever "
-                "integrate changes them)."
+                "trust memoryd's hooks (again whenever integrate changes them)."
             )
     else:
         entry = None if uninstall else {"command": exe, "args": mcp_args}
-        hooks = None if uninstall else capture_hooks(settings, "gemini")
+        wanted = None if uninstall else _wanted_hooks(client, settings)
         result.changes.append(
             _edit_json(
                 gemini_settings(),
-                _all(_set_server("mcpServers", entry), _set_hooks(" hook gemini ", hooks)),
+                _all(_set_server("mcpServers", entry), _set_hooks(" hook gemini ", wanted)),
             )
         )
         if not uninstall:
@@ -405,9 +406,8 @@ def registered(client: str) -> list[list[str]]:
         hooks = _json(_read(codex_home() / "hooks.json"), codex_home()).get("hooks", {})
         marker = " hook codex "
     else:
-        gemini = _json(_read(gemini_settings()), gemini_settings())
-        server, hooks = gemini.get("mcpServers", {}), gemini.get("hooks", {})
-        marker = " hook gemini "
+        data = _json(_read(gemini_settings()), gemini_settings())
+        server, hooks, marker = data.get("mcpServers", {}), data.get("hooks", {}), " hook gemini "
     if NAME in server:
         found.append([str(server[NAME]["command"]), *map(str, server[NAME].get("args", []))])
     for groups in hooks.values():

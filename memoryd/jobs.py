@@ -83,6 +83,10 @@ INDEX_PROGRESS = _query("index_progress")
 CHANGED_TRANSCRIPTS = _query("changed_transcripts")
 # An agent's hook: its JSON in, the context to inject out (memoryd/hooks.py).
 HOOK = _query("hook")
+# What the graph knows at the moment of action: a file about to be edited, a failure just met.
+FILE_CONTEXT = _query("file_context")
+ERROR_CONTEXT = _query("error_context")
+
 # What the hooks injected lately (their records, read in the daemon's data dir).
 INJECTIONS = _query("injections")
 # memoryd's own numbers, a row a day (`status` records them).

@@ -25,7 +25,7 @@ from memoryd.config import Settings
 from memoryd.errors import MemorydError
 from memoryd.export import write_backup
 from memoryd.store import SCHEMA_DIR, VECTOR_TABLES, Store, key_of
-from memoryd.vocabulary import MEMORY_ENTITY_EDGE_TABLES, RETIRED_EDGE_TABLES
+from memoryd.vocabulary import MEMORY_ENTITY_EDGE_TABLES, RESOLVED_BY, RETIRED_EDGE_TABLES
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +174,14 @@ async def _anchor_notes(store: Store, _: Settings) -> None:
         after = key_of(notes[-1]["id"])
 
 
+async def _resolve_errors(store: Store, _: Settings) -> None:
+    """RESOLVED_BY edges (schema 027) for the failures stored before ingest wrote them, by
+    the rule ingest uses (workers/resolutions.py). Resumable: the edges are upserts."""
+    from workers.resolutions import resolve_sessions
+
+    await resolve_sessions(store, await store.failed_sessions())
+
+
 # The data steps, in number order; numbers are shared with the schema files.
 DATA_STEPS: tuple[DataStep, ...] = (
     DataStep(4, "scrub_secrets", _scrub_secrets, changes=("code_chunk", "defined_in")),
@@ -189,6 +197,7 @@ DATA_STEPS: tuple[DataStep, ...] = (
     DataStep(13, "compact", _compact, changes=()),
     DataStep(25, "drop_order_edges", _drop_order_edges, changes=RETIRED_EDGE_TABLES),
     DataStep(26, "rederive_edges_2", _rederive_edges_2, changes=_REDERIVED),
+    DataStep(27, "resolve_errors", _resolve_errors, changes=(RESOLVED_BY.table,)),
     DataStep(28, "anchor_notes", _anchor_notes, changes=()),
 )
 

@@ -108,6 +108,10 @@ MENTIONS = Edge(
     text_field="detail",
 )
 DEFINED_IN = Edge("DEFINED_IN", "code_chunk", "entity", (FILE, SYMBOL), written_by="code")
+# An error and the tool call that fixed it: the action that failed with it succeeding later in
+# the same session (workers/resolutions.py derives it at ingest; migration step 027 for older
+# databases). It carries the files modified in between and the command that then succeeded.
+RESOLVED_BY = Edge("RESOLVED_BY", "entity", "memory")
 
 EDGES = (
     HAS_GOAL,
@@ -119,6 +123,7 @@ EDGES = (
     SPAWNED,
     MENTIONS,
     DEFINED_IN,
+    RESOLVED_BY,
 )
 EDGES_BY_NAME = {edge.name: edge for edge in EDGES}
 ACTION_VERBS = tuple(edge.name for edge in EDGES if edge.action)

@@ -827,7 +827,8 @@ def integrated_codex(daemon: Daemon, tmp_path: Path) -> CodexHome:
     assert "Codex runs a hook only once you trust it" in done.stdout
     # The trust step integrate asks for, taken the way Codex's /hooks screen takes it.
     assert codex.trust_hooks(daemon.repo) == [
-        f"{codex.hooks_path}:{event}:0:0" for event in ("session_end", "session_start", "stop")
+        f"{codex.hooks_path}:{event}:0:0"
+        for event in ("post_tool_use", "pre_tool_use", "session_end", "session_start", "stop")
     ]
     patient_hooks(codex.home)
     return codex

@@ -27,12 +27,14 @@ def run(env_home: dict[str, str], data: Path, *args: str) -> subprocess.Complete
     return done
 
 
+def group(command: str, matcher: str | None = None, timeout: int = 10) -> dict[str, object]:
+    """One hook group as integrate writes it."""
+    hooks = {"hooks": [{"type": "command", "command": command, "timeout": timeout}]}
+    return {"matcher": matcher, **hooks} if matcher else hooks
+
+
 def dump(data: object) -> str:
     return json.dumps(data, indent=2) + "\n"
-
-
-def capture_group(command: str, timeout: int = 10) -> dict:
-    return {"hooks": [{"type": "command", "command": command, "timeout": timeout}]}
 
 
 ALLOWED = [
@@ -96,30 +98,15 @@ def test_integrate_keeps_the_users_settings_repeats_nothing_and_reverses(
         "hooks": {
             "SessionStart": [
                 {"hooks": [{"type": "command", "command": "x"}]},
-                {
-                    "matcher": "startup|resume|clear|compact",
-                    "hooks": [
-                        {
-                            "type": "command",
-                            "command": f"{hook} session-start {where}",
-                            "timeout": 10,
-                        }
-                    ],
-                },
+                group(f"{hook} session-start {where}", "startup|resume|clear|compact"),
             ],
-            "UserPromptSubmit": [
-                {
-                    "hooks": [
-                        {
-                            "type": "command",
-                            "command": f"{hook} user-prompt-submit {where}",
-                            "timeout": 10,
-                        }
-                    ]
-                }
+            "UserPromptSubmit": [group(f"{hook} user-prompt-submit {where}")],
+            "PreToolUse": [
+                group(f"{hook} pre-tool-use {where}", "Edit|Write|MultiEdit|NotebookEdit")
             ],
-            "Stop": [capture_group(f"{hook} stop {where}")],
-            "SessionEnd": [capture_group(f"{hook} session-end {where}")],
+            "PostToolUseFailure": [group(f"{hook} post-tool-use-failure {where}")],
+            "Stop": [group(f"{hook} stop {where}")],
+            "SessionEnd": [group(f"{hook} session-end {where}")],
         },
         "permissions": {"allow": ["Bash(ls:*)", *ALLOWED], "deny": ["WebFetch"]},
     }
@@ -130,34 +117,27 @@ def test_integrate_keeps_the_users_settings_repeats_nothing_and_reverses(
         'default_tools_approval_mode = "approve"\n'
         "required = true\n"
     )
+    codex = f"{MEMORYD} hook codex"
     assert json.loads((home / ".codex" / "hooks.json").read_text()) == {
         "hooks": {
             "SessionStart": [
-                {
-                    "matcher": "startup|resume|clear|compact",
-                    "hooks": [
-                        {
-                            "type": "command",
-                            "command": f"{MEMORYD} hook codex session-start --data-dir {data_dir}",
-                            "timeout": 10,
-                        }
-                    ],
-                }
+                group(f"{codex} session-start {where}", "startup|resume|clear|compact")
             ],
-            "Stop": [capture_group(f"{MEMORYD} hook codex stop --data-dir {data_dir}")],
-            "SessionEnd": [
-                capture_group(f"{MEMORYD} hook codex session-end --data-dir {data_dir}")
-            ],
+            "PreToolUse": [group(f"{codex} pre-tool-use {where}", "apply_patch")],
+            "PostToolUse": [group(f"{codex} post-tool-use {where}")],
+            "Stop": [group(f"{codex} stop {where}")],
+            "SessionEnd": [group(f"{codex} session-end {where}")],
         }
     }
+    # Gemini counts a hook's timeout in milliseconds.
     gemini_hook = f"{MEMORYD} hook gemini"
     assert json.loads((home / ".gemini" / "settings.json").read_text()) == {
         "theme": "dark",
         "mcpServers": {"memoryd": mcp},
         "hooks": {
-            # Gemini CLI counts milliseconds.
-            "AfterAgent": [capture_group(f"{gemini_hook} after-agent {where}", 10000)],
-            "SessionEnd": [capture_group(f"{gemini_hook} session-end {where}", 10000)],
+            "AfterTool": [group(f"{gemini_hook} after-tool {where}", timeout=10000)],
+            "AfterAgent": [group(f"{gemini_hook} after-agent {where}", timeout=10000)],
+            "SessionEnd": [group(f"{gemini_hook} session-end {where}", timeout=10000)],
         },
     }
 

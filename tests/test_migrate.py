@@ -35,6 +35,17 @@ async def _indexed(stack: Runtime, tree: Path) -> Store:
     return stack.store
 
 
+async def _with_sessions(stack: Runtime) -> Store:
+    """The store once real Claude Code (a session and its subagent) and Codex transcripts
+    are ingested."""
+    assert stack.redis is not None and stack.store is not None
+    files = [S37, CODERABBIT_SESSION, CODERABBIT_SUBAGENT, CODEX_ROLLOUT]
+    for job in await queue.enqueue_ingest(stack.redis, [str(f) for f in files]):
+        await queue.wait_for(job, 300)
+    await stack.store.settled()
+    return stack.store
+
+
 async def _blocks(store: Store) -> int:
     rows = await store.query(
         "SELECT count() AS n FROM code_chunk WHERE chunk_type = 'block' GROUP ALL"
@@ -330,12 +341,7 @@ async def test_the_order_edges_an_earlier_memoryd_wrote_are_dropped(stack: Runti
     memory, one per memory but each session's first): the step leaves every other row as it
     was, and a session's actions (parent and subagent) are found by the sessions their edges
     carry exactly as they were through CONTAINS, in fewer bytes."""
-    assert stack.redis is not None and stack.store is not None
-    store = stack.store
-    files = [S37, CODERABBIT_SESSION, CODERABBIT_SUBAGENT, CODEX_ROLLOUT]
-    for job in await queue.enqueue_ingest(stack.redis, [str(f) for f in files]):
-        await queue.wait_for(job, 300)
-    await store.settled()
+    store = await _with_sessions(stack)
     rows = await store.dump()
     assert not {"contains", "next"} & set(rows)
 
@@ -387,3 +393,37 @@ async def test_the_order_edges_an_earlier_memoryd_wrote_are_dropped(stack: Runti
         "db"
     ]
     assert _db_bytes(stack.settings.data_dir) < 0.8 * before
+
+
+@pytest.mark.e2e
+async def test_what_fixed_each_failure_is_derived_for_sessions_stored_before_it_was(
+    stack: Runtime,
+) -> None:
+    """Step 027 writes the RESOLVED_BY edges ingest writes today (workers/resolutions.py) for
+    a database that has none: the same edges, and nothing else changed."""
+    store = await _with_sessions(stack)
+    rows = await store.dump()
+    written = rows["resolved_by"]
+    assert len(written) > 0
+    # Each edge joins an error to a later successful call of its session.
+    for edge in written:
+        [fix] = [m for m in rows["memory"] if m["id"] == edge["out"]]
+        assert fix["session"] == edge["session"] and edge["in"].table_name == "entity"
+        failed = [
+            t
+            for t in rows["triggered"]
+            if (t["session"], t["out"]) == (edge["session"], edge["in"])
+            and t["event_time"] == edge["failed_at"]
+        ]
+        assert failed and fix["seq"] > edge["failed_seq"]
+    await store.query("DELETE resolved_by; DELETE schema_version:027_resolve_errors;")
+
+    assert await migrate(store, stack.settings, None) == ["027_resolve_errors"]
+
+    after = await store.dump()
+    versions = {str(v["id"].id): v for v in after.pop("schema_version")}
+    assert versions["027_resolve_errors"]["counts"] == {
+        "resolved_by": {"before": 0, "after": len(written)}
+    }
+    rows.pop("schema_version")
+    assert after == rows

@@ -30,6 +30,7 @@ from memoryd.store import Ref
 from memoryd.watch.transcripts import rewritten_whole
 from workers.context import JobContext
 from workers.entities import Entity, canonical_tool
+from workers.resolutions import resolve_sessions
 from workers.transcripts import (
     Action,
     Denied,
@@ -251,6 +252,13 @@ def rows_for(result: ParseResult, path: str) -> Rows:
     return rows
 
 
+def _acting_sessions(rows: Rows) -> set[str]:
+    """The sessions of a batch's tool-call outcomes (the edges that name their session)."""
+    verbs = (*vocabulary.ACTION_VERBS, vocabulary.TRIGGERED.name)
+    tables = [f"edge_{vocabulary.edge(verb).table}" for verb in verbs]
+    return {row["session"].key for table in tables for row in rows.tables.get(table, [])}
+
+
 @dataclass(slots=True)
 class IngestReport:
     path: str
@@ -409,6 +417,9 @@ async def _ingest(ctx: JobContext, path: str) -> IngestReport:
                 rows.tables,
                 _cursor(path, info, agent, next_offset, saved_state, skipped_before, None),
             )
+            # A failure and its fix may come in different batches: each batch looks again at
+            # the sessions it acted in.
+            await resolve_sessions(store, _acting_sessions(rows))
             report.add(rows, result, len(lines))
             offset = next_offset
             if offset < info.st_size and time.perf_counter() - started > JOB_SLICE_SECONDS:

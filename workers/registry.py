@@ -17,7 +17,7 @@ from memoryd.config import SCHEDULE_OFF, Settings, parse_schedule
 from memoryd.errors import Failure, InvalidRequest, JobFailed, MemorydError
 from memoryd.jobs import JOBS_QUEUE, QUERY_QUEUE, JobSpec
 from memoryd.metrics import JobFunction
-from workers import forget, maintenance, notes, privacy, queries, transfer
+from workers import action_context, forget, maintenance, notes, privacy, queries, transfer
 from workers.context import JobContext
 from workers.indexing import embed_chunks, index_files
 from workers.ingest import ingest_transcript
@@ -92,6 +92,8 @@ FUNCTIONS: dict[JobSpec, JobFunction] = {
     jobs.HOOK: queries.hook,
     jobs.INJECTIONS: queries.injections,
     jobs.DAILY_STATS: queries.daily_stats,
+    jobs.FILE_CONTEXT: action_context.file_context,
+    jobs.ERROR_CONTEXT: action_context.error_context,
 }
 
 

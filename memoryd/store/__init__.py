@@ -6,6 +6,7 @@ One module per concern, all on the shared connection of :class:`~memoryd.store.b
 
 from __future__ import annotations
 
+from memoryd.store.actions import ActionQueries
 from memoryd.store.anchors import AnchorQueries
 from memoryd.store.base import QueryFailed, Ref, StoreBase, key_of, now, plain
 from memoryd.store.blobs import BlobQueries
@@ -35,6 +36,7 @@ class Store(
     SearchQueries,
     ViewQueries,
     RecallQueries,
+    ActionQueries,
     NoteQueries,
     AnchorQueries,
     ForgetQueries,

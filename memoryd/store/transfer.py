@@ -35,6 +35,8 @@ _PROJECT_SCOPE: dict[str, str] = {
     "triggered, denied, mentions)[WHERE in.session.project = $project]) > 0)",
     "summary": "leaf_uuid IN (SELECT VALUE source_id FROM memory WHERE session.project = $project)",
     **{e.table: ("in.project = $project" if e.source != "memory" else _MEMORY_EDGE) for e in EDGES},
+    # From an error (of no project) to the call that fixed it: the fixing session's project.
+    "resolved_by": "out.session.project = $project",
 }
 # How the exporter writes a time (memoryd.store.base.plain).
 _ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")

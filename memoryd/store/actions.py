@@ -1,0 +1,121 @@
+"""Reads and writes behind the context at the moment of action (memoryd/hooks.py): what earlier
+sessions did to a file before an edit, and where an error was seen and what fixed it after a
+failure; and the RESOLVED_BY edges that say the latter (workers/resolutions.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from memoryd.store.base import StoreBase, rid, to_records
+from memoryd.store.blobs import BODY, whole_texts
+from memoryd.vocabulary import ACTION_VERBS, RESOLVED_BY, edge
+
+_ACTION_TABLES = tuple(edge(verb).table for verb in ACTION_VERBS)
+_RESOLUTION_FIELDS = (
+    "record::id(in) AS error, record::id(session) AS session, files, verb, detail, "
+    "event_time, failed_at"
+)
+
+
+class ActionQueries(StoreBase):
+    async def session_triggers(self, session_key: str) -> list[dict[str, Any]]:
+        """A session's failures: the failing call, its place and the error's record key."""
+        rows = await self.query(
+            "SELECT record::id(in) AS memory, in.seq AS seq, record::id(out) AS error, "
+            "event_time FROM triggered WHERE session = $s",
+            {"s": rid("session", session_key)},
+        )
+        return rows[0] or []
+
+    async def session_actions(self, session_key: str) -> list[dict[str, Any]]:
+        """A session's reads, edits and commands with their outcomes (by the session each edge
+        carries, schema 024)."""
+        rows = await self.query(
+            "; ".join(
+                "SELECT record::id(in) AS memory, in.seq AS seq, "
+                "string::uppercase(meta::tb(id)) AS verb, out.key AS target, "
+                "out.project AS project, outcome, detail, event_time "
+                f"FROM {table} WHERE session = $s"
+                for table in _ACTION_TABLES
+            ),
+            {"s": rid("session", session_key)},
+        )
+        return [row for result in rows for row in result or []]
+
+    async def write_resolutions(self, rows: Sequence[dict[str, Any]]) -> None:
+        if rows:
+            await self.query(
+                f"INSERT RELATION INTO {RESOLVED_BY.table} $rows ON DUPLICATE KEY UPDATE "
+                "files = $input.files, detail = $input.detail RETURN NONE",
+                {"rows": to_records(list(rows))},
+            )
+
+    async def failed_sessions(self) -> list[str]:
+        """Every session with a failure (migration step 027 derives their resolutions)."""
+        found = await self.query(
+            "SELECT record::id(session) AS s FROM triggered WHERE session IS NOT NONE GROUP BY s"
+        )
+        return sorted(str(row["s"]) for row in found[0] or [])
+
+    async def file_modifications(self, entity_key: str) -> list[dict[str, Any]]:
+        """Every edit of one file (successful or not), oldest first."""
+        rows = await self.query(
+            "SELECT record::id(session) AS session, in.seq AS seq, outcome, event_time "
+            "FROM $e<-modifies ORDER BY event_time",
+            {"e": rid("entity", entity_key)},
+        )
+        return rows[0] or []
+
+    async def session_goals(self, session_keys: Sequence[str]) -> list[dict[str, Any]]:
+        """Each session's agent, project and first goal: no more (a hook waits for it)."""
+        rows = await self.query(
+            "SELECT record::id(id) AS session, agent, record::id(project) AS project, "
+            "(SELECT VALUE intent FROM ->has_goal->goal ORDER BY event_time LIMIT 1)[0] AS goal "
+            "FROM $ids",
+            {"ids": [rid("session", k) for k in session_keys]},
+        )
+        return rows[0] or []
+
+    async def failures_in(self, session_keys: Sequence[str]) -> list[dict[str, Any]]:
+        """The failures of these sessions: where, which error (its record key and name)."""
+        if not session_keys:
+            return []
+        rows = await self.query(
+            "SELECT record::id(session) AS session, in.seq AS seq, record::id(out) AS error, "
+            "out.name AS name, tool, event_time FROM triggered WHERE session INSIDE $s",
+            {"s": [rid("session", k) for k in session_keys]},
+        )
+        return rows[0] or []
+
+    async def resolutions_of(self, error_keys: Sequence[str]) -> list[dict[str, Any]]:
+        """What fixed these errors, wherever it happened, oldest first."""
+        if not error_keys:
+            return []
+        rows = await self.query(
+            f"SELECT {_RESOLUTION_FIELDS}, record::id(session.project) AS project "
+            f"FROM {RESOLVED_BY.table} WHERE in INSIDE $e ORDER BY event_time",
+            {"e": [rid("entity", k) for k in error_keys]},
+        )
+        return rows[0] or []
+
+    async def file_notes(self, entity_key: str, kinds: Sequence[str]) -> list[dict[str, Any]]:
+        """Memories of these kinds that name one file (MENTIONS), newest first."""
+        rows = await self.query(
+            "SELECT * FROM (SELECT in.id AS id, in.kind AS kind, in.content AS content, "
+            f"in.{BODY}, in.event_time AS event_time, "
+            "record::id(in.session) AS session, record::id(in.session.project) AS project "
+            "FROM $e<-mentions) WHERE kind INSIDE $kinds ORDER BY event_time DESC",
+            {"e": rid("entity", entity_key), "kinds": list(kinds)},
+        )
+        return whole_texts(rows[0] or [])
+
+    async def error_occurrences(self, error_key: str) -> list[dict[str, Any]]:
+        """Where one error was seen: session, agent, project and time, oldest first."""
+        rows = await self.query(
+            "SELECT record::id(session) AS session, in.seq AS seq, session.agent AS agent, "
+            "record::id(session.project) AS project, tool, event_time "
+            "FROM $e<-triggered ORDER BY event_time",
+            {"e": rid("entity", error_key)},
+        )
+        return rows[0] or []

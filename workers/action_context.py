@@ -1,0 +1,128 @@
+"""Query jobs behind the hooks at the moment of action (memoryd/hooks.py): what the graph
+knows about a file an agent is about to edit, and about a failure it just met.
+
+Both answer only from one project's sessions (the hook's repository), leave out the asking
+session, and return facts; the hook words and caps them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memoryd import agent
+from memoryd.ids import entity_id, split_file_key
+from memoryd.store import plain
+from memoryd.vocabulary import AGENT_MEMORY_KINDS, ERROR
+from workers.context import JobContext
+from workers.entities import canonical_error, canonical_file
+
+# Earlier sessions, notes and resolutions one answer holds at most (the hook's budget is ~600
+# characters: more would never be shown).
+MAX_SESSIONS = 3
+MAX_NOTES = 3
+MAX_RESOLUTIONS = 2
+
+
+async def file_context(
+    ctx: JobContext, project: str, cwd: str, path: str, session: str
+) -> dict[str, Any]:
+    """The earlier sessions of `project` that edited `path` (newest first: goal, agent, when,
+    and each failure that followed the edit in that session with what fixed it, if anything
+    did), and the notes and decisions agents linked to the file. Empty when there are none."""
+    store = ctx["store"]
+    projects = [(p["id"], p["root"]) for p in await store.projects()]
+    entity = canonical_file(path, cwd, projects)
+    if entity is None or entity.project_id != project:
+        return {}
+    key = entity_id(entity.kind, entity.key)
+    edits = [plain(e) for e in await store.file_modifications(key)]
+    first_edit: dict[str, int] = {}
+    last_edit: dict[str, str] = {}
+    for e in edits:
+        if e["session"] != session:
+            first_edit.setdefault(e["session"], e["seq"])
+            last_edit[e["session"]] = e.get("event_time") or ""
+    rows = {
+        r["session"]: r
+        for r in map(plain, await store.session_goals(sorted(first_edit)))
+        if r.get("project") == project
+    }
+    newest = sorted(rows, key=lambda s: last_edit[s], reverse=True)[:MAX_SESSIONS]
+    failures = [
+        plain(f)
+        for f in await store.failures_in(newest)
+        if f["seq"] > first_edit[str(plain(f["session"]))]
+    ]
+    fixes = [
+        plain(r)
+        for r in await store.resolutions_of(sorted({f["error"] for f in failures}))
+        if r.get("project") == project
+    ]
+    sessions = [
+        {
+            "session": s,
+            "agent": rows[s].get("agent"),
+            "goal": rows[s].get("goal"),
+            "last_edit": last_edit[s],
+            "failures": [
+                {
+                    "name": f["name"],
+                    "seq": f["seq"],
+                    "event_time": f.get("event_time"),
+                    "fixed": _first_after(fixes, f["error"], f.get("event_time") or ""),
+                }
+                for f in sorted(failures, key=lambda f: f["seq"])
+                if f["session"] == s
+            ],
+        }
+        for s in newest
+    ]
+    notes = [
+        {
+            "id": agent.qualified("memory", n["id"]),
+            "kind": n["kind"],
+            "text": n["content"],
+            "event_time": n.get("event_time"),
+        }
+        for n in map(plain, await store.file_notes(key, AGENT_MEMORY_KINDS))
+        if n.get("project") == project
+    ][:MAX_NOTES]
+    if not sessions and not notes:
+        return {}
+    return {"file": split_file_key(entity.key)[1], "sessions": sessions, "notes": notes}
+
+
+async def error_context(ctx: JobContext, project: str, text: str, session: str) -> dict[str, Any]:
+    """Where the error of this failure output (its signature, workers/entities.py) was seen
+    before in `project`, and what fixed it there. Empty when it was never seen before."""
+    store = ctx["store"]
+    error = canonical_error(text)
+    key = entity_id(ERROR, error.key)
+    seen = [
+        plain(o)
+        for o in await store.error_occurrences(key)
+        if plain(o.get("project")) == project and plain(o["session"]) != session
+    ]
+    if not seen:
+        return {}
+    fixes = [
+        {k: r.get(k) for k in ("session", "files", "verb", "detail", "event_time")}
+        for r in map(plain, await store.resolutions_of([key]))
+        if r.get("project") == project and r["session"] != session
+    ]
+    return {
+        "error": error.name,
+        "signature": error.key,
+        "seen": seen[-MAX_SESSIONS:],
+        "times": len(seen),
+        "resolutions": fixes[-MAX_RESOLUTIONS:][::-1],
+    }
+
+
+def _first_after(fixes: list[dict[str, Any]], error: str, since: str) -> dict[str, Any] | None:
+    """The first fix of `error` at or after `since` (the same session's or a later one's)."""
+    later = [f for f in fixes if f["error"] == error and (f.get("event_time") or "") >= since]
+    if not later:
+        return None
+    first = later[0]
+    return {k: first.get(k) for k in ("session", "files", "detail", "event_time")}
