@@ -175,7 +175,7 @@ async def _anchor_notes(store: Store, _: Settings) -> None:
 
 
 async def _resolve_errors(store: Store, _: Settings) -> None:
-    """RESOLVED_BY edges (schema 027) for the failures stored before ingest wrote them, by
+    """RESOLVED_BY edges (schema 018) for the failures stored before ingest wrote them, by
     the rule ingest uses (workers/resolutions.py). Resumable: the edges are upserts."""
     from workers.resolutions import resolve_sessions
 

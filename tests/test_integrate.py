@@ -182,7 +182,7 @@ def test_doctor_checks_what_integrate_registered(tmp_path: Path, data_dir: Path)
     [check] = json.loads(done.stdout)
     assert (done.returncode, check["level"]) == (0, "ok")
     assert check["summary"] == (
-        "registered in claude-code (5 entries); every command runs, hooks answer"
+        "registered in claude-code (7 entries); every command runs, hooks answer"
     )
     # memoryd moved: the registered path no longer runs.
     config = tmp_path / "home" / ".claude.json"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -49,6 +50,16 @@ def test_the_wheel_installs_and_indexes_and_searches_from_outside_the_checkout(
     tmp_path: Path, short_tmp: Path
 ) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # Built from a copy of what the image copies: an in-tree build would reuse build/, where a
+    # module deleted since an earlier build still lies and would ship.
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, source / name)
+    for folder in ("memoryd", "workers", "schema", "systemd"):
+        shutil.copytree(
+            REPO / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__")
+        )
     dist = tmp_path / "dist"
     _run(
         sys.executable,
@@ -60,7 +71,7 @@ def test_the_wheel_installs_and_indexes_and_searches_from_outside_the_checkout(
         "--quiet",
         "-w",
         dist,
-        REPO,
+        source,
         cwd=tmp_path,
         env=env,
     )
