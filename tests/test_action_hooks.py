@@ -31,10 +31,9 @@ from tests.clients import (
     text,
     tool_use,
 )
-from tests.conftest import MEMORYD, git_init
+from tests.conftest import MEMORYD, git_init, wait_live
 from tests.test_agents import (
     Daemon,
-    _wait_live,
     clean_env,
     integrated_codex,
     memoryd,
@@ -63,7 +62,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, short_tmp: Path) -> Iterato
         env=clean_env(data),
     )
     try:
-        asyncio.run(_wait_live(data, time.monotonic() + 300))
+        asyncio.run(wait_live(data, time.monotonic() + 300))
         memoryd(data, "index", str(repo))
         yield Daemon(data, repo, project_id_for(repo))
     finally:

@@ -421,9 +421,9 @@ async def test_a_run_whose_redis_dies_leaves_no_task_unanswered(
     one exit line, when repeated Redis deaths stopped the daemon). It says so in one line."""
     import gc
 
-    from workers import maintenance
+    from workers import locks, maintenance
 
-    monkeypatch.setattr(maintenance, "LOCK_SECONDS", 0.3)
+    monkeypatch.setattr(locks, "LOCK_SECONDS", 0.3)
     unanswered: list[dict[str, Any]] = []
     asyncio.get_running_loop().set_exception_handler(lambda _, context: unanswered.append(context))
     service = EmbeddedRedis(data_dir)

@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from memoryd import jobs, metrics, projects, queue
 from memoryd.errors import Failure, MemorydError
 from memoryd.runtime import Runtime
+from memoryd.version import version
 from tests.conftest import git_init
 from tests.fixtures import SMALL
 from workers import queries, registry
@@ -106,8 +107,8 @@ async def test_job_queue_embedding_and_lag_metrics_after_real_jobs(
             _queue_name=TEST_QUEUE,
         )  # fmt: skip
         await rt.redis.enqueue_job("ingest_transcript", str(transcript), _queue_name=TEST_QUEUE)
-        # A real failure: a directory is no transcript.
-        await rt.redis.enqueue_job("ingest_transcript", str(tmp_path), _queue_name=TEST_QUEUE)
+        # A real failure: a job given no path raises (a directory is skipped with a note now).
+        await rt.redis.enqueue_job("ingest_transcript", None, _queue_name=TEST_QUEUE)
         # A user error answered as data: ran fine, did not do what was asked.
         await rt.redis.enqueue_job("session", "no-such-session", _queue_name=TEST_QUEUE)
 
@@ -151,7 +152,7 @@ async def test_job_queue_embedding_and_lag_metrics_after_real_jobs(
     assert delta("memoryd_embedded_texts_total") > embedded
     assert delta("memoryd_embed_seconds_total") > 0
     assert value(after, "memoryd_embed_texts_per_second") > 0
-    assert value(after, "memoryd_info", version=metrics._version(), model=rt.embedder.model) == 1
+    assert value(after, "memoryd_info", version=version(), model=rt.embedder.model) == 1
     assert value(after, "memoryd_queue_depth", queue=TEST_QUEUE) == 0
     assert value(after, "memoryd_ingest_lag_bytes", source=str(transcripts)) == 0
     assert value(after, "memoryd_ingest_lag_files", source=str(transcripts)) == 0
