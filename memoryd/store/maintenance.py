@@ -16,6 +16,8 @@ from memoryd.store.search import BUMP_GENERATION, SEARCH_FIELDS, returned
 # another model, or its vector dropped when the dimension changed. Rows with no model are not
 # embedded at all (kinds that are not, texts too long).
 _STALE_VECTOR = "embedding_model IS NOT NONE AND (embedding_model != $model OR embedding IS NONE)"
+# Of those, the rows written without a vector of the configured model (not a re-embedding).
+_FIRST_VECTOR = "embedding IS NONE AND embedding_model = $model"
 
 
 def _age(field: str) -> str:
@@ -252,16 +254,14 @@ class MaintenanceQueries(StoreBase):
         install that is all of them, and none is a re-embedding."""
         results = await self.query(
             "; ".join(
-                "SELECT count() AS n, count(embedding IS NONE AND embedding_model = $model) "
-                f"AS first FROM {t} WHERE {_STALE_VECTOR} GROUP ALL"
+                f"SELECT count() AS n FROM {t} WHERE {where} GROUP ALL"
                 for t in VECTOR_TABLES
+                for where in (_STALE_VECTOR, _FIRST_VECTOR)
             ),
             {"model": model},
         )
-        return {
-            t: (rows[0]["n"], rows[0]["first"]) if rows else (0, 0)
-            for t, rows in zip(VECTOR_TABLES, results, strict=True)
-        }
+        counts = [rows[0]["n"] if rows else 0 for rows in results]
+        return {t: (counts[2 * i], counts[2 * i + 1]) for i, t in enumerate(VECTOR_TABLES)}
 
     async def set_vectors(
         self, table: str, vectors: dict[str, list[float]], model: str
