@@ -904,11 +904,27 @@ def status(
                 "to queries; ask again in a moment"
             )
         raise typer.Exit(3)
-    info = _with_client(settings, lambda memoryd: memoryd.status())
+    info = _status_over_channel(settings) or _with_client(
+        settings, lambda memoryd: memoryd.status()
+    )
     if as_json:
         print(json.dumps(info, indent=2, default=str))
         return
     print_status(info)
+
+
+def _status_over_channel(settings: Settings) -> dict[str, Any] | None:
+    """The daemon's status over its channel with no event loop (asyncio, imported and started,
+    is a sixth of what status may take); None when no daemon answers there."""
+    from memoryd import channel
+    from memoryd.client import local_status
+    from memoryd.errors import DaemonUnavailable
+
+    try:
+        info = channel.ask_blocking(settings.channel_socket, jobs.STATUS.name, (), 120.0)
+    except DaemonUnavailable:
+        return None
+    return {**local_status(settings), **info}
 
 
 def print_status(info: dict[str, Any]) -> None:

@@ -258,16 +258,14 @@ class MaintenanceQueries(StoreBase):
         `embed_chunks` job): on a new install that is all of them, and none is a re-embedding."""
         results = await self.query(
             "; ".join(
-                f"SELECT count({_STALE_VECTOR}) AS n, count({OWES_VECTOR}) AS first "
-                f"FROM {t} GROUP ALL"
+                f"SELECT count() AS n FROM {t} WHERE {where} GROUP ALL"
                 for t in VECTOR_TABLES
+                for where in (_STALE_VECTOR, OWES_VECTOR)
             ),
             {"model": model},
         )
-        return {
-            t: (rows[0]["n"], rows[0]["first"]) if rows else (0, 0)
-            for t, rows in zip(VECTOR_TABLES, results, strict=True)
-        }
+        counts = [rows[0]["n"] if rows else 0 for rows in results]
+        return {t: (counts[2 * i], counts[2 * i + 1]) for i, t in enumerate(VECTOR_TABLES)}
 
     async def set_vectors(
         self, table: str, vectors: dict[str, list[float]], model: str
