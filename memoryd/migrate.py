@@ -152,7 +152,7 @@ async def _drop_order_edges(store: Store, _: Settings) -> None:
 
 # What re-deriving edges rewrites. search_state: a changed memory kind moves the search
 # generation (its row made then).
-_REDERIVED = ("entity", *MEMORY_ENTITY_EDGE_TABLES, "search_state")
+_REDERIVED = ("entity", *MEMORY_ENTITY_EDGE_TABLES, RESOLVED_BY.table, "search_state")
 
 
 async def _anchor_notes(store: Store, _: Settings) -> None:

@@ -249,9 +249,11 @@ def orphaned_by(dump: dict[str, list[dict]], doomed: set[tuple[str, str]]) -> se
     kept: set[str] = set()
     for table in (edge.table for edge in EDGES):
         for edge in dump.get(table, []):
-            source = (edge["in"].table_name, str(edge["in"].id))
-            if edge["out"].table_name == "entity" and source not in doomed:
-                kept.add(str(edge["out"].id))
+            ends = [(edge[side].table_name, str(edge[side].id)) for side in ("in", "out")]
+            # An entity at either end (RESOLVED_BY starts at one) is kept by the other end.
+            for (kind, entity), other in ((ends[0], ends[1]), (ends[1], ends[0])):
+                if kind == "entity" and other not in doomed:
+                    kept.add(entity)
     return {str(row["id"].id) for row in dump["entity"]} - kept
 
 

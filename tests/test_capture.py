@@ -229,7 +229,8 @@ async def test_after_integrate_codexs_session_reaches_memory_through_its_hooks(
     integrate(daemon, "codex", codex.home)
     # The trust step integrate asks for, taken the way Codex's /hooks screen takes it.
     assert codex.trust_hooks(repo) == [
-        f"{codex.hooks_path}:{event}:0:0" for event in ("session_end", "session_start", "stop")
+        f"{codex.hooks_path}:{event}:0:0"
+        for event in ("post_tool_use", "pre_tool_use", "session_end", "session_start", "stop")
     ]
     with ScriptedOpenAI([text("Hello back.")], time_limit=CLIENT_SECONDS) as server:
         run = codex.exec("say hello", server, cwd=repo, timeout=CLIENT_SECONDS)

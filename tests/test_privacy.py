@@ -225,7 +225,10 @@ def test_the_daemon_log_holds_no_prompt(two_dirs: tuple[Path, Path], tmp_path: P
     )
     repo = tmp_path / "repo"  # the hook answers in a watched repository only
     repo.mkdir()
-    (repo / "spices.py").write_text("def cardamom_heron_blend(grams):\n    return grams * 2\n")
+    # Three lines: the prompt hook offers no chunk too small to say anything.
+    (repo / "spices.py").write_text(
+        "def cardamom_heron_blend(grams):\n    ratio = 2\n    return grams * ratio\n"
+    )
     git_init(repo)
     config, log_file = tmp_path / "none.toml", tmp_path / "daemon.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
@@ -254,7 +257,7 @@ def test_the_daemon_log_holds_no_prompt(two_dirs: tuple[Path, Path], tmp_path: P
             timeout=60,
             env=env,
         )
-        assert "spices.py:1-2 cardamom_heron_blend" in hook.stdout  # the prompt was searched
+        assert "spices.py:1-3 cardamom_heron_blend" in hook.stdout  # the prompt was searched
         forgot = cli("forget", "--session", SMALL.stem, "--data-dir", str(data), "--json")
         assert json.loads(forgot.stdout)["removed"]["memory"] == 22
     finally:

@@ -50,6 +50,7 @@ from workers.entities import (
     guess_home,
 )
 from workers.ingest import _read_batch, _remembered, rows_for, source_for
+from workers.resolutions import resolve_sessions
 from workers.transcripts import ParserState, codex, parser_for
 from workers.transcripts.model import (
     CAP_DETAIL,
@@ -295,6 +296,8 @@ async def rederive_all(
     while keys := await store.error_entities_after(error, page):
         await store.aliases_from_failures(keys)
         error = keys[-1]
+    # The failures' resolutions follow from the edges just derived (ingest's own rule).
+    await resolve_sessions(store, await store.failed_sessions())
     while orphans := await store.orphan_entities(page):
         await store.delete_rows("entity", orphans)
 

@@ -14,14 +14,18 @@ from memoryd.store.schema import VECTOR_TABLES
 from memoryd.store.search import BUMP_GENERATION, SEARCH_FIELDS, returned
 
 # A row that should carry a vector of the configured model ($model) and does not: embedded with
-# another model, or its vector dropped when the dimension changed. Rows with no model are not
-# embedded at all (kinds that are not, texts too long).
-# A vector of another model, or one dropped (a dimension change). A chunk written without its
-# vector of the configured model is not stale but owed: its `embed_chunks` job embeds it.
-_STALE_VECTOR = (
-    "embedding_model IS NOT NONE AND (embedding_model != $model OR embedding IS NONE) "
-    f"AND NOT ({OWES_VECTOR})"
-)
+# another model, or its vector dropped when the dimension changed (or imported without one).
+# Rows with no model are not embedded at all (kinds that are not, texts too long).
+_STALE_VECTOR = "embedding_model IS NOT NONE AND (embedding_model != $model OR embedding IS NONE)"
+
+
+def _stale_vector(table: str) -> str:
+    """What `reembed` takes of `table`. A chunk written without its vector of the configured
+    model is not stale but owed: its `embed_chunks` job (or the catch-up a start queues) embeds
+    it, and reembed taking it too embedded it twice."""
+    if table == "code_chunk":
+        return f"{_STALE_VECTOR} AND NOT ({OWES_VECTOR})"
+    return _STALE_VECTOR
 
 
 def _age(field: str) -> str:
@@ -244,7 +248,7 @@ class MaintenanceQueries(StoreBase):
         body = f", {BODY}" if table == "memory" else ""  # the whole text, not its head
         rows = await self.query(
             f"SELECT record::id(id) AS key, {text_field} AS text{body} FROM {table} "
-            f"WHERE {_STALE_VECTOR} LIMIT $batch",
+            f"WHERE {_stale_vector(table)} LIMIT $batch",
             {"model": model, "batch": batch},
         )
         return whole_texts(rows[0] or [], "text")
@@ -253,17 +257,15 @@ class MaintenanceQueries(StoreBase):
         return {t: n for t, (n, _) in (await self.vector_backlog(model)).items()}
 
     async def vector_backlog(self, model: str) -> dict[str, tuple[int, int]]:
-        """Per table, the rows to embed again with `model` (what `reembed` does) and the rows
-        that wait for their first vector (written without one, as indexing does, for their
-        `embed_chunks` job): on a new install that is all of them, and none is a re-embedding."""
-        results = await self.query(
-            "; ".join(
-                f"SELECT count() AS n FROM {t} WHERE {where} GROUP ALL"
-                for t in VECTOR_TABLES
-                for where in (_STALE_VECTOR, OWES_VECTOR)
-            ),
-            {"model": model},
-        )
+        """Per table, the rows `reembed` embeds with `model` and the chunks that wait for their
+        first vector (written without one, as indexing does, for their `embed_chunks` job): on
+        a new install that is all of them, and none is a re-embedding."""
+        statements = [
+            f"SELECT count() AS n FROM {t} WHERE {where} GROUP ALL"
+            for t in VECTOR_TABLES
+            for where in (_stale_vector(t), OWES_VECTOR if t == "code_chunk" else "false")
+        ]
+        results = await self.query("; ".join(statements), {"model": model})
         counts = [rows[0]["n"] if rows else 0 for rows in results]
         return {t: (counts[2 * i], counts[2 * i + 1]) for i, t in enumerate(VECTOR_TABLES)}
 
