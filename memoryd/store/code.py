@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 
 from memoryd.ids import file_state_id
 from memoryd.store.base import StoreBase, key_of, now, rid, unpack_vector, with_packed_vector
+from memoryd.store.codegraph import GRAPH_WRITE, graph_params
 from memoryd.store.entities import UPSERT_ENTITIES
 from memoryd.store.search import BUMP_GENERATION, returned
 
@@ -114,11 +115,14 @@ class CodeQueries(StoreBase):
         files: list[dict[str, Any]],
         retire_paths: list[str],
         symbols: list[dict[str, Any]] | None = None,
+        graph: Sequence[Any] = (),
     ) -> FileIndexWrite:
         """One transaction: upsert chunks, retire the chunks of `retire_paths` not in `chunks`,
         record file states, upsert file and symbol entities and DEFINED_IN edges (chunk -> its
         file; chunk -> the symbol it defines, for chunks with a `symbol_id`), and bump the
-        search generation. Retired chunks keep their edges: readers filter on `valid_until`."""
+        search generation. Retired chunks keep their edges: readers filter on `valid_until`.
+        `graph`: the code graph rows of these files (memoryd/store/codegraph.py), replaced
+        like their chunks."""
         at = now()
         project = rid("project", project_id)
         # Keys go as plain strings and become record ids in the engine: the SDK's encoder took
@@ -137,6 +141,13 @@ class CodeQueries(StoreBase):
             {"id": sym["entity_id"], "kind": "symbol", "key": sym["key"], "name": sym["name"]}
             for sym in symbols or []
         ]
+        entity_rows += [
+            {"id": row["entity_id"], "kind": kind, "key": row["key"], "name": row["name"]}
+            for rows in graph
+            for kind, found in (("symbol", rows.symbols), ("module", rows.modules))
+            for row in found
+        ]
+        entity_rows = list({row["id"]: row for row in entity_rows}.values())
         edge_rows = [{"edge": c["id"], "chunk": c["id"], "entity": c["entity_id"]} for c in chunks]
         edge_rows += [
             {"edge": c["symbol_edge_id"], "chunk": c["id"], "entity": c["symbol_id"]}
@@ -169,6 +180,7 @@ class CodeQueries(StoreBase):
                 id: type::record("defined_in", $e.edge), in: type::record("code_chunk", $e.chunk),
                 out: type::record("entity", $e.entity) }})
                 ON DUPLICATE KEY UPDATE out = $input.out RETURN NONE;
+            {GRAPH_WRITE}
             {BUMP_GENERATION}
             RETURN {{ retired: $retired, generation: $generation,
                 valid_from: (SELECT record::id(id) AS key, valid_from FROM $keep) }};
@@ -182,6 +194,7 @@ class CodeQueries(StoreBase):
                 "retire": retire_paths,
                 "project": project,
                 "at": at,
+                **graph_params(graph),
             },
         )
         done = returned(result)
