@@ -47,6 +47,8 @@ IMPORT_ROWS = _work("import_rows")
 FORGET_SCOPE = _work("forget_scope")
 SKIP_TRANSCRIPTS = _work("skip_transcripts")
 REINDEX = _work("reindex")
+# CHANGES_WITH from the commits new to a project's history window (workers/codegraph).
+COCHANGE = _work("cochange")
 MAINTENANCE = {job.name: job for job in (DECAY, PRUNE, REEMBED)}
 
 SEARCH = _query("search")
@@ -71,6 +73,9 @@ INDEX_PROGRESS = _query("index_progress")
 CHANGED_TRANSCRIPTS = _query("changed_transcripts")
 # An agent's hook: its JSON in, the context to inject out (memoryd/hooks.py).
 HOOK = _query("hook")
+# The code graph around a file, symbol or chunk, and what depends on files (workers/codegraph).
+RELATED = _query("related")
+IMPACT = _query("impact")
 
 ALL = (
     INDEX_FILES,
@@ -80,6 +85,7 @@ ALL = (
     PRUNE,
     REEMBED,
     REINDEX,
+    COCHANGE,
     SEARCH,
     STATUS,
     REGISTER_PROJECT,
@@ -102,4 +108,6 @@ ALL = (
     INDEX_PROGRESS,
     CHANGED_TRANSCRIPTS,
     HOOK,
+    RELATED,
+    IMPACT,
 )

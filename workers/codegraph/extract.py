@@ -237,7 +237,13 @@ def _js(root: Node, graph: FileGraph) -> None:
                 name = _text(child.child_by_field_name("name"))
                 qualified = scopes.define(name, cls, "class", child) if top and name else scope
                 for sub in _walk(child):
-                    if sub.type in ("extends_clause", "implements_clause", "extends_type_clause"):
+                    # JavaScript's heritage holds the expression; TypeScript's, clauses
+                    if sub.type in (
+                        "class_heritage",
+                        "extends_clause",
+                        "implements_clause",
+                        "extends_type_clause",
+                    ):
                         for base in sub.named_children:
                             if base.type in ("identifier", "type_identifier", "member_expression"):
                                 graph.inherits.append(
@@ -261,6 +267,7 @@ def _js(root: Node, graph: FileGraph) -> None:
                     if decl.type != "variable_declarator":
                         continue
                     name_node = decl.child_by_field_name("name")
+                    _js_require(decl, graph)
                     if name_node is None or name_node.type != "identifier":
                         visit(decl, cls, scope, False)
                         continue
@@ -273,7 +280,6 @@ def _js(root: Node, graph: FileGraph) -> None:
                     qualified = scopes.define(
                         _text(name_node), cls, "function" if is_fn else "name", name_node
                     )
-                    _js_require(decl, graph)
                     visit(decl, cls, qualified if is_fn else scope, False)
             elif kind == "public_field_definition" and top and cls:
                 name = _text(child.child_by_field_name("name"))

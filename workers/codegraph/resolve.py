@@ -6,7 +6,7 @@ resolves to a file of the project when one exists at the path the language's rul
 else to an external `module` entity. A call resolves by the calling file's own definitions and
 imports (`self.m()` to the method of the class it sits in): confidence 1. What neither settles
 (`obj.m()`, a name from a star import) is kept as a reference by name, and `related` guesses its
-target when asked, among the symbols of that name then (confidence 1/number of them), so an
+target when asked, among the symbols of that name then (confidence 0.9/number of them), so an
 edit of another file never makes this file's rows stale.
 
 Every edge is owned by the file it was read from (its `path`): re-indexing a file replaces
@@ -247,8 +247,11 @@ def _first(tree: Tree, candidates: Iterable[str]) -> str | None:
     return None
 
 
-def _python_bases(rel: str, module: str) -> tuple[list[str], str]:
-    """Directories a module path may start from, and the dotted rest."""
+def _python_bases(rel: str, module: str, tree: Tree) -> tuple[list[str], str]:
+    """Directories a module path may start from, and the dotted rest. An absolute import
+    starts at a source root: the project's root, `src`, or a directory above the file that is
+    not itself a package (`import typing` in arq/jobs.py is the standard library's, not
+    arq/typing.py)."""
     here = posixpath.dirname(rel)
     if module.startswith("."):
         level = len(module) - len(module.lstrip("."))
@@ -256,15 +259,16 @@ def _python_bases(rel: str, module: str) -> tuple[list[str], str]:
         for _ in range(level - 1):
             base = posixpath.dirname(base)
         return [base], module[level:]
-    ancestors = []
+    roots = []
     while here:
-        ancestors.append(here)
+        if not tree.is_file(posixpath.join(here, "__init__.py")):
+            roots.append(here)
         here = posixpath.dirname(here)
-    return ["", "src", *ancestors], module
+    return ["", "src", *roots], module
 
 
 def _python_file(rel: str, module: str, tree: Tree) -> str | None:
-    bases, rest = _python_bases(rel, module)
+    bases, rest = _python_bases(rel, module, tree)
     parts = rest.replace(".", "/")
     candidates = []
     for base in bases:
