@@ -14,6 +14,7 @@ from mcp import Client as McpClient
 
 from memoryd import client
 from memoryd.mcp_server import build_server
+from memoryd.migrate import migrate
 from memoryd.runtime import Runtime
 from tests.conftest import git, git_init, index_tree
 
@@ -155,3 +156,27 @@ async def test_related_and_impact_over_the_mcp_sdk_client(stack: Runtime, arq_re
         "dependent arq/__init__.py (imports arq/connections.py, depth 1)\n"
         "dependent arq/worker.py (imports arq/connections.py, depth 1)"
     )
+
+
+async def test_migration_29_fills_the_graph_of_a_database_indexed_before_it(
+    stack: Runtime, arq_repo: Path
+) -> None:
+    """A database indexed by a memoryd without the code graph (its graph rows removed and
+    step 029 not recorded) gets the same graph from the backfill as indexing gives."""
+    assert stack.store is not None
+    store = stack.store
+    await index_tree(stack, arq_repo)
+    indexed = await _related(stack, arq_repo, "arq/connections.py")
+    tables = ("defines", "imports", "calls", "inherits", "code_ref")
+    counts = await store.table_counts()
+    await store.query(
+        "".join(f"DELETE {t};" for t in tables) + "DELETE schema_version:029_codegraph_backfill;"
+    )
+    empty = await _related(stack, arq_repo, "arq/connections.py")
+    assert (empty["definitions"], empty["callers"], empty["importers"]) == ([], [], [])
+
+    assert await migrate(store, stack.settings, None) == ["029_codegraph_backfill"]
+
+    assert await _related(stack, arq_repo, "arq/connections.py") == indexed
+    after = await store.table_counts()
+    assert {t: after[t] for t in tables} == {t: counts[t] for t in tables}

@@ -42,7 +42,8 @@ async def _counted(rt: Runtime, root: Path) -> dict:
 
 def test_large_commits_count_less_or_not_at_all() -> None:
     assert [weight(n, 30) for n in (1, 2, 4, 8, 30, 31)] == [0.0, 1.0, 1.0, 0.5, 4 / 30, 0.0]
-    log = "\x01abc 1700000000\n\x00a.py\x00b.py\x00README.md\x00\x01def 1700000100\n\x00a.py\x00"
+    # git's own bytes for `log -z --name-only --format=%x01%H %ct`
+    log = "\x01abc 1700000000\x00\na.py\x00b.py\x00README.md\x00\x01def 1700000100\x00\na.py\x00"
     assert [(c.sha, c.files) for c in commits_of(log)] == [
         ("abc", ("a.py", "b.py", "README.md")),
         ("def", ("a.py",)),

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from memoryd.store.base import StoreBase, rid
-from memoryd.vocabulary import CHANGES_WITH, CODE_GRAPH_EDGES
+from memoryd.store.base import StoreBase, now, rid
+from memoryd.store.entities import UPSERT_ENTITIES
+from memoryd.vocabulary import CHANGES_WITH, CODE_GRAPH_EDGES, MODULE, SYMBOL
 
 _TABLES = tuple(edge.table for edge in CODE_GRAPH_EDGES)
 
@@ -45,7 +46,7 @@ def _write_edges(table: str) -> str:
                 id: type::record("{table}", $e.id), in: type::record("entity", $e.in),
                 out: type::record("entity", $e.out), project: $project, valid_from: $at }})
                 ON DUPLICATE KEY UPDATE valid_until = NONE, line = $input.line,
-                name = $input.name RETURN NONE;"""
+                lines = $input.lines, name = $input.name RETURN NONE;"""
     )
 
 
@@ -57,7 +58,7 @@ GRAPH_WRITE = "".join(_write_edges(t) for t in _TABLES) + (
             INSERT INTO code_ref $graph_refs.map(|$r| $r + { id: type::record("code_ref", $r.id),
                 source: type::record("entity", $r.source), project: $project, valid_from: $at })
                 ON DUPLICATE KEY UPDATE valid_until = NONE, line = $input.line,
-                paths = $input.paths RETURN NONE;"""
+                lines = $input.lines, paths = $input.paths RETURN NONE;"""
 )
 
 
@@ -67,7 +68,39 @@ def _valid(as_of: datetime | None) -> str:
     return "valid_from <= $as_of AND (valid_until IS NONE OR valid_until > $as_of)"
 
 
+def graph_entities(graph: Sequence[Any]) -> list[dict[str, Any]]:
+    """The symbol and module entities of a batch's graph rows, one row per id."""
+    rows = [
+        {"id": row["entity_id"], "kind": kind, "key": row["key"], "name": row["name"]}
+        for rows in graph
+        for kind, found in ((SYMBOL, rows.symbols), (MODULE, rows.modules))
+        for row in found
+    ]
+    return list({row["id"]: row for row in rows}.values())
+
+
 class CodeGraphQueries(StoreBase):
+    async def write_graph(self, project_id: str, graph: Sequence[Any]) -> None:
+        """The graph rows of these files alone, replacing what they had (migration step 029
+        fills the graph of files indexed before it existed)."""
+        await self.query(
+            f"""
+            BEGIN;
+            LET $entities = $entities.map(|$e| $e + {{ id: type::record("entity", $e.id),
+                project: $project, aliases: [$e.name], first_seen: $at, last_seen: $at }});
+            {UPSERT_ENTITIES}
+            {GRAPH_WRITE}
+            COMMIT;
+            """,
+            {
+                "entities": graph_entities(graph),
+                "retire": [rows.path for rows in graph],
+                "project": rid("project", project_id),
+                "at": now(),
+                **graph_params(graph),
+            },
+        )
+
     async def graph_edges(
         self,
         table: str,
@@ -85,7 +118,7 @@ class CodeGraphQueries(StoreBase):
         rows = await self.query(
             f"SELECT record::id({side}) AS at, record::id({other}) AS other, "
             f"{side}.key AS at_key, {other}.key ?? target AS other_key, {other}.kind AS kind, "
-            f"path, line, name, count, last_at FROM {table} WITH INDEX {table}_{side} "
+            f"path, line, lines, name, count, last_at FROM {table} WITH INDEX {table}_{side} "
             f"WHERE {side} IN $ids AND {_valid(as_of)} ORDER BY other_key, path, line LIMIT $n",
             {"ids": [rid("entity", i) for i in ids], "as_of": as_of, "n": limit},
         )
@@ -99,7 +132,7 @@ class CodeGraphQueries(StoreBase):
         if not names:
             return []
         rows = await self.query(
-            "SELECT name, path, line, paths, source.key AS source_key, "
+            "SELECT name, path, line, lines, paths, source.key AS source_key, "
             "record::id(source) AS source FROM code_ref WITH INDEX code_ref_name "
             f"WHERE project = $p AND name IN $names AND verb = $verb AND {_valid(as_of)} "
             "ORDER BY path, line",
@@ -153,7 +186,23 @@ class CodeGraphQueries(StoreBase):
     async def write_changes_with(
         self, project_id: str, pairs: list[dict[str, Any]], head: str, seen: list[str]
     ) -> None:
-        """Add counts to CHANGES_WITH pairs and record the history read up to `head`."""
+        """Add counts to CHANGES_WITH pairs and record the history read up to `head` (one
+        writer per project: its co-change job)."""
+        ids = [rid(CHANGES_WITH.table, p["id"]) for p in pairs]
+        before = (
+            await self.query("SELECT record::id(id) AS id, count, last_at FROM $ids", {"ids": ids})
+        )[0] or []
+        known = {row["id"]: row for row in before}
+        rows = []
+        for pair in pairs:
+            old = known.get(pair["id"])
+            rows.append(
+                pair
+                | {
+                    "count": round(pair["count"] + (old["count"] if old else 0.0), 4),
+                    "last_at": max(pair["last_at"], old["last_at"]) if old else pair["last_at"],
+                }
+            )
         await self.query(
             f"""
             BEGIN;
@@ -162,13 +211,13 @@ class CodeGraphQueries(StoreBase):
                 in: type::record("entity", $p.a), out: type::record("entity", $p.b),
                 project: $project, count: $p.count, last_at: $p.last_at,
                 valid_from: $p.last_at }})
-                ON DUPLICATE KEY UPDATE count += $input.count,
-                last_at = time::max([last_at, $input.last_at]) RETURN NONE;
+                ON DUPLICATE KEY UPDATE count = $input.count, last_at = $input.last_at
+                RETURN NONE;
             UPSERT $state SET head = $head, seen = $seen, updated_at = time::now();
             COMMIT;
             """,
             {
-                "pairs": pairs,
+                "pairs": rows,
                 "project": rid("project", project_id),
                 "state": rid("cochange_state", project_id),
                 "head": head,

@@ -7,10 +7,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from workers.chunking import language_for_path
 from workers.codegraph.extract import extract
 from workers.codegraph.resolve import GraphRows, resolve
 
-__all__ = ["DiskTree", "GraphRows", "file_graph"]
+__all__ = ["DiskTree", "GraphRows", "file_graph", "file_graph_of"]
 
 
 class DiskTree:
@@ -40,3 +41,17 @@ def file_graph(project_id: str, root: Path, rel: str, text: str, language: str |
     if facts is None:
         return GraphRows(rel)
     return resolve(project_id, rel, facts, DiskTree(root))
+
+
+def file_graph_of(project_id: str, root: Path, paths: list[str]) -> list[GraphRows]:
+    """The graph rows of files as they are on disk (those gone or unreadable give none: the
+    next reconcile retires or skips them)."""
+    found = []
+    for rel in paths:
+        language = language_for_path(rel)
+        try:
+            text = (root / rel).read_text("utf-8", "replace") if language else None
+        except OSError:
+            continue
+        found.append(file_graph(project_id, root, rel, text or "", language))
+    return found

@@ -51,10 +51,11 @@ def is_source(path: str) -> bool:
 def commits_of(log_output: str) -> list[Commit]:
     """Commits from `git log -z --name-only --format=%x01%H %ct`, newest first."""
     commits = []
+    # Each record: "<sha> <time>" NUL, then "\n" and the file names, each ended by NUL.
     for record in log_output.split("\x01")[1:]:
-        head, _, rest = record.partition("\n")
-        sha, _, stamp = head.partition(" ")
-        files = tuple(f.strip("\n") for f in rest.split("\x00") if f.strip("\n"))
+        head, *names = record.split("\x00")
+        sha, _, stamp = head.strip().partition(" ")
+        files = tuple(f.strip("\n") for f in names if f.strip("\n"))
         commits.append(Commit(sha, datetime.fromtimestamp(int(stamp), UTC), files))
     return commits
 

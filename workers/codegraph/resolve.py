@@ -53,6 +53,8 @@ class GraphRows:
     modules: list[dict[str, Any]] = field(default_factory=list)
     edges: list[dict[str, Any]] = field(default_factory=list)
     refs: list[dict[str, Any]] = field(default_factory=list)
+    # The rows above by id: a call made twice from one symbol is one edge with two lines.
+    seen: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
 
 
 @dataclass(slots=True)
@@ -194,19 +196,20 @@ def _edge(
     else:
         target = file_entity_id(*target_key.split(":", 1))
     edge_id = stable_id(table, rows.path, source, target)
-    if any(e["id"] == edge_id for e in rows.edges[-64:]):  # repeats are usually close by
+    if edge_id in rows.seen:  # the same edge again: one more line of it
+        rows.seen[edge_id]["lines"].append(line)
         return
-    rows.edges.append(
-        {
-            "table": table,
-            "id": edge_id,
-            "in": source,
-            "out": target,
-            "target": target_key,
-            "line": line,
-            "name": name,
-        }
-    )
+    rows.seen[edge_id] = {
+        "table": table,
+        "id": edge_id,
+        "in": source,
+        "out": target,
+        "target": target_key,
+        "line": line,
+        "lines": [line],
+        "name": name,
+    }
+    rows.edges.append(rows.seen[edge_id])
 
 
 def _ref(
@@ -214,11 +217,19 @@ def _ref(
 ) -> None:
     paths = sorted(set(candidates))
     ref_id = stable_id("ref", table, rows.path, source, name)
-    if any(r["id"] == ref_id for r in rows.refs[-64:]):
+    if ref_id in rows.seen:
+        rows.seen[ref_id]["lines"].append(line)
         return
-    rows.refs.append(
-        {"id": ref_id, "verb": table, "source": source, "name": name, "line": line, "paths": paths}
-    )
+    rows.seen[ref_id] = {
+        "id": ref_id,
+        "verb": table,
+        "source": source,
+        "name": name,
+        "line": line,
+        "lines": [line],
+        "paths": paths,
+    }
+    rows.refs.append(rows.seen[ref_id])
 
 
 # --- where an import points, per language -------------------------------------------------------
