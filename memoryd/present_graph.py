@@ -4,7 +4,7 @@ then one line per neighbour, cut to the budget the way every tool's answer is (p
 from __future__ import annotations
 
 from memoryd.agent import fit, one_line
-from memoryd.present import LINE_CHARS
+from memoryd.present import LINE_CHARS, _day
 from memoryd.results import GraphLink, Impact, Related
 
 _SECTIONS = (
@@ -47,8 +47,7 @@ def related_text(doc: Related, max_chars: int) -> str:
     ]
     lines += [
         one_line(
-            f"session {s['session']} {'/'.join(s['verbs'])} {s['path']} "
-            f"at {(s['last_at'] or '?')[:16].replace('T', ' ')}",
+            f"session {s['session']} {'/'.join(s['verbs'])} {s['path']} at {_day(s['last_at'])}",
             LINE_CHARS,
         )
         for s in doc["sessions"]
@@ -70,7 +69,7 @@ def impact_text(doc: Impact, max_chars: int) -> str:
     lines += [
         one_line(
             f"failure after editing {f['path']}: {f['error']} (session {f['session']}, "
-            f"{(f['at'] or '?')[:16].replace('T', ' ')})",
+            f"{_day(f['at'])})",
             LINE_CHARS,
         )
         for f in doc["failures"]

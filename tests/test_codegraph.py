@@ -53,6 +53,17 @@ async def test_callers_importers_and_impact_in_arq(stack: Runtime, arq_repo: Pat
         ("arq/worker.py#Worker.main", "arq/worker.py", 351, 1.0),
         ("arq/worker.py#async_check_health", "arq/worker.py", 907, 1.0),
     ]
+    # The same symbol asked by the id of the chunk that holds it, as search shows it.
+    assert stack.store is not None
+    [chunk] = (
+        await stack.store.query(
+            "SELECT VALUE record::id(id) FROM code_chunk WHERE path = 'arq/connections.py' "
+            "AND name = 'create_pool' AND valid_until IS NONE"
+        )
+    )[0]
+    by_chunk = await _related(stack, arq_repo, f"code:{chunk}")
+    assert by_chunk["target"] == doc["target"]
+    assert by_chunk["callers"] == doc["callers"]
     # A method called through `self`, by its name alone.
     doc = await _related(stack, arq_repo, "Worker.run_job")
     assert _links(doc["callers"]) == [

@@ -195,41 +195,27 @@ def _edge(
         target = symbol_entity_id(target_key)
     else:
         target = file_entity_id(*target_key.split(":", 1))
-    edge_id = stable_id(table, rows.path, source, target)
-    if edge_id in rows.seen:  # the same edge again: one more line of it
-        rows.seen[edge_id]["lines"].append(line)
-        return
-    rows.seen[edge_id] = {
-        "table": table,
-        "id": edge_id,
-        "in": source,
-        "out": target,
-        "target": target_key,
-        "line": line,
-        "lines": [line],
-        "name": name,
-    }
-    rows.edges.append(rows.seen[edge_id])
+    edge = {"table": table, "id": stable_id(table, rows.path, source, target), "in": source}
+    _add(rows, rows.edges, edge | {"out": target, "target": target_key, "line": line, "name": name})
 
 
 def _ref(
     rows: GraphRows, table: str, source: str, name: str, line: int, candidates: Iterable[str]
 ) -> None:
+    ref = {"id": stable_id("ref", table, rows.path, source, name), "verb": table}
     paths = sorted(set(candidates))
-    ref_id = stable_id("ref", table, rows.path, source, name)
-    if ref_id in rows.seen:
-        rows.seen[ref_id]["lines"].append(line)
+    _add(rows, rows.refs, ref | {"source": source, "name": name, "line": line, "paths": paths})
+
+
+def _add(rows: GraphRows, into: list[dict[str, Any]], row: dict[str, Any]) -> None:
+    """A new row, or one more line of the same edge (a function called twice by one symbol)."""
+    known = rows.seen.get(row["id"])
+    if known is not None:
+        known["lines"].append(row["line"])
         return
-    rows.seen[ref_id] = {
-        "id": ref_id,
-        "verb": table,
-        "source": source,
-        "name": name,
-        "line": line,
-        "lines": [line],
-        "paths": paths,
-    }
-    rows.refs.append(rows.seen[ref_id])
+    row["lines"] = [row["line"]]
+    rows.seen[row["id"]] = row
+    into.append(row)
 
 
 # --- where an import points, per language -------------------------------------------------------
