@@ -57,11 +57,12 @@ async def test_callers_importers_and_impact_in_arq(stack: Runtime, arq_repo: Pat
     assert stack.store is not None
     [chunk] = (
         await stack.store.query(
-            "SELECT VALUE record::id(id) FROM code_chunk WHERE path = 'arq/connections.py' "
-            "AND name = 'create_pool' AND valid_until IS NONE"
+            "SELECT record::id(id) AS id, start_line FROM code_chunk "
+            "WHERE path = 'arq/connections.py' AND name = 'create_pool' "
+            "AND valid_until IS NONE ORDER BY start_line LIMIT 1"
         )
     )[0]
-    by_chunk = await _related(stack, arq_repo, f"code:{chunk}")
+    by_chunk = await _related(stack, arq_repo, f"code:{chunk['id']}")
     assert by_chunk["target"] == doc["target"]
     assert by_chunk["callers"] == doc["callers"]
     # A method called through `self`, by its name alone.

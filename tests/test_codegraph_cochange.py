@@ -63,8 +63,8 @@ async def test_files_that_change_together(stack: Runtime, tmp_path: Path) -> Non
     _commit(root, "a.py", "b.py", "README.md")  # prose changes with everything: not counted
     _commit(root, "a.py", "c.py")
     _commit(root, "c.py", "d.py")
-    stack.settings.cochange_max_files = 5
-    _commit(root, *SOURCES)  # a mass change over cochange_max_files: not counted
+    stack.settings.cochange_max_files = 6
+    _commit(root, *SOURCES, "g.py")  # a mass change over cochange_max_files: not counted
     await index_tree(stack, root)
     assert await _counted(stack, root) == {"commits": 6, "pairs": 15}
     async with client.connect(stack.settings) as memoryd:
