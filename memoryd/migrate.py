@@ -144,7 +144,7 @@ async def _drop_order_edges(store: Store, _: Settings) -> None:
 
 
 async def _backfill_code_graph(store: Store, _: Settings) -> None:
-    """The code graph (schema 029) of the files indexed before it existed: each indexed file
+    """The code graph (schema 019) of the files indexed before it existed: each indexed file
     is read from its project's root and its graph rows written (a file changed or gone since
     is indexed again by the next reconcile, which replaces them). Resumable: a page written
     twice writes the same rows."""
