@@ -160,7 +160,7 @@ async def test_related_and_impact_over_the_mcp_sdk_client(stack: Runtime, arq_re
         "imported by arq/worker.py at arq/worker.py:19\n"
         "imports arq/constants.py at arq/connections.py:16\n"
         "imports arq/jobs.py at arq/connections.py:17\n"
-        "… 11 more links not shown (narrow the request or raise max_chars)"
+        "… 22 more links not shown (narrow the request or raise max_chars)"
     )
     assert impact.content[0].text == (  # type: ignore[union-attr]
         "impact of arq/connections.py (depth 1): 2 dependent files, 0 tests, "

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 from memoryd.ids import file_state_id
 from memoryd.store.base import StoreBase, key_of, now, rid, unpack_vector, with_packed_vector
-from memoryd.store.codegraph import GRAPH_WRITE, graph_entities, graph_params
+from memoryd.store.codegraph import GRAPH_WRITE, graph_params
 from memoryd.store.entities import UPSERT_ENTITIES
 from memoryd.store.search import BUMP_GENERATION, returned
 
@@ -141,7 +141,6 @@ class CodeQueries(StoreBase):
             {"id": sym["entity_id"], "kind": "symbol", "key": sym["key"], "name": sym["name"]}
             for sym in symbols or []
         ]
-        entity_rows = list({row["id"]: row for row in entity_rows + graph_entities(graph)}.values())
         edge_rows = [{"edge": c["id"], "chunk": c["id"], "entity": c["entity_id"]} for c in chunks]
         edge_rows += [
             {"edge": c["symbol_edge_id"], "chunk": c["id"], "entity": c["symbol_id"]}
@@ -188,7 +187,7 @@ class CodeQueries(StoreBase):
                 "retire": retire_paths,
                 "project": project,
                 "at": at,
-                **graph_params(graph),
+                **graph_params(graph, (row["id"] for row in entity_rows)),
             },
         )
         done = returned(result)

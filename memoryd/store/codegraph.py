@@ -3,19 +3,19 @@ and the reads `related` and `impact` answer from."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
 from memoryd.store.base import StoreBase, now, rid
-from memoryd.store.entities import UPSERT_ENTITIES
 from memoryd.vocabulary import CHANGES_WITH, CODE_GRAPH_EDGES, MODULE, SYMBOL
 
 _TABLES = tuple(edge.table for edge in CODE_GRAPH_EDGES)
 
 
-def graph_params(graph: Sequence[Any]) -> dict[str, Any]:
-    """Query parameters of the graph rows of a batch of files (workers/codegraph GraphRows)."""
+def graph_params(graph: Sequence[Any], written: Iterable[str] = ()) -> dict[str, Any]:
+    """Query parameters of the graph rows of a batch of files (workers/codegraph GraphRows);
+    `written`: ids of entities the same transaction upserts already."""
     edges: dict[str, list[dict[str, Any]]] = {t: [] for t in _TABLES}
     refs: list[dict[str, Any]] = []
     for rows in graph:
@@ -24,23 +24,31 @@ def graph_params(graph: Sequence[Any]) -> dict[str, Any]:
                 {k: v for k, v in edge.items() if k != "table"} | {"path": rows.path}
             )
         refs += [ref | {"path": rows.path} for ref in rows.refs]
-    return {f"graph_{t}": edges[t] for t in _TABLES} | {"graph_refs": refs}
+    skip = set(written)
+    entities = [e for e in graph_entities(graph) if e["id"] not in skip]
+    return {f"graph_{t}": edges[t] for t in _TABLES} | {
+        "graph_refs": refs,
+        "graph_entities": entities,
+    }
 
 
-def _retire(table: str, keep: str) -> str:
+def _retire(table: str) -> str:
+    # Every valid row of the files is retired, then the rows the files still give are
+    # upserted valid again (keeping their valid_from): within the transaction no reader sees
+    # the step between. Comparing each row with the ids kept (NOTINSIDE) took minutes a page.
     # By the path index, one path at a time (as chunks are: memoryd/store/code.py).
     return f"""
             FOR $path IN $retire {{
                 UPDATE {table} WITH INDEX {table}_path SET valid_until = $at
                     WHERE project = $project AND path = $path AND valid_until IS NONE
-                    AND id NOTINSIDE {keep} RETURN NONE;
+                    RETURN NONE;
             }};"""
 
 
 def _write_edges(table: str) -> str:
     rows = f"$graph_{table}"
     return (
-        _retire(table, f"{rows}.map(|$e| type::record('{table}', $e.id))")
+        _retire(table)
         + f"""
             INSERT RELATION INTO {table} {rows}.map(|$e| $e + {{
                 id: type::record("{table}", $e.id), in: type::record("entity", $e.in),
@@ -51,14 +59,23 @@ def _write_edges(table: str) -> str:
 
 
 # The statements `write_file_index` runs in its transaction (with $retire, $project, $at):
-# each file re-indexed or deleted has its old graph rows retired, the new ones upserted.
-GRAPH_WRITE = "".join(_write_edges(t) for t in _TABLES) + (
-    _retire("code_ref", "$graph_refs.map(|$r| type::record('code_ref', $r.id))")
-    + """
+# the symbol and module entities the graph adds (one INSERT: the per-row UPSERT of the
+# entities of chunks took most of a graph write), then each file re-indexed or deleted has
+# its old graph rows retired and the new ones upserted.
+GRAPH_WRITE = (
+    """
+            INSERT INTO entity $graph_entities.map(|$e| $e + { id: type::record("entity", $e.id),
+                project: $project, aliases: [$e.name], first_seen: $at, last_seen: $at })
+                ON DUPLICATE KEY UPDATE last_seen = $input.last_seen RETURN NONE;"""
+    + "".join(_write_edges(t) for t in _TABLES)
+    + (
+        _retire("code_ref")
+        + """
             INSERT INTO code_ref $graph_refs.map(|$r| $r + { id: type::record("code_ref", $r.id),
                 source: type::record("entity", $r.source), project: $project, valid_from: $at })
                 ON DUPLICATE KEY UPDATE valid_until = NONE, line = $input.line,
                 lines = $input.lines, paths = $input.paths RETURN NONE;"""
+    )
 )
 
 
@@ -84,16 +101,8 @@ class CodeGraphQueries(StoreBase):
         """The graph rows of these files alone, replacing what they had (migration step 029
         fills the graph of files indexed before it existed)."""
         await self.query(
-            f"""
-            BEGIN;
-            LET $entities = $entities.map(|$e| $e + {{ id: type::record("entity", $e.id),
-                project: $project, aliases: [$e.name], first_seen: $at, last_seen: $at }});
-            {UPSERT_ENTITIES}
-            {GRAPH_WRITE}
-            COMMIT;
-            """,
+            f"BEGIN; {GRAPH_WRITE} COMMIT;",
             {
-                "entities": graph_entities(graph),
                 "retire": [rows.path for rows in graph],
                 "project": rid("project", project_id),
                 "at": now(),
