@@ -575,6 +575,52 @@ def history(
             )
 
 
+# A terminal shows the whole answer (an agent's tools cut theirs to max_chars).
+_CLI_CHARS = 1_000_000
+
+
+@app.command()
+def related(
+    target: Annotated[
+        str, typer.Argument(help="A file, PATH#Name, a symbol's name or a chunk id.")
+    ],
+    as_of: Annotated[
+        datetime | None, typer.Option("--as-of", help="The graph as it was then (ISO time).")
+    ] = None,
+    limit: Annotated[int, typer.Option(help="Entries per list.")] = 50,
+    data_dir: DataDir = None,
+    redis_url: RedisUrl = None,
+    surreal_url: SurrealUrl = None,
+    as_json: AsJson = False,
+) -> None:
+    """The code graph around TARGET: definitions, callers and callees, importers and imports,
+    bases, files that change with it, and the sessions that touched each."""
+    from memoryd import present_graph
+
+    settings = _client(data_dir, redis_url, surreal_url)
+    doc = _with_client(settings, lambda memoryd: memoryd.related(target, as_of=as_of, limit=limit))
+    print(json.dumps(doc, indent=2) if as_json else present_graph.related_text(doc, _CLI_CHARS))
+
+
+@app.command()
+def impact(
+    paths: Annotated[list[Path], typer.Argument(help="Files about to change.")],
+    depth: Annotated[int, typer.Option(help="Steps of reverse imports and calls.")] = 2,
+    data_dir: DataDir = None,
+    redis_url: RedisUrl = None,
+    surreal_url: SurrealUrl = None,
+    as_json: AsJson = False,
+) -> None:
+    """What depends on these files, the tests among them, and errors after earlier edits."""
+    from memoryd import present_graph
+
+    settings = _client(data_dir, redis_url, surreal_url)
+    doc = _with_client(
+        settings, lambda memoryd: memoryd.impact([str(p) for p in paths], depth=depth)
+    )
+    print(json.dumps(doc, indent=2) if as_json else present_graph.impact_text(doc, _CLI_CHARS))
+
+
 @app.command()
 def session(
     session_id: Annotated[str, typer.Argument(help="A session id (or its unique prefix).")],

@@ -29,11 +29,13 @@ from memoryd.results import (
     AnchorState,
     FileHistory,
     Forgotten,
+    Impact,
     PinResult,
     ProjectInfo,
     ProjectProgress,
     RecentActivity,
     Record,
+    Related,
     Remembered,
     SearchResult,
     SessionReplay,
@@ -144,6 +146,50 @@ class Client:
         """Every session that touched the file, newest first, and its current chunks. A
         relative path is taken against this process's working directory."""
         result: FileHistory = await self._call(jobs.HISTORY, os.path.abspath(path))
+        return result
+
+    async def related(
+        self,
+        target: str,
+        *,
+        project: str | None = None,
+        as_of: datetime | None = None,
+        limit: int = 50,
+        cwd: str | None = None,
+    ) -> Related:
+        """The code graph around a file path, `path#Name`, a symbol's name or a chunk id:
+        definitions, callers and callees, importers and imports, bases and subclasses, files
+        that change with it and the sessions that touched each. Paths are taken against `cwd`
+        (default: this process's working directory)."""
+        result: Related = await self._call(
+            jobs.RELATED,
+            target,
+            cwd or os.getcwd(),
+            project,
+            as_of.isoformat() if as_of else None,
+            limit,
+        )
+        return result
+
+    async def impact(
+        self,
+        paths: list[str],
+        *,
+        depth: int = 2,
+        as_of: datetime | None = None,
+        limit: int = 50,
+        cwd: str | None = None,
+    ) -> Impact:
+        """What depends on these files (reverse imports and calls, `depth` steps), the tests
+        among them, and errors that followed earlier edits of them."""
+        result: Impact = await self._call(
+            jobs.IMPACT,
+            paths,
+            cwd or os.getcwd(),
+            depth,
+            as_of.isoformat() if as_of else None,
+            limit,
+        )
         return result
 
     async def session(self, session_id: str) -> SessionReplay:

@@ -267,6 +267,12 @@ class Settings:
     # when `include` is set, only paths under one of its globs are.
     exclude: list[str] = field(default_factory=list)
     include: list[str] = field(default_factory=list)
+    # CHANGES_WITH (files changed together) reads the last commits of HEAD: at most this many,
+    # none older than this; a commit of more source files than cochange_max_files is a mass
+    # change (a rename, a reformat) and counts not at all.
+    cochange_commits: int = _bounded(1000, ge=1)
+    cochange_days: float = _bounded(365.0, gt=0)
+    cochange_max_files: int = _bounded(30, ge=2)
     # Files per index job: large enough to feed the model full batches.
     index_batch_files: int = _bounded(32, ge=1)
     max_file_bytes: int = _bounded(2_000_000, ge=1)

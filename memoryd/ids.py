@@ -45,3 +45,12 @@ def symbol_entity_id(key: str) -> str:
 
 def file_state_id(project_id: str, rel_path: str) -> str:
     return stable_id(project_id, rel_path)
+
+
+def module_key(language: str, module: str) -> str:
+    """An external module a file imports (`python:redis`): one entity for every project."""
+    return f"{language}:{module}"
+
+
+def module_entity_id(key: str) -> str:
+    return entity_id("module", key)

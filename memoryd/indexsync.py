@@ -342,10 +342,11 @@ class IndexSync:
         files: list[dict[str, Any]],
         retire_paths: list[str],
         symbols: list[dict[str, Any]] | None = None,
+        graph: Sequence[Any] = (),
     ) -> FileIndexWrite:
         async with self._writing() as turn:
             done = await self.store.write_file_index(
-                project_id, chunks, file_states, files, retire_paths, symbols
+                project_id, chunks, file_states, files, retire_paths, symbols, graph
             )
 
             async def update() -> None:

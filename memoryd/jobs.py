@@ -55,6 +55,8 @@ IMPORT_ROWS = _work("import_rows")
 FORGET_SCOPE = _work("forget_scope")
 SKIP_TRANSCRIPTS = _work("skip_transcripts")
 REINDEX = _work("reindex")
+# CHANGES_WITH from the commits new to a project's history window (workers/codegraph).
+COCHANGE = _work("cochange")
 MAINTENANCE = {job.name: job for job in (DECAY, PRUNE, REEMBED)}
 
 SEARCH = _query("search")
@@ -83,6 +85,10 @@ INDEX_PROGRESS = _query("index_progress")
 CHANGED_TRANSCRIPTS = _query("changed_transcripts")
 # An agent's hook: its JSON in, the context to inject out (memoryd/hooks.py).
 HOOK = _query("hook")
+# The code graph around a file, symbol or chunk, and what depends on files (workers/codegraph).
+RELATED = _query("related")
+IMPACT = _query("impact")
+
 # What the graph knows at the moment of action: a file about to be edited, a failure just met.
 FILE_CONTEXT = _query("file_context")
 ERROR_CONTEXT = _query("error_context")

@@ -28,7 +28,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 
-from memoryd import client, present
+from memoryd import client, present, present_graph
 from memoryd.agent import DEFAULT_BUDGET, Scope, check_budget
 from memoryd.config import Settings
 from memoryd.errors import MemorydError
@@ -140,6 +140,20 @@ class Tools:
 
         return await self._with(work, max_chars)
 
+    async def related(self, target: str, max_chars: int) -> str:
+        async def work(memoryd: client.Client) -> str:
+            doc = await memoryd.related(target, cwd=str(self.cwd))
+            return present_graph.related_text(doc, max_chars)
+
+        return await self._with(work, max_chars)
+
+    async def impact(self, paths: list[str], depth: int, max_chars: int) -> str:
+        async def work(memoryd: client.Client) -> str:
+            doc = await memoryd.impact(paths, depth=depth, cwd=str(self.cwd))
+            return present_graph.impact_text(doc, max_chars)
+
+        return await self._with(work, max_chars)
+
     async def session(self, session_id: str, max_chars: int) -> str:
 
         async def work(memoryd: client.Client) -> str:
@@ -248,6 +262,26 @@ def build_server(
     )
     async def file_history(path: str, max_chars: int = DEFAULT_BUDGET) -> str:
         return await tools.file_history(path, max_chars)
+
+    @server.tool(
+        structured_output=False,
+        description="How code hangs together around a file path, `path#Name`, a symbol name "
+        "(`Worker.run_job`) or a chunk id: what it defines, its callers and callees (a guess "
+        "by name is marked with its confidence), importers and imports, bases and subclasses, "
+        "files that usually change with it, and the sessions that touched each file. Use it "
+        f"before changing a function or a module. {budget}",
+    )
+    async def related(target: str, max_chars: int = DEFAULT_BUDGET) -> str:
+        return await tools.related(target, max_chars)
+
+    @server.tool(
+        structured_output=False,
+        description="What could break if these files change: the files that import them or "
+        "call into them (up to `depth` steps back), the tests among them, and the errors "
+        f"sessions met after editing these files before. {budget}",
+    )
+    async def impact(paths: list[str], depth: int = 2, max_chars: int = DEFAULT_BUDGET) -> str:
+        return await tools.impact(paths, depth, max_chars)
 
     @server.tool(
         structured_output=False,

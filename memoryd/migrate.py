@@ -12,6 +12,7 @@ by a newer memoryd: it is refused with a clear message instead of being used hal
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import re
@@ -25,11 +26,18 @@ from memoryd.config import Settings
 from memoryd.errors import MemorydError
 from memoryd.export import write_backup
 from memoryd.store import SCHEMA_DIR, VECTOR_TABLES, Store, key_of
-from memoryd.vocabulary import MEMORY_ENTITY_EDGE_TABLES, RESOLVED_BY, RETIRED_EDGE_TABLES
+from memoryd.vocabulary import (
+    CODE_GRAPH_EDGES,
+    MEMORY_ENTITY_EDGE_TABLES,
+    RESOLVED_BY,
+    RETIRED_EDGE_TABLES,
+)
 
 log = logging.getLogger(__name__)
 
 _NUMBERED = re.compile(r"^(\d{3})_\w+$")
+# The rows migration step 029 writes: the code graph a file's text gives.
+CODE_GRAPH_TABLES = (*(edge.table for edge in CODE_GRAPH_EDGES), "code_ref")
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +190,22 @@ async def _resolve_errors(store: Store, _: Settings) -> None:
     await resolve_sessions(store, await store.failed_sessions())
 
 
+async def _backfill_code_graph(store: Store, _: Settings) -> None:
+    """The code graph (schema 019) of the files indexed before it existed: each indexed file
+    is read from its project's root and its graph rows written (a file changed or gone since
+    is indexed again by the next reconcile, which replaces them). Resumable: a page written
+    twice writes the same rows."""
+    from workers.codegraph import file_graph_of  # a pure stage: memoryd only runs it here
+
+    for project in await store.projects():
+        paths = await store.indexed_paths(project["id"])
+        for start in range(0, len(paths), _PAGE):
+            graph = await asyncio.to_thread(
+                file_graph_of, project["id"], Path(project["root"]), paths[start : start + _PAGE]
+            )
+            await store.write_graph(project["id"], graph)
+
+
 # The data steps, in number order; numbers are shared with the schema files.
 DATA_STEPS: tuple[DataStep, ...] = (
     DataStep(4, "scrub_secrets", _scrub_secrets, changes=("code_chunk", "defined_in")),
@@ -199,6 +223,12 @@ DATA_STEPS: tuple[DataStep, ...] = (
     DataStep(26, "rederive_edges_2", _rederive_edges_2, changes=_REDERIVED),
     DataStep(27, "resolve_errors", _resolve_errors, changes=(RESOLVED_BY.table,)),
     DataStep(28, "anchor_notes", _anchor_notes, changes=()),
+    DataStep(
+        29,
+        "codegraph_backfill",
+        _backfill_code_graph,
+        changes=("entity", *CODE_GRAPH_TABLES),
+    ),
 )
 
 

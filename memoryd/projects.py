@@ -68,6 +68,10 @@ async def register(
         "git_head": await asyncio.to_thread(_git, project.root, "rev-parse", "HEAD"),
     }
     await queue.call(redis, jobs.REGISTER_PROJECT, project.id, fields, run, files_total)
+    if fields["git_head"]:
+        # Files changed together, from the commits new since the last head (once per head).
+        job_id = f"cochange:{project.id}:{fields['git_head']}"
+        await queue.enqueue(redis, jobs.COCHANGE, project.id, str(project.root), job_id=job_id)
 
 
 async def sync(

@@ -291,3 +291,78 @@ class ProjectInfo(TypedDict):
     id: str
     name: str
     root: str
+
+
+class GraphLink(TypedDict):
+    """A neighbour in the code graph: the entity's key (`<project>:<path>#<Name>`, a file's
+    `<project>:<path>`, or an external module's `<language>:<name>`), the file and line of the
+    site (the call, the import, the definition), and how sure: 1 when the file's imports and
+    scope settle it, 1/n for a guess by name among n symbols of that name."""
+
+    key: str
+    path: str
+    line: int | None
+    confidence: float
+
+
+class GraphTarget(TypedDict):
+    kind: str
+    key: str
+    project: str
+    path: str
+
+
+class CoChange(TypedDict):
+    path: str
+    count: float
+    last_at: str | None
+
+
+class TouchedBy(TypedDict):
+    path: str
+    session: str | None
+    verbs: list[str]
+    last_at: str | None
+
+
+class Related(TypedDict):
+    """`related TARGET`: the code graph around a file, symbol or chunk (README, "Code graph")."""
+
+    target: GraphTarget
+    as_of: str | None
+    definitions: list[GraphLink]
+    callers: list[GraphLink]
+    callees: list[GraphLink]
+    importers: list[GraphLink]
+    imports: list[GraphLink]
+    bases: list[GraphLink]
+    subclasses: list[GraphLink]
+    changes_with: list[CoChange]
+    sessions: list[TouchedBy]
+
+
+class Dependent(TypedDict):
+    path: str
+    depth: int
+    via: str  # imports | calls
+    of: str  # the file it depends on, one step nearer the changed ones
+    test: bool
+
+
+class FailureAfterEdit(TypedDict):
+    path: str
+    session: str
+    error: str
+    tool: str | None
+    at: str | None
+
+
+class Impact(TypedDict):
+    """`impact FILE…`: what depends on these files, the tests among them, and the errors that
+    followed earlier edits of them."""
+
+    paths: list[str]
+    depth: int
+    dependents: list[Dependent]
+    tests: list[Dependent]
+    failures: list[FailureAfterEdit]

@@ -13,7 +13,9 @@ from typing import Literal
 # -- entity kinds ------------------------------------------------------------------------------
 
 FILE, SYMBOL, COMMAND, TOOL, URL, ERROR = "file", "symbol", "command", "tool", "url", "error"
-ENTITY_KINDS = (FILE, SYMBOL, COMMAND, TOOL, URL, ERROR)
+# A library a file imports that is not a file of the project (`python:redis`).
+MODULE = "module"
+ENTITY_KINDS = (FILE, SYMBOL, COMMAND, TOOL, URL, ERROR, MODULE)
 
 # -- edges -------------------------------------------------------------------------------------
 
@@ -112,6 +114,18 @@ DEFINED_IN = Edge("DEFINED_IN", "code_chunk", "entity", (FILE, SYMBOL), written_
 # the same session (workers/resolutions.py derives it at ingest; migration step 027 for older
 # databases). It carries the files modified in between and the command that then succeeded.
 RESOLVED_BY = Edge("RESOLVED_BY", "entity", "memory")
+# The code graph (workers/codegraph). A symbol's key names its file, and DEFINES says the same
+# as an edge with validity times: file -> every symbol it declares now, module-level names
+# included, which have no chunk of their own. DEFINED_IN says which chunk holds a symbol's
+# text; DEFINES which file declares it, and stops holding when the file no longer does.
+DEFINES = Edge("DEFINES", "entity", "entity", (SYMBOL,), written_by="code")
+IMPORTS = Edge("IMPORTS", "entity", "entity", (FILE, MODULE), written_by="code")
+CALLS = Edge("CALLS", "entity", "entity", (SYMBOL,), written_by="code")
+INHERITS = Edge("INHERITS", "entity", "entity", (SYMBOL,), written_by="code")
+# Files changed together in the repository's history (workers/codegraph/cochange.py).
+CHANGES_WITH = Edge("CHANGES_WITH", "entity", "entity", (FILE,), written_by="code")
+# The edges a file's own text gives (its path owns them: re-indexing it replaces them).
+CODE_GRAPH_EDGES = (DEFINES, IMPORTS, CALLS, INHERITS)
 
 EDGES = (
     HAS_GOAL,
@@ -124,6 +138,11 @@ EDGES = (
     MENTIONS,
     DEFINED_IN,
     RESOLVED_BY,
+    DEFINES,
+    IMPORTS,
+    CALLS,
+    INHERITS,
+    CHANGES_WITH,
 )
 EDGES_BY_NAME = {edge.name: edge for edge in EDGES}
 ACTION_VERBS = tuple(edge.name for edge in EDGES if edge.action)

@@ -44,7 +44,7 @@ from itertools import accumulate
 from tree_sitter import Language, Node, Parser
 from tree_sitter_language_pack import get_language
 
-__all__ = ["Chunk", "chunk_text", "language_for_path"]
+__all__ = ["Chunk", "chunk_text", "language_for_path", "parser_for"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +159,9 @@ def _parser(name: str) -> Parser | None:
     # A fresh parser per call: parsers are cheap, and one shared across threads is not safe.
     language = _language(name)
     return Parser(language) if language is not None else None
+
+
+parser_for = _parser  # the code graph (workers/codegraph) parses with the same grammars
 
 
 # --- node tables --------------------------------------------------------------------------------

@@ -62,6 +62,7 @@ from memoryd.scan import (
 )
 from memoryd.store import QueryFailed
 from workers.chunking import chunk_text, language_for_path
+from workers.codegraph import GraphRows, file_graph
 from workers.context import JobContext
 from workers.locks import held
 from workers.reader import MANY_FILES
@@ -101,6 +102,7 @@ class FilePlan:
     path: str
     chunks: list[dict[str, Any]]
     symbols: list[dict[str, Any]] = field(default_factory=list)
+    graph: GraphRows | None = None
 
 
 def plan_file(
@@ -304,6 +306,8 @@ def _look(
         return look
     try:
         look.plan = plan_file(project_id, rel, content.text, content.hash, max_chars)
+        # The code graph, resolved against the tree on disk (workers/codegraph).
+        look.plan.graph = file_graph(project_id, root, rel, content.text, language_for_path(rel))
     except Exception as exc:  # a chunker bug must not cost the rest of the batch
         look.action, look.reason = "skipped", f"chunking failed: {type(exc).__name__}: {exc}"
     if look.plan is not None and len(look.plan.chunks) > max_chunks:
@@ -383,6 +387,7 @@ class _Rows:
     files: list[dict[str, Any]] = field(default_factory=list)
     symbols: list[dict[str, Any]] = field(default_factory=list)
     retire: list[str] = field(default_factory=list)
+    graph: list[GraphRows] = field(default_factory=list)
 
 
 def _rows_for(project_id: str, look: _Look, previous: dict[str, Any] | None) -> _Rows | None:
@@ -417,6 +422,7 @@ def _rows_for(project_id: str, look: _Look, previous: dict[str, Any] | None) -> 
         rows.retire.append(look.rel)
         rows.chunks = look.plan.chunks
         rows.symbols = look.plan.symbols
+        rows.graph = [look.plan.graph] if look.plan.graph is not None else []
         # An empty file gets no entity: nothing is DEFINED_IN it, and prune would take it for
         # an orphan. A session that touches the file still creates it.
         if look.plan.chunks:
@@ -664,6 +670,7 @@ async def _write(
             [f for r in parts for f in r.files],
             [p for r in parts for p in r.retire],
             [s for r in parts for s in r.symbols],
+            [g for r in parts for g in r.graph],
         )
 
     batches = [list(groups.items())]

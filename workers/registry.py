@@ -18,6 +18,8 @@ from memoryd.errors import Failure, InvalidRequest, JobFailed, MemorydError
 from memoryd.jobs import JOBS_QUEUE, QUERY_QUEUE, JobSpec
 from memoryd.metrics import JobFunction
 from workers import action_context, forget, maintenance, notes, privacy, queries, transfer
+from workers.codegraph import views as codegraph_views
+from workers.codegraph.cochange import update_cochange
 from workers.context import JobContext
 from workers.indexing import embed_chunks, index_files
 from workers.ingest import ingest_transcript
@@ -66,11 +68,14 @@ FUNCTIONS: dict[JobSpec, JobFunction] = {
     jobs.PRUNE: maintenance.prune,
     jobs.REEMBED: maintenance.reembed,
     jobs.REINDEX: maintenance.reindex,
+    jobs.COCHANGE: update_cochange,
     jobs.SEARCH: queries.search,
     jobs.STATUS: queries.status,
     jobs.REGISTER_PROJECT: queries.register_project,
     jobs.STORED_PATHS: queries.stored_paths,
     jobs.HISTORY: queries.history,
+    jobs.RELATED: codegraph_views.related_job,
+    jobs.IMPACT: codegraph_views.impact_job,
     jobs.SESSION: queries.session,
     jobs.PIN: queries.pin,
     jobs.IMPORT_ROWS: transfer.import_rows,

@@ -11,6 +11,7 @@ from memoryd.store.anchors import AnchorQueries
 from memoryd.store.base import QueryFailed, Ref, StoreBase, key_of, now, plain
 from memoryd.store.blobs import BlobQueries
 from memoryd.store.code import CodeQueries
+from memoryd.store.codegraph import CodeGraphQueries
 from memoryd.store.compact import CompactQueries
 from memoryd.store.forget import ForgetQueries
 from memoryd.store.maintenance import MaintenanceQueries
@@ -32,6 +33,7 @@ from memoryd.store.views import ViewQueries
 class Store(
     SchemaQueries,
     CodeQueries,
+    CodeGraphQueries,
     TranscriptQueries,
     SearchQueries,
     ViewQueries,

@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 
 from memoryd.ids import file_state_id
 from memoryd.store.base import StoreBase, key_of, now, rid, unpack_vector, with_packed_vector
+from memoryd.store.codegraph import GRAPH_WRITE, graph_params
 from memoryd.store.entities import UPSERT_ENTITIES
 from memoryd.store.search import BUMP_GENERATION, returned
 
@@ -114,11 +115,14 @@ class CodeQueries(StoreBase):
         files: list[dict[str, Any]],
         retire_paths: list[str],
         symbols: list[dict[str, Any]] | None = None,
+        graph: Sequence[Any] = (),
     ) -> FileIndexWrite:
         """One transaction: upsert chunks, retire the chunks of `retire_paths` not in `chunks`,
         record file states, upsert file and symbol entities and DEFINED_IN edges (chunk -> its
         file; chunk -> the symbol it defines, for chunks with a `symbol_id`), and bump the
-        search generation. Retired chunks keep their edges: readers filter on `valid_until`."""
+        search generation. Retired chunks keep their edges: readers filter on `valid_until`.
+        `graph`: the code graph rows of these files (memoryd/store/codegraph.py), replaced
+        like their chunks."""
         at = now()
         project = rid("project", project_id)
         # Keys go as plain strings and become record ids in the engine: the SDK's encoder took
@@ -169,6 +173,7 @@ class CodeQueries(StoreBase):
                 id: type::record("defined_in", $e.edge), in: type::record("code_chunk", $e.chunk),
                 out: type::record("entity", $e.entity) }})
                 ON DUPLICATE KEY UPDATE out = $input.out RETURN NONE;
+            {GRAPH_WRITE}
             {BUMP_GENERATION}
             RETURN {{ retired: $retired, generation: $generation,
                 valid_from: (SELECT record::id(id) AS key, valid_from FROM $keep) }};
@@ -182,6 +187,7 @@ class CodeQueries(StoreBase):
                 "retire": retire_paths,
                 "project": project,
                 "at": at,
+                **graph_params(graph, (row["id"] for row in entity_rows)),
             },
         )
         done = returned(result)

@@ -16,7 +16,9 @@ What an event leads to:
   directory is looked at again, and the new one is walked.
 - a `.gitignore` created, edited or deleted: its directory is synced again (the whole project
   for the top one): newly ignored files are retired, newly visible ones indexed.
-- `.git/HEAD` changed (a branch switch): the project's branch and head are recorded again.
+- `.git/HEAD` changed (a branch switch), or `.git/logs/HEAD` (a commit, a reset): the project's
+  branch and head are recorded again, and the commits new to its history counted for
+  CHANGES_WITH.
 - the kernel's inotify queue overflowed (events were lost): every project is synced again.
 """
 
@@ -94,7 +96,7 @@ class _Handler(FileSystemEventHandler):
             rel = self._rel(raw)
             if rel is None:
                 continue
-            if rel == ".git/HEAD":
+            if rel in (".git/HEAD", ".git/logs/HEAD"):  # a branch switch; a commit, a reset
                 head = True
             elif rel == ".git" or rel.startswith(".git/"):
                 continue

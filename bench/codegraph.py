@@ -1,0 +1,340 @@
+"""The code graph on real repositories: what it costs, how fast it answers, how right it is.
+
+    .venv/bin/python -m bench.codegraph REPO [REPO...] [--sample 100] [--work DIR]
+
+REPO: a git working tree with history (a repository fetched for the bench; nothing of it is
+kept here). Per repo:
+
+(a) Cost. The tree is indexed cold by the daemon's own index jobs (in-process Runtime: private
+    Redis, worker, embedded SurrealDB, the model), graph included: T seconds. The graph's share
+    of that is measured apart on the same files: its pure stage (parse, extract, resolve:
+    `file_graph_of`) and its writes (`write_graph`, the same statements the index job runs),
+    as `graph / (T - graph)` (target <= 25% extra). Bytes (measured last, as it deletes the
+    graph): the database copied into fresh files, then again after the graph's rows are
+    deleted (its symbol and module entities stay); the difference over the second (target
+    <= 25% extra).
+(b) Latency: `related` on up to 200 symbols and 100 files, `impact` on 100 files (depth 2),
+    each through the query queue as a client asks; p50 and p95 (target p95 <= 50 ms).
+(c) Incremental: one file edited (a function added that calls another of the file), its
+    index job's own time, and the graph's part of it (target <= 100 ms of work).
+(d) Reference accuracy (Python): `--sample` functions and methods drawn with a fixed seed;
+    their call sites by jedi's `get_references` (a reference followed by `(`, not the
+    definition, inside the repo) against memoryd's callers (every line of each CALLS edge,
+    and with the guesses by name that have one candidate); precision and recall of (file, line)
+    pairs, summed over the sample (targets: precision >= 0.9, recall >= 0.8).
+(e) Co-change: the newest 100 non-merge commits changing 2 or 3 source files are the test;
+    CHANGES_WITH is counted (the daemon's own `pairs`) from the commits before the oldest of
+    them, within the default window. Given each changed file, is another file of the commit in
+    its top 5? hit@5 against 5 random source files and 5 random files of its own directory
+    (seed fixed), over the files at the test commits' parent that exist at HEAD.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from memoryd import jobs, projects, queue
+from memoryd.compact import DB_DIR, compact_files, size
+from memoryd.config import Settings, load_settings
+from memoryd.ids import symbol_entity_id
+from memoryd.migrate import CODE_GRAPH_TABLES
+from memoryd.runtime import Runtime
+from workers.codegraph import file_graph_of
+from workers.codegraph.cochange import commits_of, is_source, pairs
+
+SEED = 35
+
+
+def _ms(seconds: list[float]) -> str:
+    ordered = sorted(seconds)
+    p95 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
+    return f"p50 {statistics.median(ordered) * 1000:.1f} ms, p95 {p95 * 1000:.1f} ms"
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(root), *args], capture_output=True, text=True, check=True
+    ).stdout
+
+
+async def _index(rt: Runtime, root: Path) -> dict[str, int]:
+    assert rt.redis is not None
+    totals: dict[str, int] = {"files": 0, "chunks": 0}
+    for job, _ in await projects.sync(
+        rt.redis, projects.resolve(root), rt.settings.index_batch_files
+    ):
+        report = await queue.wait_for(job, timeout=7200)
+        totals["files"] += report["files"]
+        totals["chunks"] += report["chunks"]
+        await queue.embedded_later(rt.redis, report, timeout=7200)
+    return totals
+
+
+async def cost(rt: Runtime, root: Path, project_id: str) -> list[str]:
+    assert rt.store is not None
+    started = time.perf_counter()
+    totals = await _index(rt, root)
+    whole = time.perf_counter() - started
+    paths = await rt.store.indexed_paths(project_id)
+    started = time.perf_counter()
+    graph = await asyncio.to_thread(file_graph_of, project_id, root, paths)
+    pure = time.perf_counter() - started
+    started = time.perf_counter()
+    for start in range(0, len(graph), 200):
+        await rt.store.write_graph(project_id, graph[start : start + 200])
+    writes = time.perf_counter() - started
+    part = pure + writes
+    edges = sum(len(g.edges) for g in graph)
+    refs = sum(len(g.refs) for g in graph)
+    lines = [
+        f"(a) cold index: {totals['files']} files, {totals['chunks']} chunks in {whole:.1f} s; "
+        f"graph: {edges} edges, {refs} references by name: {pure:.2f} s extracting + "
+        f"{writes:.2f} s writing = {part / max(whole - part, 1e-9):.1%} extra (target <= 25%)"
+    ]
+    return lines
+
+
+async def graph_bytes(rt: Runtime, root: Path, project_id: str) -> list[str]:
+    """The database's bytes with and without the graph's rows (run last: it deletes them)."""
+    assert rt.store is not None
+    await compact_files(rt.store)
+    await rt.store.reopen()
+    with_graph = size(rt.settings.data_dir / DB_DIR)
+    tables = (*CODE_GRAPH_TABLES, "changes_with")
+    await rt.store.query("".join(f"DELETE {table};" for table in tables))
+    await compact_files(rt.store)
+    await rt.store.reopen()
+    without = size(rt.settings.data_dir / DB_DIR)
+    return [
+        f"    database: {with_graph / 1e6:.1f} MB, {without / 1e6:.1f} MB without the graph's "
+        f"rows: {(with_graph - without) / max(without, 1):.1%} extra (target <= 25%)"
+    ]
+
+
+async def latency(rt: Runtime, root: Path, project_id: str) -> list[str]:
+    assert rt.redis is not None and rt.store is not None
+    rows = (
+        await rt.store.query(
+            "SELECT VALUE target FROM defines WHERE project = type::record('project', $p) "
+            "AND valid_until IS NONE ORDER BY target",
+            {"p": project_id},
+        )
+    )[0]
+    rng = random.Random(SEED)
+    symbols = rng.sample(rows, min(200, len(rows)))
+    # Files the graph knows (a data file such as .netrc has no file entity to ask about).
+    graphed = sorted({key.split(":", 1)[1].split("#", 1)[0] for key in rows})
+    files = rng.sample(graphed, min(100, len(graphed)))
+    timed: dict[str, list[float]] = {"related symbol": [], "related file": [], "impact": []}
+    for what, targets in (("related symbol", symbols), ("related file", files)):
+        for target in targets:
+            ask = target.split(":", 1)[1] if what == "related symbol" else str(root / target)
+            started = time.perf_counter()
+            await queue.call(rt.redis, jobs.RELATED, ask, str(root), project_id, None, 50)
+            timed[what].append(time.perf_counter() - started)
+    for target in files:
+        started = time.perf_counter()
+        await queue.call(rt.redis, jobs.IMPACT, [str(root / target)], str(root), 2, None, 50)
+        timed["impact"].append(time.perf_counter() - started)
+    return [f"(b) {what} x{len(s)}: {_ms(s)} (target p95 <= 50 ms)" for what, s in timed.items()]
+
+
+async def incremental(rt: Runtime, root: Path, project_id: str) -> list[str]:
+    assert rt.redis is not None
+    candidates = sorted(p for p in (root).rglob("*.py") if ".git" not in p.parts)
+    path = max(candidates, key=lambda p: (p.stat().st_size < 20_000, p.stat().st_size))
+    rel = path.relative_to(root).as_posix()
+    text = path.read_text()
+    called = re.findall(r"^def (\w+)\(", text, re.M)
+    body = f"{called[0]}()" if called else "pass"
+    path.write_text(text + f"\n\ndef bench_codegraph_added():\n    return {body}\n")
+    try:
+        [(job, _)] = await queue.enqueue_index(rt.redis, project_id, root, [rel], 32, fresh=True)
+        report = await queue.wait_for(job, timeout=600)
+        started = time.perf_counter()
+        graph = file_graph_of(project_id, root, [rel])
+        pure = time.perf_counter() - started
+        started = time.perf_counter()
+        assert rt.store is not None
+        await rt.store.write_graph(project_id, graph)
+        writes = time.perf_counter() - started
+    finally:
+        path.write_text(text)
+    return [
+        f"(c) one edited file ({rel}, {len(text)} bytes): "
+        f"index job {report['seconds'] * 1000:.0f} ms "
+        f"(chunks, graph, embedding); graph part {pure * 1000:.1f} ms extracting + "
+        f"{writes * 1000:.1f} ms writing (target <= 100 ms)"
+    ]
+
+
+def _jedi_sites(root: Path, rel: str, line: int, name: str) -> set[tuple[str, int]] | None:
+    import jedi
+
+    source = (root / rel).read_text()
+    text = source.splitlines()[line - 1]
+    column = text.find(name, text.find("def ") if "def " in text else 0)
+    if column < 0:
+        return None
+    script = jedi.Script(source, path=str(root / rel), project=jedi.Project(str(root)))
+    sites = set()
+    for ref in script.get_references(line, column):
+        if ref.is_definition() or ref.module_path is None:
+            continue
+        ref_path = Path(ref.module_path)
+        if not ref_path.is_relative_to(root):
+            continue
+        ref_line = ref_path.read_text().splitlines()[ref.line - 1]
+        if ref_line[ref.column + len(name) :].lstrip().startswith("("):
+            sites.add((ref_path.relative_to(root).as_posix(), ref.line))
+    return sites
+
+
+async def accuracy(rt: Runtime, root: Path, project_id: str, sample: int) -> list[str]:
+    assert rt.store is not None
+    rows = (
+        await rt.store.query(
+            "SELECT target, path, line, name FROM defines "
+            "WHERE project = type::record('project', $p) "
+            "AND valid_until IS NONE AND string::ends_with(path, '.py') ORDER BY target",
+            {"p": project_id},
+        )
+    )[0]
+    kinds = {}
+    for row in rows:
+        source = (root / row["path"]).read_text().splitlines()[row["line"] - 1]
+        if re.match(r"\s*(async\s+)?def ", source) and not row["name"].rsplit(".", 1)[
+            -1
+        ].startswith("__"):
+            kinds[row["target"]] = row
+    chosen = random.Random(SEED).sample(sorted(kinds), min(sample, len(kinds)))
+    found = {"settled": [0, 0, 0], "with guesses": [0, 0, 0]}  # hits, ours, theirs
+    for key in chosen:
+        row = kinds[key]
+        short = row["name"].rsplit(".", 1)[-1]
+        theirs = await asyncio.to_thread(_jedi_sites, root, row["path"], row["line"], short)
+        if theirs is None:
+            continue
+        settled = {
+            (edge["path"], line)
+            for edge in await rt.store.graph_edges("calls", "out", [symbol_entity_id(key)])
+            for line in edge["lines"]
+        }
+        guessed = set(settled)
+        for ref in await rt.store.refs_named(project_id, [short], "calls"):
+            candidates = await rt.store.symbols_named(project_id, [short])
+            allowed = {
+                c["key"] for c in candidates if not ref["paths"] or c["path"] in ref["paths"]
+            }
+            if key in allowed and len(allowed) == 1:
+                guessed |= {(ref["path"], line) for line in ref["lines"]}
+        for name, ours in (("settled", settled), ("with guesses", guessed)):
+            found[name][0] += len(ours & theirs)
+            found[name][1] += len(ours)
+            found[name][2] += len(theirs)
+    out = []
+    for name, (hits, ours, theirs) in found.items():
+        out.append(
+            f"(d) callers vs jedi, {len(chosen)} functions, {name}: precision "
+            f"{hits / max(ours, 1):.3f} ({hits}/{ours}), recall {hits / max(theirs, 1):.3f} "
+            f"({hits}/{theirs}) (targets 0.9, 0.8)"
+        )
+    return out
+
+
+def cochange(root: Path, settings: Settings) -> list[str]:
+    log = _git(
+        root,
+        "log",
+        "-z",
+        "--no-merges",
+        "--name-only",
+        "--no-renames",
+        "--format=%x01%H %ct",
+        f"--max-count={settings.cochange_commits + 2000}",
+    )
+    commits = commits_of(log)
+    alive = set(_git(root, "ls-files", "-z").split("\x00")) - {""}
+    test = []
+    for index, commit in enumerate(commits):
+        files = sorted({f for f in commit.files if is_source(f) and f in alive})
+        if 2 <= len(files) <= 3:
+            test.append((index, files))
+        if len(test) == 100:
+            break
+    oldest = test[-1][0]
+    train = commits[oldest + 1 : oldest + 1 + settings.cochange_commits]
+    rows = pairs("bench", train, alive, settings.cochange_max_files)
+    # Back from entity ids to paths: the pure stage's rows carry them both ways.
+    from memoryd.ids import file_entity_id
+
+    by_id = {file_entity_id("bench", p): p for p in alive}
+    ranked: dict[str, list[tuple[float, str]]] = {}
+    for row in rows:
+        a, b = by_id[row["a"]], by_id[row["b"]]
+        ranked.setdefault(a, []).append((-row["count"], b))
+        ranked.setdefault(b, []).append((-row["count"], a))
+    sources = sorted(p for p in alive if is_source(p))
+    rng = random.Random(SEED)
+    hits = {"memoryd": 0, "random": 0, "same directory": 0}
+    asked = 0
+    for _, files in test:
+        for given in files:
+            others = set(files) - {given}
+            asked += 1
+            top = [p for _, p in sorted(ranked.get(given, []))[:5]]
+            hits["memoryd"] += bool(others & set(top))
+            pool = [p for p in sources if p != given]
+            hits["random"] += bool(others & set(rng.sample(pool, min(5, len(pool)))))
+            here = [p for p in pool if p.rpartition("/")[0] == given.rpartition("/")[0]]
+            hits["same directory"] += bool(others & set(rng.sample(here, min(5, len(here)))))
+    return [
+        f"(e) co-change hit@5 over {asked} (file, commit) of {len(test)} commits, counted from "
+        f"{len(train)} earlier commits: "
+        + ", ".join(f"{name} {count / max(asked, 1):.3f}" for name, count in hits.items())
+    ]
+
+
+async def bench(root: Path, data_dir: Path, sample: int) -> None:
+    settings = load_settings(data_dir=data_dir)
+    rt = Runtime(settings)
+    await rt.start_queue(exclusive=True)
+    await rt.serve()
+    project_id = projects.resolve(root).id
+    print(f"== {root.name} ({_git(root, 'rev-parse', '--short', 'HEAD').strip()})")
+    try:
+        for part in (cost, latency, incremental, accuracy, graph_bytes):
+            args = (sample,) if part is accuracy else ()
+            for line in await part(rt, root, project_id, *args):  # type: ignore[operator]
+                print(line, flush=True)
+    finally:
+        await rt.close()
+    for line in cochange(root, settings):
+        print(line, flush=True)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("repos", nargs="+", type=Path)
+    parser.add_argument("--sample", type=int, default=100)
+    parser.add_argument("--work", type=Path, default=None)
+    args = parser.parse_args()
+    for repo in args.repos:
+        work = Path(tempfile.mkdtemp(dir=args.work, prefix="codegraph-"))
+        try:
+            await bench(repo.resolve(), work, args.sample)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

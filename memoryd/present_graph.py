@@ -1,0 +1,77 @@
+"""The code graph as an agent reads it (`related`, `impact`): a head line counting each list,
+then one line per neighbour, cut to the budget the way every tool's answer is (present.fit)."""
+
+from __future__ import annotations
+
+from memoryd.agent import fit, one_line
+from memoryd.present import LINE_CHARS, _day
+from memoryd.results import GraphLink, Impact, Related
+
+_SECTIONS = (
+    ("definitions", "defines"),
+    ("callers", "called by"),
+    ("callees", "calls"),
+    ("importers", "imported by"),
+    ("imports", "imports"),
+    ("bases", "inherits"),
+    ("subclasses", "inherited by"),
+)
+
+
+def _short(key: str) -> str:
+    """A key without its project (`arq/worker.py#Worker.main`); a module's key as it is."""
+    head, sep, rest = key.partition(":")
+    return rest if sep and "-" in head else key
+
+
+def _link_line(label: str, link: GraphLink) -> str:
+    sure = "" if link["confidence"] >= 1 else f" (guess {link['confidence']:.2f})"
+    return one_line(
+        f"{label} {_short(link['key'])}  at {link['path']}:{link['line']}{sure}", LINE_CHARS
+    )
+
+
+def related_text(doc: Related, max_chars: int) -> str:
+    target = doc["target"]
+    counts = ", ".join(f"{len(doc[name])} {name}" for name, _ in _SECTIONS if doc[name])  # type: ignore[literal-required]
+    when = f" as of {doc['as_of']}" if doc["as_of"] else ""
+    head = [f"related {target['kind']} {_short(target['key'])}{when}: {counts or 'no code links'}"]
+    lines = [
+        _link_line(label, link)
+        for name, label in _SECTIONS
+        for link in doc[name]  # type: ignore[literal-required]
+    ]
+    lines += [
+        f"changes with {c['path']} ({c['count']:g} commits, last {(c['last_at'] or '?')[:10]})"
+        for c in doc["changes_with"]
+    ]
+    lines += [
+        one_line(
+            f"session {s['session']} {'/'.join(s['verbs'])} {s['path']} at {_day(s['last_at'])}",
+            LINE_CHARS,
+        )
+        for s in doc["sessions"]
+    ]
+    return fit(head, lines, max_chars, "links")
+
+
+def impact_text(doc: Impact, max_chars: int) -> str:
+    head = [
+        f"impact of {', '.join(doc['paths'])} (depth {doc['depth']}): "
+        f"{len(doc['dependents'])} dependent files, {len(doc['tests'])} tests, "
+        f"{len(doc['failures'])} failures after earlier edits"
+    ]
+    lines = [
+        f"{'test' if d['test'] else 'dependent'} {d['path']} "
+        f"({d['via']} {d['of']}, depth {d['depth']})"
+        for d in doc["tests"] + doc["dependents"]
+    ]
+    lines += [
+        one_line(
+            f"failure after editing {f['path']}: {f['error']} (session {f['session']}, "
+            f"{_day(f['at'])})",
+            LINE_CHARS,
+        )
+        for f in doc["failures"]
+    ]
+    return fit(head, lines, max_chars, "lines")

@@ -1,0 +1,89 @@
+"""CHANGES_WITH from a scripted git history with known pairs, counted through the real queue,
+and counted again incrementally when HEAD moves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from arq.jobs import Job
+
+from memoryd import client, jobs, projects, queue
+from memoryd.runtime import Runtime
+from tests.conftest import git, git_init, index_tree
+from workers.codegraph.cochange import Commit, commits_of, pairs, weight
+
+pytestmark = pytest.mark.e2e
+
+SOURCES = ("a.py", "b.py", "c.py", "d.py", "e.py", "f.py")
+
+
+def _write(root: Path, *names: str) -> None:
+    for name in names:
+        path = root / name
+        path.write_text(path.read_text() + "x = 1\n" if path.exists() else f"# {name}\n")
+
+
+def _commit(root: Path, *names: str) -> None:
+    _write(root, *names)
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "change " + " ".join(names))
+
+
+async def _counted(rt: Runtime, root: Path) -> dict:
+    """Wait for the co-change job the project's registration queued for its HEAD."""
+    assert rt.redis is not None
+    head = git(root, "rev-parse", "HEAD").strip()
+    job = Job(
+        f"cochange:{projects.resolve(root).id}:{head}", rt.redis, _queue_name=jobs.COCHANGE.queue
+    )
+    return await queue.wait_for(job, timeout=300)
+
+
+def test_large_commits_count_less_or_not_at_all() -> None:
+    assert [weight(n, 30) for n in (1, 2, 4, 8, 30, 31)] == [0.0, 1.0, 1.0, 0.5, 4 / 30, 0.0]
+    # git's own bytes for `log -z --name-only --format=%x01%H %ct`
+    log = "\x01abc 1700000000\x00\na.py\x00b.py\x00README.md\x00\x01def 1700000100\x00\na.py\x00"
+    assert [(c.sha, c.files) for c in commits_of(log)] == [
+        ("abc", ("a.py", "b.py", "README.md")),
+        ("def", ("a.py",)),
+    ]
+    rows = pairs("p", commits_of(log), {"a.py", "b.py", "README.md"}, 30)
+    assert [(r["count"], r["last_at"].timestamp()) for r in rows] == [(1.0, 1700000000)]
+    gone = pairs("p", [Commit("x", rows[0]["last_at"], ("a.py", "gone.py"))], {"a.py"}, 30)
+    assert gone == []
+
+
+async def test_files_that_change_together(stack: Runtime, tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    root.mkdir()
+    _write(root, *SOURCES, "README.md")
+    git_init(root)  # 6 source files in one commit: each pair counts 4/6
+    _commit(root, "a.py", "b.py")
+    _commit(root, "a.py", "b.py", "README.md")  # prose changes with everything: not counted
+    _commit(root, "a.py", "c.py")
+    _commit(root, "c.py", "d.py")
+    stack.settings.cochange_max_files = 6
+    _commit(root, *SOURCES, "g.py")  # a mass change over cochange_max_files: not counted
+    await index_tree(stack, root)
+    assert await _counted(stack, root) == {"commits": 6, "pairs": 15}
+    async with client.connect(stack.settings) as memoryd:
+        doc = await memoryd.related(str(root / "a.py"), cwd=str(root))
+    assert [(c["path"], c["count"]) for c in doc["changes_with"]] == [
+        ("b.py", 2.667),
+        ("c.py", 1.667),
+        ("d.py", 0.667),
+        ("e.py", 0.667),
+        ("f.py", 0.667),
+    ]
+    # HEAD moves: only the new commit is read.
+    _commit(root, "a.py", "d.py")
+    await projects.register(stack.redis, projects.resolve(root))  # what the watcher does
+    assert await _counted(stack, root) == {"commits": 1, "pairs": 1}
+    async with client.connect(stack.settings) as memoryd:
+        doc = await memoryd.related(str(root / "a.py"), cwd=str(root))
+    assert [(c["path"], c["count"]) for c in doc["changes_with"]][:3] == [
+        ("b.py", 2.667),
+        ("c.py", 1.667),
+        ("d.py", 1.667),
+    ]

@@ -1,0 +1,372 @@
+"""A file's graph facts resolved to the project: rows for symbols and the DEFINES, IMPORTS,
+CALLS and INHERITS edges that file owns, and the references left to resolve by name.
+
+Pure but for the project's layout, asked through a :class:`Tree` (which files exist): an import
+resolves to a file of the project when one exists at the path the language's rules give,
+else to an external `module` entity. A call resolves by the calling file's own definitions and
+imports (`self.m()` to the method of the class it sits in): confidence 1. What neither settles
+(`obj.m()`, a name from a star import) is kept as a reference by name, and `related` guesses its
+target when asked, among the symbols of that name then (confidence 0.9/number of them), so an
+edit of another file never makes this file's rows stale.
+
+Every edge is owned by the file it was read from (its `path`): re-indexing a file replaces
+exactly its rows.
+"""
+
+from __future__ import annotations
+
+import builtins
+import posixpath
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from memoryd.ids import (
+    file_entity_id,
+    file_key,
+    module_entity_id,
+    module_key,
+    stable_id,
+    symbol_entity_id,
+    symbol_key,
+)
+from memoryd.vocabulary import CALLS, DEFINES, IMPORTS, INHERITS
+from workers.codegraph.extract import COMPUTED, FileGraph, Import
+
+_SELF = frozenset({"self", "this", "cls", "Self"})
+# Python's builtins are never a project's symbols: calls of them are not kept.
+_BUILTINS = frozenset(dir(builtins))
+
+
+class Tree(Protocol):
+    def is_file(self, rel: str) -> bool: ...
+
+    def files_in(self, rel_dir: str, suffix: str) -> list[str]: ...
+
+
+@dataclass(slots=True)
+class GraphRows:
+    """What one file contributes to the graph (plain rows for memoryd/store/codegraph.py)."""
+
+    path: str
+    symbols: list[dict[str, Any]] = field(default_factory=list)
+    modules: list[dict[str, Any]] = field(default_factory=list)
+    edges: list[dict[str, Any]] = field(default_factory=list)
+    refs: list[dict[str, Any]] = field(default_factory=list)
+    # The rows above by id: a call made twice from one symbol is one edge with two lines.
+    seen: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
+
+
+@dataclass(slots=True)
+class _Target:
+    """Where a local name points: a file of the project (and a name in it), or a module."""
+
+    path: str | None
+    name: str | None = None
+    module: str | None = None
+    dir_files: tuple[str, ...] = ()  # a package of several files (Go, Java same package)
+
+
+def resolve(project_id: str, rel: str, graph: FileGraph, tree: Tree) -> GraphRows:
+    rows = GraphRows(rel)
+    source_file = file_entity_id(project_id, rel)
+    classes = {d.qualified for d in graph.definitions if d.kind == "class"}
+    defined = {d.qualified for d in graph.definitions}
+    for found in graph.definitions:
+        key = symbol_key(project_id, rel, found.name, found.parent)
+        rows.symbols.append(
+            {"entity_id": symbol_entity_id(key), "key": key, "name": found.qualified}
+        )
+        _edge(rows, DEFINES.table, source_file, key, found.line, found.qualified)
+
+    names: dict[str, _Target] = {}  # local name -> what it is
+    for imp in graph.imports:
+        targets = _module_files(graph, rel, imp, tree)
+        if targets:
+            for path in targets:
+                _edge(
+                    rows,
+                    IMPORTS.table,
+                    source_file,
+                    file_key(project_id, path),
+                    imp.line,
+                    imp.module,
+                )
+        else:
+            module = _module_name(graph.language, imp.module)
+            mkey = module_key(graph.language, module)
+            if not any(m["key"] == mkey for m in rows.modules):
+                rows.modules.append(
+                    {"entity_id": module_entity_id(mkey), "key": mkey, "name": module}
+                )
+            _edge(rows, IMPORTS.table, source_file, mkey, imp.line, imp.module, kind="module")
+        single = targets[0] if len(targets) == 1 else None
+        if imp.alias:
+            names[imp.alias] = _Target(single, module=imp.module, dir_files=tuple(targets))
+        for name, local in imp.names:
+            # `from pkg import mod` names a module file when there is one
+            sub = _submodule(graph, rel, imp, name, tree)
+            if sub is not None:
+                names[local] = _Target(sub, module=f"{imp.module}.{name}")
+            elif single is not None:
+                names[local] = _Target(single, name)
+            elif targets:
+                names[local] = _Target(None, name, dir_files=tuple(targets))
+            else:
+                names[local] = _Target(None, name, module=imp.module)
+
+    same_package = _same_package(graph, rel, tree)
+
+    def target_of(
+        scope: str | None, receiver: str | None, name: str
+    ) -> tuple[str | None, tuple[str, ...] | None]:
+        """(symbol key, None) when settled; (None, candidate files, empty for any) for a
+        guess by name; (None, None) for a call outside the project (a library, a builtin)."""
+        if receiver is None:
+            if name in defined:
+                return symbol_key(project_id, rel, name, None), None
+            found = names.get(name)
+            if found is not None and found.path is not None:
+                return symbol_key(project_id, found.path, found.name or name, None), None
+            if found is not None:
+                return None, found.dir_files or None
+            if graph.language == "python" and name in _BUILTINS:
+                return None, None
+            return None, same_package
+        head = receiver.split(".", 1)[0]
+        owner = scope.split(".", 1)[0] if scope else None
+        if head in _SELF and owner in classes:
+            if receiver == head and f"{owner}.{name}" in defined:
+                return symbol_key(project_id, rel, name, owner), None
+            return None, ()
+        if receiver in classes:
+            return symbol_key(project_id, rel, name, receiver), None
+        found = names.get(receiver) or names.get(head)
+        if found is None:
+            return None, ()  # a variable: `job.result()`
+        if found.name is not None and found.path is not None:  # an imported class
+            return symbol_key(project_id, found.path, name, found.name), None
+        if found.path is not None and receiver in names:  # a module alias
+            return symbol_key(project_id, found.path, name, None), None
+        return None, found.dir_files or None
+
+    for call in graph.calls:
+        if call.receiver == COMPUTED:
+            key, candidates = None, ()
+        else:
+            key, candidates = target_of(call.scope, call.receiver, call.name)
+        source = _symbol_or_file(project_id, rel, call.scope, source_file)
+        if key is not None:
+            _edge(rows, CALLS.table, source, key, call.line, call.name)
+        elif candidates is not None:
+            _ref(rows, CALLS.table, source, call.name, call.line, candidates)
+    for inherit in graph.inherits:
+        source = _symbol_or_file(project_id, rel, inherit.cls, source_file)
+        receiver, _, name = inherit.base.replace("::", ".").rpartition(".")
+        key, candidates = target_of(None, receiver or None, name)
+        if key is not None:
+            _edge(rows, INHERITS.table, source, key, inherit.line, inherit.base)
+        elif candidates is not None:
+            _ref(rows, INHERITS.table, source, name, inherit.line, candidates)
+    return rows
+
+
+def _symbol_or_file(project_id: str, rel: str, qualified: str | None, file_id: str) -> str:
+    """The entity a call or a base sits in: its symbol, or the file at module level."""
+    if not qualified:
+        return file_id
+    parent, _, name = qualified.rpartition(".")
+    return symbol_entity_id(symbol_key(project_id, rel, name, parent or None))
+
+
+def _edge(
+    rows: GraphRows,
+    table: str,
+    source: str,
+    target_key: str,
+    line: int,
+    name: str,
+    kind: str | None = None,
+) -> None:
+    """One edge per (source, target) of the file: the first line it was seen on."""
+    if kind == "module":
+        target = module_entity_id(target_key)
+    elif "#" in target_key:
+        target = symbol_entity_id(target_key)
+    else:
+        target = file_entity_id(*target_key.split(":", 1))
+    edge = {"table": table, "id": stable_id(table, rows.path, source, target), "in": source}
+    _add(rows, rows.edges, edge | {"out": target, "target": target_key, "line": line, "name": name})
+
+
+def _ref(
+    rows: GraphRows, table: str, source: str, name: str, line: int, candidates: Iterable[str]
+) -> None:
+    ref = {"id": stable_id("ref", table, rows.path, source, name), "verb": table}
+    paths = sorted(set(candidates))
+    _add(rows, rows.refs, ref | {"source": source, "name": name, "line": line, "paths": paths})
+
+
+def _add(rows: GraphRows, into: list[dict[str, Any]], row: dict[str, Any]) -> None:
+    """A new row, or one more line of the same edge (a function called twice by one symbol)."""
+    known = rows.seen.get(row["id"])
+    if known is not None:
+        known["lines"].append(row["line"])
+        return
+    row["lines"] = [row["line"]]
+    rows.seen[row["id"]] = row
+    into.append(row)
+
+
+# --- where an import points, per language -------------------------------------------------------
+
+_JS_SUFFIXES = (".ts", ".tsx", ".js", ".jsx", ".mjs", ".cjs", ".mts", ".cts", ".d.ts")
+
+
+def _module_name(language: str, module: str) -> str:
+    """The external module an import names: its top package (`redis.asyncio` -> `redis`,
+    `@scope/pkg/sub` -> `@scope/pkg`, `std::fmt` -> `std`)."""
+    if language == "python":
+        return module.lstrip(".").split(".", 1)[0] or module
+    if language in ("javascript", "typescript", "tsx"):
+        parts = module.split("/")
+        return "/".join(parts[:2]) if module.startswith("@") else parts[0]
+    if language == "rust":
+        return module.split("::", 1)[0]
+    return module
+
+
+def _first(tree: Tree, candidates: Iterable[str]) -> str | None:
+    for candidate in candidates:
+        normal = posixpath.normpath(candidate)
+        if not normal.startswith("..") and tree.is_file(normal):
+            return normal
+    return None
+
+
+def _python_bases(rel: str, module: str, tree: Tree) -> tuple[list[str], str]:
+    """Directories a module path may start from, and the dotted rest. An absolute import
+    starts at a source root: the project's root, `src`, or a directory above the file that is
+    not itself a package (`import typing` in arq/jobs.py is the standard library's, not
+    arq/typing.py)."""
+    here = posixpath.dirname(rel)
+    if module.startswith("."):
+        level = len(module) - len(module.lstrip("."))
+        base = here
+        for _ in range(level - 1):
+            base = posixpath.dirname(base)
+        return [base], module[level:]
+    roots = []
+    while here:
+        if not tree.is_file(posixpath.join(here, "__init__.py")):
+            roots.append(here)
+        here = posixpath.dirname(here)
+    return ["", "src", *roots], module
+
+
+def _python_file(rel: str, module: str, tree: Tree) -> str | None:
+    bases, rest = _python_bases(rel, module, tree)
+    parts = rest.replace(".", "/")
+    candidates = []
+    for base in bases:
+        stem = posixpath.join(base, parts) if parts else base
+        candidates += (
+            [f"{stem}.py", posixpath.join(stem, "__init__.py")]
+            if parts
+            else [posixpath.join(stem, "__init__.py")]
+        )
+    return _first(tree, candidates)
+
+
+def _module_files(graph: FileGraph, rel: str, imp: Import, tree: Tree) -> list[str]:
+    language, module = graph.language, imp.module
+    here = posixpath.dirname(rel)
+    if language == "python":
+        found = _python_file(rel, module, tree)
+        return [found] if found else []
+    if language in ("javascript", "typescript", "tsx"):
+        if not module.startswith("."):
+            return []
+        stem = posixpath.join(here, module)
+        js_candidates = [stem] + [stem + s for s in _JS_SUFFIXES]
+        js_candidates += [posixpath.join(stem, "index" + s) for s in _JS_SUFFIXES]
+        # `./x.js` written in TypeScript sources names x.ts
+        js_candidates += [stem.rsplit(".", 1)[0] + s for s in _JS_SUFFIXES if "." in module[2:]]
+        found = _first(tree, js_candidates)
+        return [found] if found else []
+    if language == "go":
+        parts = module.split("/")
+        for start in range(len(parts)):
+            files = [
+                f
+                for f in tree.files_in("/".join(parts[start:]), ".go")
+                if not f.endswith("_test.go")
+            ]
+            if files:
+                return files
+        return []
+    if language == "rust":
+        return [f for f in [_rust_file(rel, module, tree)] if f]
+    if language == "java" and graph.package:
+        root = _java_root(rel, graph.package)
+        if root is None:
+            return []
+        stem = posixpath.join(root, module.replace(".", "/"))
+        if imp.names:
+            found = _first(tree, [f"{stem}/{imp.names[0][0]}.java", f"{stem}.java"])
+            return [found] if found else []
+        return tree.files_in(stem, ".java")
+    return []
+
+
+def _submodule(graph: FileGraph, rel: str, imp: Import, name: str, tree: Tree) -> str | None:
+    """`from pkg import mod` where mod is a file of the package (Python only)."""
+    if graph.language != "python":
+        return None
+    joined = f"{imp.module}.{name}" if imp.module.strip(".") else imp.module + name
+    return _python_file(rel, joined, tree)
+
+
+def _rust_file(rel: str, module: str, tree: Tree) -> str | None:
+    parts = module.split("::")
+    here = posixpath.dirname(rel)
+    stem = posixpath.splitext(posixpath.basename(rel))[0]
+    if parts[0] == "crate":
+        base = here
+        while base and not tree.is_file(posixpath.join(posixpath.dirname(base), "Cargo.toml")):
+            base = posixpath.dirname(base)
+        parts = parts[1:]
+    elif parts[0] in ("self", "super"):
+        base = here if stem in ("mod", "lib", "main") else posixpath.join(here, stem)
+        while parts and parts[0] == "super":
+            base = posixpath.dirname(base)
+            parts = parts[1:]
+        if parts and parts[0] == "self":
+            parts = parts[1:]
+    else:
+        return None
+    # the longest prefix of the path that is a file: `crate::a::b::C` may be a::b's item C
+    for end in range(len(parts), 0, -1):
+        path = posixpath.join(base, *parts[:end])
+        found = _first(tree, [f"{path}.rs", f"{path}/mod.rs"])
+        if found:
+            return found
+    return None
+
+
+def _java_root(rel: str, package: str) -> str | None:
+    here = posixpath.dirname(rel)
+    suffix = package.replace(".", "/")
+    if here == suffix:
+        return ""
+    return here[: -len(suffix) - 1] if here.endswith("/" + suffix) else None
+
+
+def _same_package(graph: FileGraph, rel: str, tree: Tree) -> tuple[str, ...]:
+    """Files whose names a Go or Java file uses unqualified: its own package's."""
+    here = posixpath.dirname(rel)
+    if graph.language == "go":
+        return tuple(f for f in tree.files_in(here, ".go") if f != rel)
+    if graph.language == "java":
+        return tuple(f for f in tree.files_in(here, ".java") if f != rel)
+    return ()
