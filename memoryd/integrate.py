@@ -57,6 +57,8 @@ ALLOWED_TOOLS = (
     "search",
     "get",
     "file_history",
+    "related",
+    "impact",
     "session",
     "timeline",
     "recent_activity",

@@ -255,8 +255,8 @@ def build_server(
 
     @server.tool(
         structured_output=False,
-        description="Everything agents did to one file: the sessions that read, modified or "
-        "ran commands on it (newest first, with their goal, outcomes and errors, and whether "
+        description="The history of one file: every session that touched it (read, modified or "
+        "ran commands on it; newest first, with their goal, outcomes and errors, and whether "
         "the file changed since), plus the file's current code chunks. Use it before editing a "
         f"file others worked on, or to learn why it is the way it is. {budget}",
     )
@@ -268,8 +268,8 @@ def build_server(
         description="How code hangs together around a file path, `path#Name`, a symbol name "
         "(`Worker.run_job`) or a chunk id: what it defines, its callers and callees (a guess "
         "by name is marked with its confidence), importers and imports, bases and subclasses, "
-        "files that usually change with it, and the sessions that touched each file. Use it "
-        f"before changing a function or a module. {budget}",
+        "files that usually change with it, and the sessions that read or modified each file. "
+        f"Use it before changing a function or a module. {budget}",
     )
     async def related(target: str, max_chars: int = DEFAULT_BUDGET) -> str:
         return await tools.related(target, max_chars)

@@ -65,6 +65,8 @@ TOOLS = [
     "search",
     "get",
     "file_history",
+    "related",
+    "impact",
     "session",
     "timeline",
     "recent_activity",

@@ -266,7 +266,8 @@ async def test_after_integrate_claude_p_calls_memoryd_unasked_and_hooks_capture_
     # A fresh HOME the daemon does not watch: its session reaches memory through the hooks.
     home = ClaudeHome(install_clients(), tmp_path)
     assert (
-        "Claude Code may call memoryd's search, get, file_history, session, timeline, "
+        "Claude Code may call memoryd's search, get, file_history, related, impact, session, "
+        "timeline, "
         "recent_activity, status, remember without asking (permissions.allow); forget still asks."
     ) in integrate(daemon, "claude-code", home.home)
 

@@ -43,6 +43,8 @@ ALLOWED = [
         "search",
         "get",
         "file_history",
+        "related",
+        "impact",
         "session",
         "timeline",
         "recent_activity",
