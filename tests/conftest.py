@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
 import re
@@ -27,6 +28,45 @@ from memoryd.runtime import Runtime
 
 VENV_BIN = Path(sys.executable).parent
 MEMORYD = str(VENV_BIN / "memoryd")
+
+
+# --- running side by side (pyproject's addopts: `-n 2 --dist loadgroup`) ---
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that share a module-scoped fixture (a daemon, an ingested data dir) run on one
+    worker, so that it starts once; before xdist's own hook reads the groups."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        shared = [
+            name
+            for name, defs in info.name2fixturedefs.items()
+            if name in info.names_closure and defs and defs[-1].scope == "module"
+        ]
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """A test marked `alone` has the machine to itself: it takes a lock that every test
+    (setup, call and teardown) holds shared, exclusively. The turnstile lets it in ahead of the
+    tests that come after it, which would otherwise always hold the shared lock between them."""
+    folder = item.config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        folder = folder.parent  # the run's folder, shared by its workers
+    alone = item.get_closest_marker("alone") is not None
+    with (
+        (folder / "turnstile.lock").open("a") as turnstile,
+        (folder / "machine.lock").open("a") as machine,
+    ):
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        fcntl.flock(machine, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        fcntl.flock(turnstile, fcntl.LOCK_UN)
+        yield
 
 
 def site_package(name: str) -> Path:
@@ -349,12 +389,25 @@ async def wait_live(data: Path, deadline: float) -> None:
 
 
 def wait_daemon(data_dir: Path, ready: object, timeout: float = 300) -> dict:
+    """Until the daemon of `data_dir` answers a status that is `ready`: asked over its query
+    channel from this process (what `memoryd status --json` prints while a daemon runs), not
+    by starting a CLI process per poll."""
+    from memoryd import channel, jobs
+    from memoryd.client import local_status
+    from memoryd.errors import DaemonUnavailable
+
+    settings = load_settings(data_dir=data_dir)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        time.sleep(1.5)
-        info = daemon_status(data_dir)
-        if info is not None and ready(info):  # type: ignore[operator]
-            return info
+        try:
+            answer = channel.ask_blocking(settings.channel_socket, jobs.STATUS.name, (), 120.0)
+        except DaemonUnavailable:  # not started yet, or its database not open to queries
+            answer = None
+        if answer is not None:
+            info = {**local_status(settings), **answer}
+            if ready(info):  # type: ignore[operator]
+                return info
+        time.sleep(0.5)
     pytest.fail("the daemon did not get there in time")
 
 

@@ -155,6 +155,7 @@ async def test_with_an_external_redis_and_no_daemon_here_a_child_serves_calls_ov
 
 
 @pytest.mark.e2e
+@pytest.mark.alone
 async def test_claude_code_in_its_default_environment_lists_memoryds_tools_under_a_cpu_hog(
     stack: Runtime, tmp_path: Path
 ) -> None:
