@@ -391,24 +391,26 @@ async def wait_live(data: Path, deadline: float) -> None:
 def wait_daemon(data_dir: Path, ready: object, timeout: float = 300) -> dict:
     """Until the daemon of `data_dir` answers a status that is `ready`: asked over its query
     channel from this process (what `memoryd status --json` prints while a daemon runs), not
-    by starting a CLI process per poll."""
+    by starting a CLI process per poll. An answer refused (not started yet, its database not
+    open to queries, a failed count) is asked again, as the CLI's exit code was."""
     from memoryd import channel, jobs
     from memoryd.client import local_status
-    from memoryd.errors import DaemonUnavailable
+    from memoryd.errors import MemorydError
 
     settings = load_settings(data_dir=data_dir)
     deadline = time.monotonic() + timeout
+    last: object = None
     while time.monotonic() < deadline:
         try:
             answer = channel.ask_blocking(settings.channel_socket, jobs.STATUS.name, (), 120.0)
-        except DaemonUnavailable:  # not started yet, or its database not open to queries
-            answer = None
-        if answer is not None:
-            info = {**local_status(settings), **answer}
+        except MemorydError as exc:
+            last = exc
+        else:
+            last = info = {**local_status(settings), **answer}
             if ready(info):  # type: ignore[operator]
                 return info
         time.sleep(0.5)
-    pytest.fail("the daemon did not get there in time")
+    pytest.fail(f"the daemon did not get there in {timeout}s; its last status: {last}")
 
 
 def two_package_tree(tmp_path: Path) -> Path:
