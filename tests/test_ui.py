@@ -21,14 +21,18 @@ import pytest
 import pytest_asyncio
 
 from memoryd import channel
-from memoryd.client import Client
+from memoryd.client import Client, connect
+from memoryd.present_graph import SECTIONS, short_key
+from memoryd.results import Related
 from memoryd.runtime import Runtime
 from memoryd.ui import UI_QUERY
 from memoryd.ui.app import COOKIE, CSP
 from memoryd.ui.pages import when
 from memoryd.vocabulary import EDGES
-from tests.conftest import cli, orphaned_by
+from tests.conftest import cli, git, git_init, index_tree, orphaned_by
 from tests.fixtures import S37, SMALL
+from tests.test_codegraph import ARQ
+from tests.test_codegraph_cochange import _counted
 from tests.test_forget_scopes import RENDERER, _world
 
 pytestmark = pytest.mark.e2e
@@ -188,7 +192,7 @@ async def test_each_page_shows_the_rows_of_the_database(
     assert [r[0] for r in await _rows(page, "file-sessions")] == [
         s["session"] for s in history["sessions"]
     ]
-    await _shot(page, "file")
+    await _shot(page, "file-sessions")
 
     # Search: the hits of the hybrid search; a hit opens its record.
     await page.goto(base + "/search?q=generate_html&kind=code")
@@ -331,4 +335,85 @@ async def test_strangers_are_refused(
     page = await browser.new_page()
     response = await page.goto(base + "/sessions")
     assert response.status == 401
+    await page.close()
+
+
+def _related_rows(doc: Related) -> list[list[str]]:
+    """The rows the file page's `related` table must show for this answer of the client."""
+    return [
+        [
+            label,
+            short_key(x["key"]),
+            f"{x['path']}:{x['line']}",
+            "" if x["confidence"] >= 1 else f"guess {x['confidence']:.2f}",
+        ]
+        for name, label in SECTIONS
+        for x in doc[name]  # type: ignore[literal-required]
+    ]
+
+
+async def test_the_file_page_shows_what_the_file_is_related_to(
+    stack: Runtime, tmp_path: Path, browser: Any
+) -> None:
+    """arq's source (tests/data/arq, MIT) as a repository with two more commits: the page of
+    connections.py lists its definitions, callers, callees, importers, imports and bases as
+    `related` answers them, and the files that changed with it; each opens its own page."""
+    root = tmp_path / "arq-src"
+    shutil.copytree(ARQ, root)
+    git_init(root)
+    for _ in range(2):
+        for name in ("arq/connections.py", "arq/worker.py"):
+            (root / name).write_text((root / name).read_text() + "\n")
+        git(root, "commit", "-q", "-am", "connections and worker together")
+    await index_tree(stack, root)
+    await _counted(stack, root)
+    url = await channel.ask(stack.settings.channel_socket, UI_QUERY, (0,), 60)
+    base = "{0.scheme}://{0.netloc}".format(urlsplit(url))
+    page = await browser.new_page(viewport={"width": 1280, "height": 800})
+    await page.goto(url)
+    target = root / "arq/connections.py"
+    async with connect(stack.settings) as memoryd:
+        doc = await memoryd.related(str(target), cwd=str(root))
+        worker = await memoryd.related(str(root / "arq/worker.py"), cwd=str(root))
+    await page.goto(base + "/file?path=" + str(target))
+    rows = await _rows(page, "related")
+    assert rows == _related_rows(doc)
+    assert [r for r in rows if r[0] == "imported by"] == [
+        ["imported by", "arq/__init__.py", "arq/__init__.py:1", ""],
+        ["imported by", "arq/worker.py", "arq/worker.py:19", ""],
+    ]
+    assert [r for r in rows if r[0] in ("imports", "inherits", "inherited by")][:4] == [
+        ["imports", "arq/constants.py", "arq/connections.py:16", ""],
+        ["imports", "arq/jobs.py", "arq/connections.py:17", ""],
+        ["imports", "arq/utils.py", "arq/connections.py:18", ""],
+        ["imports", "python:asyncio", "arq/connections.py:1", ""],
+    ]
+    assert rows[-2:] == [
+        ["inherits", "arq/connections.py#BaseRedis", "arq/connections.py:89", ""],
+        ["inherited by", "arq/connections.py#ArqRedis", "arq/connections.py:89", ""],
+    ]
+    assert ["calls", "arq/utils.py#to_unix_ms", "arq/connections.py:164", ""] in rows
+    assert ["called by", "arq/worker.py#Worker.run_cron", "arq/worker.py:760", "guess 0.90"] in rows
+    # Each end in a project opens its file's page; a standard module is text.
+    links = await page.eval_on_selector_all(
+        "#related tbody tr td:nth-child(2)",
+        "cells => cells.map(c => c.querySelector('a') !== null)",
+    )
+    assert links == [not r[1].startswith("python:") for r in rows]
+    # Every file of the import commit changed with it once (12 sources: 1/3 each), worker.py
+    # in the two commits after it as well.
+    together = await _rows(page, "changes-with")
+    assert together == [
+        [c["path"], f"{c['count']:g}", when(c["last_at"])] for c in doc["changes_with"]
+    ]
+    assert [r[:2] for r in together][:2] == [
+        ["arq/worker.py", "2.333"],
+        ["arq/__init__.py", "0.333"],
+    ]
+    assert len(together) == 11
+    await _shot(page, "file")
+    # A link opens the other file's page, with its own links.
+    await page.click("#related a[href*='arq%2Fworker.py']")
+    assert (await _rows(page, "file-facts"))[0][1] == "arq/worker.py"
+    assert await _rows(page, "related") == _related_rows(worker)
     await page.close()

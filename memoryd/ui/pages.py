@@ -10,7 +10,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 from memoryd.agent import qualified
-from memoryd.results import FileHistory, Record, SearchResult, SessionReplay
+from memoryd.present_graph import SECTIONS, short_key
+from memoryd.results import FileHistory, GraphLink, Record, Related, SearchResult, SessionReplay
 
 NAV = (("/", "Overview"), ("/sessions", "Sessions"), ("/search", "Search"), ("/memory", "Memory"))
 SEARCH_KINDS = ("code", "docs", "memory", "goal")
@@ -269,7 +270,7 @@ def _file_action(action: Mapping[str, Any]) -> str:
     return e(f"{_did(action)}{tool} {when(action.get('event_time'))}")
 
 
-def file(history: FileHistory) -> str:
+def file(history: FileHistory, graph: Related | None) -> str:
     ref = history["file"]
     head = table(
         "file-facts",
@@ -302,7 +303,61 @@ def file(history: FileHistory) -> str:
             for c in history["chunks"]
         ),
     )
-    return head + "<h2>Sessions that touched it</h2>" + touched + "<h2>Current chunks</h2>" + chunks
+    return (
+        head
+        + "<h2>Related in the code graph</h2>"
+        + related(graph)
+        + "<h2>Sessions that touched it</h2>"
+        + touched
+        + "<h2>Current chunks</h2>"
+        + chunks
+    )
+
+
+def related(graph: Related | None) -> str:
+    """What `related` says of the file: one row per link (its relation, the symbol or file
+    at its other end, opening that file's page, and where the link is written), then the
+    files that usually change with it."""
+    if graph is None:
+        return "<p id=related-none>Not in the code graph (no project's source file).</p>"
+    project = graph["target"]["project"]
+    links = table(
+        "related",
+        ["Relation", "With", "At", "Sure"],
+        (
+            [e(label), _graph_end(link_), e(f"{link_['path']}:{link_['line']}"), _sure(link_)]
+            for name, label in SECTIONS
+            for link_ in graph[name]  # type: ignore[literal-required]
+        ),
+    )
+    together = table(
+        "changes-with",
+        ["File", "Commits together", "Last"],
+        (
+            [
+                link("/file", c["path"], path=f"{project}:{c['path']}"),
+                e(f"{c['count']:g}"),
+                e(when(c["last_at"])),
+            ]
+            for c in graph["changes_with"]
+        ),
+    )
+    return links + "<h3>Usually changes with</h3>" + together
+
+
+def _graph_end(found: GraphLink) -> str:
+    """A symbol or file of a project, opening its file's page; a module from outside the
+    projects (`asyncio`) as plain text."""
+    short = short_key(found["key"])
+    if short == found["key"]:
+        return e(short)
+    project = found["key"][: -len(short) - 1]
+    return link("/file", short, path=f"{project}:{short.split('#', 1)[0]}")
+
+
+def _sure(found: GraphLink) -> str:
+    """Empty for a link its file settles; a guess by name says how likely it is."""
+    return "" if found["confidence"] >= 1 else e(f"guess {found['confidence']:.2f}")
 
 
 # -- search and records --------------------------------------------------------------------
