@@ -22,12 +22,12 @@ import pytest_asyncio
 
 from memoryd import channel
 from memoryd.client import Client, connect
-from memoryd.present_graph import SECTIONS, short_key
+from memoryd.present_graph import short_key
 from memoryd.results import Related
 from memoryd.runtime import Runtime
 from memoryd.ui import UI_QUERY
 from memoryd.ui.app import COOKIE, CSP
-from memoryd.ui.pages import when
+from memoryd.ui.pages import RELATIONS, when
 from memoryd.vocabulary import EDGES
 from tests.conftest import cli, git, git_init, index_tree, orphaned_by
 from tests.fixtures import S37, SMALL
@@ -347,7 +347,7 @@ def _related_rows(doc: Related) -> list[list[str]]:
             f"{x['path']}:{x['line']}",
             "" if x["confidence"] >= 1 else f"guess {x['confidence']:.2f}",
         ]
-        for name, label in SECTIONS
+        for name, label in RELATIONS
         for x in doc[name]  # type: ignore[literal-required]
     ]
 
@@ -388,10 +388,13 @@ async def test_the_file_page_shows_what_the_file_is_related_to(
         ["imports", "arq/utils.py", "arq/connections.py:18", ""],
         ["imports", "python:asyncio", "arq/connections.py:1", ""],
     ]
-    assert rows[-2:] == [
+    assert [r for r in rows if r[0] in ("inherits", "inherited by")] == [
         ["inherits", "arq/connections.py#BaseRedis", "arq/connections.py:89", ""],
         ["inherited by", "arq/connections.py#ArqRedis", "arq/connections.py:89", ""],
     ]
+    # What the file does with others first, its own definitions (36 of them) last.
+    assert rows[0] == ["called by", "arq/worker.py#Worker.__init__", "arq/worker.py:262", ""]
+    assert [r[0] for r in rows[-36:]] == ["defines"] * 36
     assert ["calls", "arq/utils.py#to_unix_ms", "arq/connections.py:164", ""] in rows
     assert ["called by", "arq/worker.py#Worker.run_cron", "arq/worker.py:760", "guess 0.90"] in rows
     # Each end in a project opens its file's page; a standard module is text.

@@ -18,6 +18,9 @@ SEARCH_KINDS = ("code", "docs", "memory", "goal")
 FORGET_SCOPES = ("session", "project", "path")
 # Characters of an event's text on the timeline (the record page has it whole).
 EVENT_CHARS = 300
+PLOT_DAYS = 30
+# The file page's links, what is done to the file first; what it defines (often dozens) last.
+RELATIONS = (*SECTIONS[1:], SECTIONS[0])
 
 
 def e(value: object) -> str:
@@ -93,9 +96,13 @@ def bars(ident: str, title: str, points: Sequence[tuple[str, float]]) -> str:
     """A small bar plot as inline SVG (no script, no asset): one bar per day."""
     width, height = 240, 60
     top = max((v for _, v in points), default=0) or 1
-    step = width / max(len(points), 1)
+    # At least a month wide, the newest day on the right: a first day is one thin bar, not a
+    # block filling the plot.
+    slots = max(len(points), PLOT_DAYS)
+    step = width / slots
+    left = (slots - len(points)) * step
     rects = "".join(
-        f'<rect x="{i * step:.1f}" y="{height - v / top * height:.1f}" '
+        f'<rect x="{left + i * step:.1f}" y="{height - v / top * height:.1f}" '
         f'width="{max(step - 1, 1):.1f}" height="{v / top * height:.1f}">'
         f"<title>{e(day)}: {v:g}</title></rect>"
         for i, (day, v) in enumerate(points)
@@ -326,7 +333,7 @@ def related(graph: Related | None) -> str:
         ["Relation", "With", "At", "Sure"],
         (
             [e(label), _graph_end(link_), e(f"{link_['path']}:{link_['line']}"), _sure(link_)]
-            for name, label in SECTIONS
+            for name, label in RELATIONS
             for link_ in graph[name]  # type: ignore[literal-required]
         ),
     )
@@ -342,7 +349,7 @@ def related(graph: Related | None) -> str:
             for c in graph["changes_with"]
         ),
     )
-    return links + "<h3>Usually changes with</h3>" + together
+    return links + "<h3>Usually changes with it (git history)</h3>" + together
 
 
 def _graph_end(found: GraphLink) -> str:
