@@ -23,7 +23,7 @@ import redis.exceptions
 from memoryd import jobs, projects
 from memoryd.config import Settings
 from memoryd.embedded import EmbeddedRedis
-from memoryd.runtime import Runtime
+from memoryd.runtime import REDIS_RESTARTS, Runtime
 from memoryd.store import Store
 from tests.conftest import (
     MEMORYD,
@@ -598,3 +598,34 @@ async def test_an_interrupted_commands_leftovers_do_not_hold_up_the_next_command
     # Only the leftovers the command's worker took up before its own job was queued.
     assert len(ahead) <= HEAVY_JOBS, len(ahead)
     assert left >= 10  # the rest still wait for the daemon or the next command
+
+
+def test_a_private_redis_that_keeps_dying_stops_the_daemon_with_one_line(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """Killed once more than the daemon restarts it: `memoryd run` exits 1 with one line that
+    says why, and no task's traceback after it ("Task exception was never retrieved")."""
+    root = two_package_tree(tmp_path)
+    daemon = _daemon(data_dir, root)
+    try:
+        lines = Lines(daemon)
+        pid = _redis_pid(lines.wait_for("redis started"))
+        for _ in range(REDIS_RESTARTS):
+            os.kill(pid, signal.SIGKILL)
+            again = lines.wait_for(rf"\(pid {pid}\) was killed by signal 9: started it again")
+            pid = int(re.search(r"again \(pid (\d+)\)", again).group(1))  # type: ignore[union-attr]
+        os.kill(pid, signal.SIGKILL)
+        code = daemon.wait(timeout=300)
+    finally:
+        _stop(daemon)
+    stderr = lines.text()
+    assert code == 1, stderr
+    stops = [line for line in stderr.splitlines() if "memoryd stops" in line]
+    assert len(stops) == 1, stderr
+    assert (
+        f"the private Redis (pid {pid}) was killed by signal 9, {REDIS_RESTARTS + 1} times in "
+        "10 minutes"
+    ) in stops[0]
+    assert "Task exception was never retrieved" not in stderr, stderr
+    assert "Traceback" not in stderr, stderr
+    assert stderr.rstrip("\n").endswith(stops[0]), stderr
