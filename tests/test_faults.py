@@ -20,7 +20,7 @@ import pytest
 import redis
 import redis.exceptions
 
-from memoryd import jobs, projects
+from memoryd import jobs, projects, scan
 from memoryd.config import Settings
 from memoryd.embedded import EmbeddedRedis
 from memoryd.runtime import REDIS_RESTARTS, Runtime
@@ -629,3 +629,51 @@ def test_a_private_redis_that_keeps_dying_stops_the_daemon_with_one_line(
     assert "Task exception was never retrieved" not in stderr, stderr
     assert "Traceback" not in stderr, stderr
     assert stderr.rstrip("\n").endswith(stops[0]), stderr
+
+
+def test_the_sync_after_a_crash_counts_the_jobs_queued_before_it(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """kill -9 mid-index leaves index jobs in the private Redis (its append-only file). The
+    restarted daemon's sync leaves their files to them: its progress covers every file and
+    counts their work, so `status` never says `ready 0/0` nor waits at `indexing 0/N` while
+    the old jobs do the work."""
+    root = two_package_tree(tmp_path)
+    files = len(list(scan.walk(root)))
+    daemon = _daemon(data_dir, root)
+    left: list[psutil.Process] = []
+    try:
+        Lines(daemon)
+        wait_daemon(
+            data_dir,
+            lambda i: i["counts"]["file_state"] > 0 and i["queue"]["jobs"] >= 3,
+            timeout=600,
+        )
+        left = psutil.Process(daemon.pid).children(recursive=True)
+        daemon.kill()
+        daemon.wait()
+    finally:
+        _stop(daemon)
+    again = _daemon(data_dir, root)
+    seen: list[dict] = []
+
+    def indexed(info: dict) -> bool:
+        [project] = info["projects"] or [{"index": None}]
+        if project["index"] is not None:
+            seen.append(project["index"])
+        index = project["index"] or {}
+        return index.get("state") == "ready" and info["queue"]["jobs"] == 0
+
+    try:
+        lines = Lines(again)
+        wait_daemon(data_dir, indexed, timeout=900)
+    finally:
+        _stop(again)
+        for process in left:  # what the killed daemon left, if the new one did not end it
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+    stderr = lines.text()
+    assert seen, stderr
+    assert [s for s in seen if s["files_total"] != files] == [], stderr
+    assert [s for s in seen if s["state"] == "ready" and s["files_done"] < files] == []
+    assert (seen[-1]["state"], seen[-1]["files_done"]) == ("ready", files)
