@@ -10,11 +10,12 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import httpx
 import pytest
@@ -22,6 +23,8 @@ import pytest_asyncio
 
 from memoryd import channel
 from memoryd.client import Client, connect
+from memoryd.embedded import EmbeddedRedis
+from memoryd.embedding import Embedder
 from memoryd.present_graph import short_key
 from memoryd.results import Related
 from memoryd.runtime import Runtime
@@ -29,8 +32,9 @@ from memoryd.ui import UI_QUERY
 from memoryd.ui.app import COOKIE, CSP
 from memoryd.ui.pages import RELATIONS, when
 from memoryd.vocabulary import EDGES
-from tests.conftest import cli, git, git_init, index_tree, orphaned_by
+from tests.conftest import MEMORYD, cli, git, git_init, index_tree, orphaned_by, settings_for
 from tests.fixtures import S37, SMALL
+from tests.test_agents import clean_env
 from tests.test_codegraph import ARQ
 from tests.test_codegraph_cochange import _counted
 from tests.test_forget_scopes import RENDERER, _world
@@ -200,6 +204,9 @@ async def test_each_page_shows_the_rows_of_the_database(
     found = await _rows(page, "hits")
     assert [row[0] for row in found] == [f"code:{h.id}" for h in hits]
     assert found[0][2] == f"{RENDERER}:1-2"
+    where = "#hits tbody tr:first-child td:nth-child(3) a"
+    path = f"{hits[0].project}:{RENDERER}"
+    assert await page.get_attribute(where, "href") == "/file?" + urlencode({"path": path})
     await _shot(page, "search")
     await page.click("#hits tbody tr:first-child a")
     assert "def generate_html(messages):" in await page.inner_text("#record-text")
@@ -420,3 +427,50 @@ async def test_the_file_page_shows_what_the_file_is_related_to(
     assert (await _rows(page, "file-facts"))[0][1] == "arq/worker.py"
     assert await _rows(page, "related") == _related_rows(worker)
     await page.close()
+
+
+async def test_with_an_external_redis_and_no_daemon_here_memoryd_ui_serves_the_page(
+    data_dir: Path, short_tmp: Path, embedder: Embedder, tmp_path: Path, browser: Any
+) -> None:
+    """Server mode as far as it runs here (no SurrealDB server, no Docker): workers serve an
+    external Redis and no daemon holds this data dir's query channel, so `memoryd ui` serves
+    the page itself, reading through the queue, until it is stopped."""
+    redis = EmbeddedRedis(Path(tempfile.mkdtemp(dir=short_tmp)))
+    redis.start()
+    try:
+        worker = Runtime(settings_for(data_dir, redis_url=redis.url), embedder)
+        try:
+            await worker.start_queue()  # not exclusive: no daemon lock, no channel
+            await worker.serve(scheduled=False)
+            root = tmp_path / "repo"
+            root.mkdir()
+            (root / "a.py").write_text("def a():\n    return 1\n")
+            git_init(root)
+            await index_tree(worker, root)
+            assert not worker.settings.channel_socket.exists()
+            env = clean_env(data_dir, MEMORYD_REDIS_URL=redis.url)
+            page_process = subprocess.Popen(
+                [MEMORYD, "ui", "--no-open"], env=env, stdout=subprocess.PIPE, text=True
+            )
+            try:
+                assert page_process.stdout is not None
+                # (In a thread: the worker answering its queries runs on this event loop.)
+                url = (await asyncio.to_thread(page_process.stdout.readline)).strip()
+                assert url.startswith("http://127.0.0.1:")
+                page = await browser.new_page(viewport={"width": 1280, "height": 800})
+                await page.goto(url)
+                [project] = await Client(worker.redis, worker.settings).index_progress()
+                assert project["index"] is not None
+                assert await _rows(page, "projects") == [
+                    [project["name"], str(root), "ready", "1/1", "1", "0"]
+                ]
+                await page.goto(url.split("?")[0] + "file?path=" + str(root / "a.py"))
+                assert await _rows(page, "file-chunks") == [["1-2", "function", "a"]]
+                await page.close()
+            finally:
+                page_process.terminate()
+                page_process.wait(timeout=60)
+        finally:
+            await worker.close()
+    finally:
+        redis.stop()

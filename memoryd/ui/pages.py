@@ -390,16 +390,20 @@ def hits(found: Sequence[SearchResult]) -> str:
     rows = []
     for hit in found:
         ident = qualified(hit.kind, hit.id)
+        # Code and docs open their file's page, a memory its session's.
         where = (
-            f"{hit.path}:{hit.start_line}-{hit.end_line}"
+            link("/file", hit.path, path=f"{hit.project}:{hit.path}")
+            + e(f":{hit.start_line}-{hit.end_line}")
+            if hit.path is not None and hit.project
+            else e(f"{hit.path}:{hit.start_line}-{hit.end_line}")
             if hit.path is not None
-            else f"session {hit.session}#{hit.seq}"
+            else link(f"/session/{hit.session}", f"session {hit.session}") + e(f"#{hit.seq}")
         )
         rows.append(
             [
                 link("/record", ident, id=ident),
                 e(hit.project or ""),
-                e(where),
+                where,
                 e(hit.name or ""),
                 e(f"{hit.score:.3f}"),
             ]
