@@ -28,6 +28,7 @@ from memoryd.store import Store
 from tests.conftest import (
     MEMORYD,
     Lines,
+    daemon_status,
     expected_index,
     fill_disk,
     git_init,
@@ -631,6 +632,7 @@ def test_a_private_redis_that_keeps_dying_stops_the_daemon_with_one_line(
     assert stderr.rstrip("\n").endswith(stops[0]), stderr
 
 
+@pytest.mark.timeout(1800)  # two daemons index a tree each on a machine that may be loaded
 def test_the_sync_after_a_crash_counts_the_jobs_queued_before_it(
     data_dir: Path, tmp_path: Path
 ) -> None:
@@ -666,7 +668,10 @@ def test_the_sync_after_a_crash_counts_the_jobs_queued_before_it(
 
     try:
         lines = Lines(again)
-        wait_daemon(data_dir, indexed, timeout=900)
+        deadline = time.monotonic() + 1500
+        while not indexed(daemon_status(data_dir) or {"projects": [], "queue": {}}):
+            assert time.monotonic() < deadline, f"never indexed: {seen[-3:]}"
+            time.sleep(1.5)
     finally:
         _stop(again)
         for process in left:  # what the killed daemon left, if the new one did not end it
