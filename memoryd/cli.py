@@ -1015,7 +1015,8 @@ def print_status(info: dict[str, Any]) -> None:
         if p["index"] and p["index"]["last_error"]:
             print(f"              last error: {_one_line(p['index']['last_error'])}")
     for f in info["skipped_files"]:
-        print(f"skipped       {f['project']}  {f['path']}: {_one_line(f['reason'])}")
+        where = f["project"] or "transcript"
+        print(f"skipped       {where}  {f['path']}: {_one_line(f['reason'])}")
     for task, run in info["maintenance"].items():
         print(f"last {task:<9}{run['finished_at']}  {_summary(run['result'])}")
 

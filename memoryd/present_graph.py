@@ -7,7 +7,7 @@ from memoryd.agent import fit, one_line
 from memoryd.present import LINE_CHARS, _day
 from memoryd.results import GraphLink, Impact, Related
 
-_SECTIONS = (
+SECTIONS = (
     ("definitions", "defines"),
     ("callers", "called by"),
     ("callees", "calls"),
@@ -18,7 +18,7 @@ _SECTIONS = (
 )
 
 
-def _short(key: str) -> str:
+def short_key(key: str) -> str:
     """A key without its project (`arq/worker.py#Worker.main`); a module's key as it is."""
     head, sep, rest = key.partition(":")
     return rest if sep and "-" in head else key
@@ -27,18 +27,19 @@ def _short(key: str) -> str:
 def _link_line(label: str, link: GraphLink) -> str:
     sure = "" if link["confidence"] >= 1 else f" (guess {link['confidence']:.2f})"
     return one_line(
-        f"{label} {_short(link['key'])}  at {link['path']}:{link['line']}{sure}", LINE_CHARS
+        f"{label} {short_key(link['key'])}  at {link['path']}:{link['line']}{sure}", LINE_CHARS
     )
 
 
 def related_text(doc: Related, max_chars: int) -> str:
     target = doc["target"]
-    counts = ", ".join(f"{len(doc[name])} {name}" for name, _ in _SECTIONS if doc[name])  # type: ignore[literal-required]
+    counts = ", ".join(f"{len(doc[name])} {name}" for name, _ in SECTIONS if doc[name])  # type: ignore[literal-required]
     when = f" as of {doc['as_of']}" if doc["as_of"] else ""
-    head = [f"related {target['kind']} {_short(target['key'])}{when}: {counts or 'no code links'}"]
+    shown = short_key(target["key"])
+    head = [f"related {target['kind']} {shown}{when}: {counts or 'no code links'}"]
     lines = [
         _link_line(label, link)
-        for name, label in _SECTIONS
+        for name, label in SECTIONS
         for link in doc[name]  # type: ignore[literal-required]
     ]
     lines += [

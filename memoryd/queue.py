@@ -145,13 +145,32 @@ def _text(value: bytes | str) -> str:
 # file whose job still waits needs no second job: that job reads the disk when it starts, after
 # whatever event is being handled now. The job drops its marks as its first act (claim_files).
 _QUEUED_PREFIX = "memoryd:queued:"
-# Drop the marks that still name this job (a later job may have taken a file over since).
+# Drop the marks that still name this job (a later job may have taken a file over since), and
+# take the whole-project sync that adopted it, if one did (KEYS[2], see _ADOPT).
 _CLAIM = """
 for i, f in ipairs(ARGV) do
     if i > 1 and redis.call('HGET', KEYS[1], f) == ARGV[1] then redis.call('HDEL', KEYS[1], f) end
 end
-return 0
+return redis.call('GETDEL', KEYS[2])
 """
+# A whole-project sync leaves the files of jobs queued before it (say, before a crash) to those
+# jobs, and counts their work as its own: the job of each file still marked (not started, as
+# claiming is atomic with this) is told which sync it counts for. ARGV: the sync's run, the
+# key's lifetime, then (file, job id) pairs; returns the files left to their jobs.
+_ADOPT_PREFIX = "memoryd:adopted:"
+_ADOPT = """
+local held = {}
+for i = 3, #ARGV, 2 do
+    local job = ARGV[i + 1]
+    if redis.call('HGET', KEYS[1], ARGV[i]) == job then
+        redis.call('SET', KEYS[2] .. job, ARGV[1], 'EX', tonumber(ARGV[2]))
+        table.insert(held, ARGV[i])
+    end
+end
+return held
+"""
+# How long an adoption waits for its job: past any queue's wait, bounded.
+_ADOPT_SECONDS = 7 * 24 * 3600
 
 
 # An index job holds every plan of its files until it writes them: besides `batch` files, its
@@ -231,16 +250,23 @@ async def enqueue_index(
     enqueues every file, so its report describes this run, ahead of what was queued before.
     `generation` > 0: a worker's
     follow-up for files that kept changing while it read them. `progress`: the whole-project
-    sync the jobs belong to (each counts its files into it); `before` is told how many files
-    are about to be enqueued, before the first job is. While capture is paused nothing but an
-    explicit request is queued."""
+    sync the jobs belong to (each counts its files into it, and so do the jobs queued before
+    that it leaves files to); `before` is told how many files the sync covers, before the
+    first job is enqueued or adopted. While capture is paused nothing but an explicit request
+    is queued."""
     if not fresh and await _left_alone(redis, f"{len(paths)} files of {project_id}"):
         return []
     wanted = list(dict.fromkeys(paths))
-    if not fresh:
-        wanted = await _not_queued(redis, project_id, wanted)
+    # Every file counts in the sync: those left to jobs queued before it too (they count for
+    # it once adopted, which is after it started, so none can finish uncounted).
     if before is not None:
         await before(len(wanted))
+    if not fresh:
+        waiting = await _waiting_marks(redis, project_id, wanted)
+        held = set(waiting)
+        if progress is not None and waiting:
+            held = set(await _adopt(redis, project_id, progress, waiting))
+        wanted = [p for p in wanted if p not in held]
     queued = []
     sizes = await asyncio.to_thread(_sizes, root, wanted)
     parts = index_batches(wanted, sizes, batch, JOB_BYTES)
@@ -261,9 +287,10 @@ async def enqueue_index(
     return queued
 
 
-async def _not_queued(redis: ArqRedis, project_id: str, paths: list[str]) -> list[str]:
+async def _waiting_marks(redis: ArqRedis, project_id: str, paths: list[str]) -> dict[str, str]:
+    """file -> id of the queued job that will read it, for those of `paths` that have one."""
     if not paths:
-        return []
+        return {}
     marks = [
         _text(m) if m is not None else None
         for m in await redis.hmget(_QUEUED_PREFIX + project_id, paths)
@@ -273,13 +300,27 @@ async def _not_queued(redis: ArqRedis, project_id: str, paths: list[str]) -> lis
         in (JobStatus.queued, JobStatus.deferred)
         for job_id in {m for m in marks if m is not None}
     }
-    return [p for p, mark in zip(paths, marks, strict=True) if mark is None or not waiting[mark]]
+    return {
+        p: mark for p, mark in zip(paths, marks, strict=True) if mark is not None and waiting[mark]
+    }
 
 
-async def claim_files(redis: ArqRedis, project_id: str, paths: Sequence[str], job_id: str) -> None:
-    """A starting index job takes its files off the queued marks (before it reads any)."""
-    if paths:
-        await redis.eval(_CLAIM, 1, _QUEUED_PREFIX + project_id, job_id, *paths)
+async def _adopt(redis: ArqRedis, project_id: str, run: str, marks: dict[str, str]) -> list[str]:
+    """The files of `marks` whose job has not started yet; each such job counts for `run`."""
+    pairs = [x for path_job in marks.items() for x in path_job]
+    keys = (_QUEUED_PREFIX + project_id, _ADOPT_PREFIX)
+    held = await redis.eval(_ADOPT, 2, *keys, run, _ADOPT_SECONDS, *pairs)
+    return [_text(p) for p in held]
+
+
+async def claim_files(
+    redis: ArqRedis, project_id: str, paths: Sequence[str], job_id: str
+) -> str | None:
+    """A starting index job takes its files off the queued marks (before it reads any).
+    Returns the whole-project sync that adopted it (its work counts there), if one did."""
+    keys = (_QUEUED_PREFIX + project_id, _ADOPT_PREFIX + job_id)
+    run = await redis.eval(_CLAIM, 2, *keys, job_id, *paths)
+    return None if run is None else _text(run)
 
 
 async def enqueue(

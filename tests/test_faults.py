@@ -20,14 +20,15 @@ import pytest
 import redis
 import redis.exceptions
 
-from memoryd import jobs, projects
+from memoryd import jobs, projects, scan
 from memoryd.config import Settings
 from memoryd.embedded import EmbeddedRedis
-from memoryd.runtime import Runtime
+from memoryd.runtime import REDIS_RESTARTS, Runtime
 from memoryd.store import Store
 from tests.conftest import (
     MEMORYD,
     Lines,
+    daemon_status,
     expected_index,
     fill_disk,
     git_init,
@@ -598,3 +599,86 @@ async def test_an_interrupted_commands_leftovers_do_not_hold_up_the_next_command
     # Only the leftovers the command's worker took up before its own job was queued.
     assert len(ahead) <= HEAVY_JOBS, len(ahead)
     assert left >= 10  # the rest still wait for the daemon or the next command
+
+
+def test_a_private_redis_that_keeps_dying_stops_the_daemon_with_one_line(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """Killed once more than the daemon restarts it: `memoryd run` exits 1 with one line that
+    says why, and no task's traceback after it ("Task exception was never retrieved")."""
+    root = two_package_tree(tmp_path)
+    daemon = _daemon(data_dir, root)
+    try:
+        lines = Lines(daemon)
+        pid = _redis_pid(lines.wait_for("redis started"))
+        for _ in range(REDIS_RESTARTS):
+            os.kill(pid, signal.SIGKILL)
+            again = lines.wait_for(rf"\(pid {pid}\) was killed by signal 9: started it again")
+            pid = int(re.search(r"again \(pid (\d+)\)", again).group(1))  # type: ignore[union-attr]
+        os.kill(pid, signal.SIGKILL)
+        code = daemon.wait(timeout=300)
+    finally:
+        _stop(daemon)
+    stderr = lines.text()
+    assert code == 1, stderr
+    stops = [line for line in stderr.splitlines() if "memoryd stops" in line]
+    assert len(stops) == 1, stderr
+    assert (
+        f"the private Redis (pid {pid}) was killed by signal 9, {REDIS_RESTARTS + 1} times in "
+        "10 minutes"
+    ) in stops[0]
+    assert "Task exception was never retrieved" not in stderr, stderr
+    assert "Traceback" not in stderr, stderr
+    assert stderr.rstrip("\n").endswith(stops[0]), stderr
+
+
+@pytest.mark.timeout(1800)  # two daemons index a tree each on a machine that may be loaded
+def test_the_sync_after_a_crash_counts_the_jobs_queued_before_it(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """kill -9 mid-index leaves index jobs in the private Redis (its append-only file). The
+    restarted daemon's sync leaves their files to them: its progress covers every file and
+    counts their work, so `status` never says `ready 0/0` nor waits at `indexing 0/N` while
+    the old jobs do the work."""
+    root = two_package_tree(tmp_path)
+    files = len(list(scan.walk(root)))
+    daemon = _daemon(data_dir, root)
+    left: list[psutil.Process] = []
+    try:
+        Lines(daemon)
+        wait_daemon(
+            data_dir,
+            lambda i: i["counts"]["file_state"] > 0 and i["queue"]["jobs"] >= 3,
+            timeout=600,
+        )
+        left = psutil.Process(daemon.pid).children(recursive=True)
+        daemon.kill()
+        daemon.wait()
+    finally:
+        _stop(daemon)
+    again = _daemon(data_dir, root)
+    seen: list[dict] = []
+
+    def indexed(info: dict) -> bool:
+        [project] = info["projects"] or [{"index": None}]
+        if project["index"] is not None:
+            seen.append(project["index"])
+        index = project["index"] or {}
+        return index.get("state") == "ready" and info["queue"]["jobs"] == 0
+
+    try:
+        lines = Lines(again)
+        deadline = time.monotonic() + 1500
+        while not indexed(daemon_status(data_dir) or {"projects": [], "queue": {}}):
+            assert time.monotonic() < deadline, f"never indexed: {seen[-3:]}"
+            time.sleep(1.5)
+    finally:
+        _stop(again)
+        for process in left:  # what the killed daemon left, if the new one did not end it
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+    stderr = lines.text()
+    assert seen, stderr
+    assert [s for s in seen if s["files_total"] != files] == [], stderr
+    assert [s for s in seen if s["state"] == "ready" and s["files_done"] < files] == []
+    assert (seen[-1]["state"], seen[-1]["files_done"]) == ("ready", files)

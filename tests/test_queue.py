@@ -50,6 +50,36 @@ async def test_waiting_files_are_not_queued_twice_until_their_job_starts(data_di
         assert [n for _, n in batches] == [2, 2, 1]
 
 
+async def test_a_sync_adopts_the_jobs_queued_before_it(data_dir: Path) -> None:
+    """A whole-project sync (after a crash, say) covers every file: those still waiting in
+    jobs queued before it stay theirs, and those jobs count for the new sync once they start;
+    a job that started first keeps its own sync, and its files are queued again."""
+    root = data_dir / "repo"
+    async with Runtime(settings_for(data_dir)) as rt:
+        redis = await rt.start_queue()  # no worker: jobs stay queued
+        files = ["a.py", "b.py", "c.py"]
+        old = await queue.enqueue_index(redis, "p", root, files, 1, progress="r1")
+        (first, _), (second, _), (third, _) = old
+        # The first job starts before any sync adopted it: it counts for its own (r1).
+        assert await queue.claim_files(redis, "p", ["a.py"], first.job_id) is None
+        totals: list[int] = []
+
+        async def started(total: int) -> None:
+            totals.append(total)
+
+        new = await queue.enqueue_index(
+            redis, "p", root, ["a.py", "b.py", "c.py", "d.py"], 32, progress="r2", before=started
+        )
+        assert totals == [4]
+        # a.py's job had started: a.py goes in a job of r2 with the file new to it.
+        assert [await _files(job) for job, _ in new] == [["a.py", "d.py"]]
+        assert (await new[0][0].info()).kwargs["progress"] == "r2"  # type: ignore[union-attr]
+        # b.py's and c.py's jobs, started now, count for r2; the first one for no one else.
+        assert await queue.claim_files(redis, "p", ["b.py"], second.job_id) == "r2"
+        assert await queue.claim_files(redis, "p", ["c.py"], third.job_id) == "r2"
+        assert await queue.claim_files(redis, "p", ["b.py"], second.job_id) is None
+
+
 async def test_a_jobs_files_are_bounded_in_bytes_too(data_dir: Path) -> None:
     """Two files of 3 MiB and one of 5 MiB among small ones: none shares a job past JOB_BYTES
     (4 MiB), the larger one goes alone, and the small ones fill jobs by count as before."""

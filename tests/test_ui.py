@@ -10,25 +10,33 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import httpx
 import pytest
 import pytest_asyncio
 
 from memoryd import channel
-from memoryd.client import Client
+from memoryd.client import Client, connect
+from memoryd.embedded import EmbeddedRedis
+from memoryd.embedding import Embedder
+from memoryd.present_graph import short_key
+from memoryd.results import Related
 from memoryd.runtime import Runtime
 from memoryd.ui import UI_QUERY
 from memoryd.ui.app import COOKIE, CSP
-from memoryd.ui.pages import when
+from memoryd.ui.pages import RELATIONS, when
 from memoryd.vocabulary import EDGES
-from tests.conftest import cli, orphaned_by
+from tests.conftest import MEMORYD, cli, git, git_init, index_tree, orphaned_by, settings_for
 from tests.fixtures import S37, SMALL
+from tests.test_agents import clean_env
+from tests.test_codegraph import ARQ
+from tests.test_codegraph_cochange import _counted
 from tests.test_forget_scopes import RENDERER, _world
 
 pytestmark = pytest.mark.e2e
@@ -188,7 +196,7 @@ async def test_each_page_shows_the_rows_of_the_database(
     assert [r[0] for r in await _rows(page, "file-sessions")] == [
         s["session"] for s in history["sessions"]
     ]
-    await _shot(page, "file")
+    await _shot(page, "file-sessions")
 
     # Search: the hits of the hybrid search; a hit opens its record.
     await page.goto(base + "/search?q=generate_html&kind=code")
@@ -196,6 +204,9 @@ async def test_each_page_shows_the_rows_of_the_database(
     found = await _rows(page, "hits")
     assert [row[0] for row in found] == [f"code:{h.id}" for h in hits]
     assert found[0][2] == f"{RENDERER}:1-2"
+    where = "#hits tbody tr:first-child td:nth-child(3) a"
+    path = f"{hits[0].project}:{RENDERER}"
+    assert await page.get_attribute(where, "href") == "/file?" + urlencode({"path": path})
     await _shot(page, "search")
     await page.click("#hits tbody tr:first-child a")
     assert "def generate_html(messages):" in await page.inner_text("#record-text")
@@ -332,3 +343,134 @@ async def test_strangers_are_refused(
     response = await page.goto(base + "/sessions")
     assert response.status == 401
     await page.close()
+
+
+def _related_rows(doc: Related) -> list[list[str]]:
+    """The rows the file page's `related` table must show for this answer of the client."""
+    return [
+        [
+            label,
+            short_key(x["key"]),
+            f"{x['path']}:{x['line']}",
+            "" if x["confidence"] >= 1 else f"guess {x['confidence']:.2f}",
+        ]
+        for name, label in RELATIONS
+        for x in doc[name]  # type: ignore[literal-required]
+    ]
+
+
+async def test_the_file_page_shows_what_the_file_is_related_to(
+    stack: Runtime, tmp_path: Path, browser: Any
+) -> None:
+    """arq's source (tests/data/arq, MIT) as a repository with two more commits: the page of
+    connections.py lists its definitions, callers, callees, importers, imports and bases as
+    `related` answers them, and the files that changed with it; each opens its own page."""
+    root = tmp_path / "arq-src"
+    shutil.copytree(ARQ, root)
+    git_init(root)
+    for _ in range(2):
+        for name in ("arq/connections.py", "arq/worker.py"):
+            (root / name).write_text((root / name).read_text() + "\n")
+        git(root, "commit", "-q", "-am", "connections and worker together")
+    await index_tree(stack, root)
+    await _counted(stack, root)
+    url = await channel.ask(stack.settings.channel_socket, UI_QUERY, (0,), 60)
+    base = "{0.scheme}://{0.netloc}".format(urlsplit(url))
+    page = await browser.new_page(viewport={"width": 1280, "height": 800})
+    await page.goto(url)
+    target = root / "arq/connections.py"
+    async with connect(stack.settings) as memoryd:
+        doc = await memoryd.related(str(target), cwd=str(root))
+        worker = await memoryd.related(str(root / "arq/worker.py"), cwd=str(root))
+    await page.goto(base + "/file?path=" + str(target))
+    rows = await _rows(page, "related")
+    assert rows == _related_rows(doc)
+    assert [r for r in rows if r[0] == "imported by"] == [
+        ["imported by", "arq/__init__.py", "arq/__init__.py:1", ""],
+        ["imported by", "arq/worker.py", "arq/worker.py:19", ""],
+    ]
+    assert [r for r in rows if r[0] in ("imports", "inherits", "inherited by")][:4] == [
+        ["imports", "arq/constants.py", "arq/connections.py:16", ""],
+        ["imports", "arq/jobs.py", "arq/connections.py:17", ""],
+        ["imports", "arq/utils.py", "arq/connections.py:18", ""],
+        ["imports", "python:asyncio", "arq/connections.py:1", ""],
+    ]
+    assert [r for r in rows if r[0] in ("inherits", "inherited by")] == [
+        ["inherits", "arq/connections.py#BaseRedis", "arq/connections.py:89", ""],
+        ["inherited by", "arq/connections.py#ArqRedis", "arq/connections.py:89", ""],
+    ]
+    # What the file does with others first, its own definitions (36 of them) last.
+    assert rows[0] == ["called by", "arq/worker.py#Worker.__init__", "arq/worker.py:262", ""]
+    assert [r[0] for r in rows[-36:]] == ["defines"] * 36
+    assert ["calls", "arq/utils.py#to_unix_ms", "arq/connections.py:164", ""] in rows
+    assert ["called by", "arq/worker.py#Worker.run_cron", "arq/worker.py:760", "guess 0.90"] in rows
+    # Each end in a project opens its file's page; a standard module is text.
+    links = await page.eval_on_selector_all(
+        "#related tbody tr td:nth-child(2)",
+        "cells => cells.map(c => c.querySelector('a') !== null)",
+    )
+    assert links == [not r[1].startswith("python:") for r in rows]
+    # Every file of the import commit changed with it once (12 sources: 1/3 each), worker.py
+    # in the two commits after it as well.
+    together = await _rows(page, "changes-with")
+    assert together == [
+        [c["path"], f"{c['count']:g}", when(c["last_at"])] for c in doc["changes_with"]
+    ]
+    assert [r[:2] for r in together][:2] == [
+        ["arq/worker.py", "2.333"],
+        ["arq/__init__.py", "0.333"],
+    ]
+    assert len(together) == 11
+    await _shot(page, "file")
+    # A link opens the other file's page, with its own links.
+    await page.click("#related a[href*='arq%2Fworker.py']")
+    assert (await _rows(page, "file-facts"))[0][1] == "arq/worker.py"
+    assert await _rows(page, "related") == _related_rows(worker)
+    await page.close()
+
+
+async def test_with_an_external_redis_and_no_daemon_here_memoryd_ui_serves_the_page(
+    data_dir: Path, short_tmp: Path, embedder: Embedder, tmp_path: Path, browser: Any
+) -> None:
+    """Server mode as far as it runs here (no SurrealDB server, no Docker): workers serve an
+    external Redis and no daemon holds this data dir's query channel, so `memoryd ui` serves
+    the page itself, reading through the queue, until it is stopped."""
+    redis = EmbeddedRedis(Path(tempfile.mkdtemp(dir=short_tmp)))
+    redis.start()
+    try:
+        worker = Runtime(settings_for(data_dir, redis_url=redis.url), embedder)
+        try:
+            await worker.start_queue()  # not exclusive: no daemon lock, no channel
+            await worker.serve(scheduled=False)
+            root = tmp_path / "repo"
+            root.mkdir()
+            (root / "a.py").write_text("def a():\n    return 1\n")
+            git_init(root)
+            await index_tree(worker, root)
+            assert not worker.settings.channel_socket.exists()
+            env = clean_env(data_dir, MEMORYD_REDIS_URL=redis.url)
+            page_process = subprocess.Popen(
+                [MEMORYD, "ui", "--no-open"], env=env, stdout=subprocess.PIPE, text=True
+            )
+            try:
+                assert page_process.stdout is not None
+                # (In a thread: the worker answering its queries runs on this event loop.)
+                url = (await asyncio.to_thread(page_process.stdout.readline)).strip()
+                assert url.startswith("http://127.0.0.1:")
+                page = await browser.new_page(viewport={"width": 1280, "height": 800})
+                await page.goto(url)
+                [project] = await Client(worker.redis, worker.settings).index_progress()
+                assert project["index"] is not None
+                assert await _rows(page, "projects") == [
+                    [project["name"], str(root), "ready", "1/1", "1", "0"]
+                ]
+                await page.goto(url.split("?")[0] + "file?path=" + str(root / "a.py"))
+                assert await _rows(page, "file-chunks") == [["1-2", "function", "a"]]
+                await page.close()
+            finally:
+                page_process.terminate()
+                page_process.wait(timeout=60)
+        finally:
+            await worker.close()
+    finally:
+        redis.stop()

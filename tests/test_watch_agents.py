@@ -21,7 +21,7 @@ from memoryd.watch.transcripts import (
     is_transcript,
     transcript_files,
 )
-from tests.conftest import git_init
+from tests.conftest import cli, git_init
 from tests.fixtures import AIDER, GEMINI, SMALL
 
 CHAT = GEMINI / "session-2026-01-16T11-01-file-ops-37b7abef.json"
@@ -112,7 +112,8 @@ async def test_odd_entries_in_a_transcript_folder_are_skipped_with_one_line_each
     stack: Runtime, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A FIFO, a symlink loop or a symlink to nothing named like a transcript were passed over
-    without a word; a FIFO reaching the ingest job (a watch event) would hold its read."""
+    without a word; a FIFO reaching the ingest job (a watch event) would hold its read. Each
+    gets a log line and a stored skip record, listed by `status` as a repository's are."""
     import logging
     import os
 
@@ -140,6 +141,36 @@ async def test_odd_entries_in_a_transcript_folder_are_skipped_with_one_line_each
     [job] = await queue.enqueue_ingest(stack.redis, [str(folder / "pipe.jsonl")], fresh=True)
     report = await queue.wait_for(job, 60)
     assert report["note"] == "not a regular file (a FIFO); skipped"
+    loop = "unreadable: Too many levels of symbolic links; skipped"
+    expected = [
+        [None, str(folder / "dangling.jsonl"), "unreadable: No such file or directory; skipped"],
+        [None, str(folder / "loop_a.jsonl"), loop],
+        [None, str(folder / "loop_b.jsonl"), loop],
+        [None, str(folder / "pipe.jsonl"), "not a regular file (a FIFO); skipped"],
+    ]
+    # The watcher's start queued their ingest jobs: each stores its skip record.
+    assert stack.store is not None
+    deadline = time.monotonic() + 300
+    while True:
+        rows = await stack.store.skipped_files(50)
+        if len(rows) >= len(expected):
+            break
+        assert time.monotonic() < deadline, f"skip records never stored: {rows}"
+        await asyncio.sleep(0.2)
+    assert [[r["project"], r["path"], r["reason"]] for r in rows] == expected
+    # (In a thread: the daemon answering `status` runs on this test's event loop.)
+    data_dir = str(stack.settings.data_dir)
+    shown = await asyncio.to_thread(cli, "status", "--data-dir", data_dir, "--json")
+    listed = json.loads(shown.stdout)["skipped_files"]
+    assert [[r["project"], r["path"], r["reason"]] for r in listed] == expected
+    text = (await asyncio.to_thread(cli, "status", "--data-dir", data_dir)).stdout
+    assert f"skipped       transcript  {folder / 'pipe.jsonl'}: {expected[3][2]}\n" in text
+    # The FIFO replaced by a real transcript is read, and its skip record goes.
+    (folder / "pipe.jsonl").unlink()
+    shutil.copy(SMALL, folder / "pipe.jsonl")
+    [job] = await queue.enqueue_ingest(stack.redis, [str(folder / "pipe.jsonl")], fresh=True)
+    assert (await queue.wait_for(job, 300))["memories"] == 22
+    assert [r["path"] for r in await stack.store.skipped_files(50)] == [e[1] for e in expected[:3]]
 
 
 async def _sessions_once(rt: Runtime, wanted: set[str], deadline: float) -> set[str]:

@@ -467,6 +467,12 @@ async def index_files(
     counts follow-up jobs for files that kept changing while being indexed. `progress`: the
     whole-project sync this job is part of, whose progress it advances."""
     store = ctx["store"]
+    if "redis" in ctx:
+        # A sync started after this job was queued (a restart after a crash) may have taken
+        # it over: then its files count there, not in the sync that queued it.
+        progress = await queue.claim_files(ctx["redis"], project_id, paths, ctx["job_id"]) or (
+            progress
+        )
     try:
         report = await _index_files(ctx, project_id, Path(root), paths, generation)
     except Exception as exc:
@@ -500,8 +506,6 @@ async def _index_files(
 ) -> IndexReport:
     started = time.perf_counter()
     settings = ctx["settings"]
-    if "redis" in ctx:
-        await queue.claim_files(ctx["redis"], project_id, paths, ctx["job_id"])
     pending = list(dict.fromkeys(paths))
     report = IndexReport(files=len(pending))
     if "redis" in ctx and await queue.paused_since(ctx["redis"]):

@@ -348,12 +348,19 @@ async def _ingest(ctx: JobContext, path: str) -> IngestReport:
     try:
         info = os.stat(path)
     except OSError as exc:
-        report.note = f"transcript unreadable ({exc.strerror}); its memories stay"
-        log.info("ingest %s: %s", path, report.note)
+        if (link := _link_to_nothing(path)) is None:  # gone: a deleted transcript
+            report.note = f"transcript unreadable ({exc.strerror}); its memories stay"
+            log.info("ingest %s: %s", path, report.note)
+            return report
+        # A symlink to nothing or a loop: there, but never readable as it is.
+        report.note = f"unreadable: {exc.strerror or exc}; skipped"
+        log.warning("ingest %s: %s", path, report.note)
+        await store.skip_transcript_file(path, link.st_ino, report.note)
         return report
     if not stat.S_ISREG(info.st_mode):  # a FIFO would hold the read until someone writes
         report.note = f"{not_regular(info.st_mode)}; skipped"
         log.warning("ingest %s: %s", path, report.note)
+        await store.skip_transcript_file(path, info.st_ino, report.note)
         return report
     compressed = path.endswith(".zst")
     offset, saved = 0, None
@@ -583,6 +590,15 @@ def source_for(
     meta = _subagent_meta(path) if agent == "claude-code" else None
     written = None if path.endswith(".zst") else norm_time(info.st_mtime)
     return Source.of(path, projects, meta, (info.st_size, written) if written else None)
+
+
+def _link_to_nothing(path: str) -> os.stat_result | None:
+    """The symlink itself when `path` is one whose target cannot be read; None when nothing
+    is at `path`."""
+    try:
+        return os.lstat(path)
+    except OSError:
+        return None
 
 
 def _cursor(

@@ -209,15 +209,17 @@ class CodeQueries(StoreBase):
 
     async def skipped_files(self, limit: int) -> list[dict[str, Any]]:
         """Files recorded as skipped, with the reason (too large, too many chunks, a secret
-        file…), by project and path: what `memoryd status` lists."""
-        rows: list[dict[str, Any]] = (
-            await self.query(
-                "SELECT record::id(project) AS project, path, reason FROM file_state "
-                "WHERE status = 'skipped' ORDER BY project, path LIMIT $n",
-                {"n": limit},
-            )
-        )[0] or []
-        return rows
+        file…), by project and path, then the transcripts skipped (a FIFO, a symlink to
+        nothing, a format memoryd does not read), project None: what `memoryd status` lists."""
+        found = await self.query(
+            "SELECT record::id(project) AS project, path, reason FROM file_state "
+            "WHERE status = 'skipped' ORDER BY project, path LIMIT $n;"
+            "SELECT NONE AS project, path, note AS reason FROM transcript_cursor "
+            "WHERE note IS NOT NONE ORDER BY path LIMIT $n;",
+            {"n": limit},
+        )
+        rows: list[dict[str, Any]] = [*(found[0] or []), *(found[1] or [])]
+        return rows[:limit]
 
     async def code_index(self, project_id: str) -> dict[str, list[tuple[int, int, str]]]:
         """The valid chunks of a project: path -> [(start_line, end_line, content_hash)] in line

@@ -18,6 +18,22 @@ class TranscriptQueries(StoreBase):
         )
         return found[0][0] if found[0] else None
 
+    async def skip_transcript_file(self, path: str, inode: int, reason: str) -> None:
+        """A transcript's skip record: its cursor with the reason as its note (what `status`
+        lists, as it lists a repository's skipped files). A cursor it had keeps its offset:
+        the file read again once it is a regular one goes on from there."""
+        await self.query(
+            "UPSERT $id SET path = $path, note = $note, inode = inode ?? $inode, "
+            "offset = offset ?? 0, size = size ?? 0, lines_skipped = lines_skipped ?? 0, "
+            "updated_at = time::now()",
+            {
+                "id": rid("transcript_cursor", path_key(path)),
+                "path": path,
+                "inode": inode,
+                "note": reason,
+            },
+        )
+
     async def write_transcript_batch(
         self, batch: dict[str, list[dict[str, Any]]], cursor: dict[str, Any]
     ) -> int | None:

@@ -198,7 +198,15 @@ class UiApp:
         path = request.query_params.get("path", "").strip()
 
         async def body(memoryd: Client) -> str:
-            return pages.file(await memoryd.history(await _absolute(memoryd, path)))
+            absolute = await _absolute(memoryd, path)
+            history = await memoryd.history(absolute)
+            graph = None
+            if history["file"].get("project"):
+                # A project's file the graph has not read (prose, a file not indexed yet)
+                # is not an error of the page: it says so.
+                with contextlib.suppress(NotFound):
+                    graph = await memoryd.related(absolute, cwd=str(Path(absolute).parent))
+            return pages.file(history, graph)
 
         return await self._page(f"File {path}", "", body)
 

@@ -10,13 +10,17 @@ from typing import Any
 from urllib.parse import urlencode
 
 from memoryd.agent import qualified
-from memoryd.results import FileHistory, Record, SearchResult, SessionReplay
+from memoryd.present_graph import SECTIONS, short_key
+from memoryd.results import FileHistory, GraphLink, Record, Related, SearchResult, SessionReplay
 
 NAV = (("/", "Overview"), ("/sessions", "Sessions"), ("/search", "Search"), ("/memory", "Memory"))
 SEARCH_KINDS = ("code", "docs", "memory", "goal")
 FORGET_SCOPES = ("session", "project", "path")
 # Characters of an event's text on the timeline (the record page has it whole).
 EVENT_CHARS = 300
+PLOT_DAYS = 30
+# The file page's links, what is done to the file first; what it defines (often dozens) last.
+RELATIONS = (*SECTIONS[1:], SECTIONS[0])
 
 
 def e(value: object) -> str:
@@ -92,9 +96,13 @@ def bars(ident: str, title: str, points: Sequence[tuple[str, float]]) -> str:
     """A small bar plot as inline SVG (no script, no asset): one bar per day."""
     width, height = 240, 60
     top = max((v for _, v in points), default=0) or 1
-    step = width / max(len(points), 1)
+    # At least a month wide, the newest day on the right: a first day is one thin bar, not a
+    # block filling the plot.
+    slots = max(len(points), PLOT_DAYS)
+    step = width / slots
+    left = (slots - len(points)) * step
     rects = "".join(
-        f'<rect x="{i * step:.1f}" y="{height - v / top * height:.1f}" '
+        f'<rect x="{left + i * step:.1f}" y="{height - v / top * height:.1f}" '
         f'width="{max(step - 1, 1):.1f}" height="{v / top * height:.1f}">'
         f"<title>{e(day)}: {v:g}</title></rect>"
         for i, (day, v) in enumerate(points)
@@ -269,7 +277,7 @@ def _file_action(action: Mapping[str, Any]) -> str:
     return e(f"{_did(action)}{tool} {when(action.get('event_time'))}")
 
 
-def file(history: FileHistory) -> str:
+def file(history: FileHistory, graph: Related | None) -> str:
     ref = history["file"]
     head = table(
         "file-facts",
@@ -302,7 +310,61 @@ def file(history: FileHistory) -> str:
             for c in history["chunks"]
         ),
     )
-    return head + "<h2>Sessions that touched it</h2>" + touched + "<h2>Current chunks</h2>" + chunks
+    return (
+        head
+        + "<h2>Related in the code graph</h2>"
+        + related(graph)
+        + "<h2>Sessions that touched it</h2>"
+        + touched
+        + "<h2>Current chunks</h2>"
+        + chunks
+    )
+
+
+def related(graph: Related | None) -> str:
+    """What `related` says of the file: one row per link (its relation, the symbol or file
+    at its other end, opening that file's page, and where the link is written), then the
+    files that usually change with it."""
+    if graph is None:
+        return "<p id=related-none>Not in the code graph (no project's source file).</p>"
+    project = graph["target"]["project"]
+    links = table(
+        "related",
+        ["Relation", "With", "At", "Sure"],
+        (
+            [e(label), _graph_end(link_), e(f"{link_['path']}:{link_['line']}"), _sure(link_)]
+            for name, label in RELATIONS
+            for link_ in graph[name]  # type: ignore[literal-required]
+        ),
+    )
+    together = table(
+        "changes-with",
+        ["File", "Commits together", "Last"],
+        (
+            [
+                link("/file", c["path"], path=f"{project}:{c['path']}"),
+                e(f"{c['count']:g}"),
+                e(when(c["last_at"])),
+            ]
+            for c in graph["changes_with"]
+        ),
+    )
+    return links + "<h3>Usually changes with it (git history)</h3>" + together
+
+
+def _graph_end(found: GraphLink) -> str:
+    """A symbol or file of a project, opening its file's page; a module from outside the
+    projects (`asyncio`) as plain text."""
+    short = short_key(found["key"])
+    if short == found["key"]:
+        return e(short)
+    project = found["key"][: -len(short) - 1]
+    return link("/file", short, path=f"{project}:{short.split('#', 1)[0]}")
+
+
+def _sure(found: GraphLink) -> str:
+    """Empty for a link its file settles; a guess by name says how likely it is."""
+    return "" if found["confidence"] >= 1 else e(f"guess {found['confidence']:.2f}")
 
 
 # -- search and records --------------------------------------------------------------------
@@ -328,16 +390,20 @@ def hits(found: Sequence[SearchResult]) -> str:
     rows = []
     for hit in found:
         ident = qualified(hit.kind, hit.id)
+        # Code and docs open their file's page, a memory its session's.
         where = (
-            f"{hit.path}:{hit.start_line}-{hit.end_line}"
+            link("/file", hit.path, path=f"{hit.project}:{hit.path}")
+            + e(f":{hit.start_line}-{hit.end_line}")
+            if hit.path is not None and hit.project
+            else e(f"{hit.path}:{hit.start_line}-{hit.end_line}")
             if hit.path is not None
-            else f"session {hit.session}#{hit.seq}"
+            else link(f"/session/{hit.session}", f"session {hit.session}") + e(f"#{hit.seq}")
         )
         rows.append(
             [
                 link("/record", ident, id=ident),
                 e(hit.project or ""),
-                e(where),
+                where,
                 e(hit.name or ""),
                 e(f"{hit.score:.3f}"),
             ]

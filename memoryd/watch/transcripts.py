@@ -92,12 +92,13 @@ def _inode(folder: Path) -> tuple[int, int] | None:
 
 
 def _listed(roots: Iterable[Path]) -> list[str]:
-    """The transcripts under `roots`, with one line for each file skipped there."""
+    """The transcripts under `roots` and the entries named like one that are skipped, with
+    one line each: their ingest job stores the skip record (`status` lists it)."""
     skipped: dict[str, str] = {}
     files = transcript_files(roots, skipped)
     for path, reason in skipped.items():
         log.warning("skip transcript %s: %s", path, reason)
-    return files
+    return sorted([*files, *skipped])
 
 
 class _Handler(FileSystemEventHandler):
