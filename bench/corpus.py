@@ -12,9 +12,12 @@ mean of its tokens' vectors (the model2vec recipe without its PCA and weighting)
 
 from __future__ import annotations
 
+import functools
+import os
 import random
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import blake3
 import numpy as np
@@ -29,6 +32,9 @@ from tests.fixtures import TRANSCRIPTS
 from workers.chunking import language_for_path
 
 # Window sizes (lines) of the extra texts, once the trees' chunks run out.
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
 WINDOW_LINES = (12, 24)
 MAX_FILE_BYTES = 400_000
 
@@ -161,16 +167,20 @@ def model_vectors(texts: list[str], cache_dir: Path, save_every: int = 500) -> n
     cache = VectorCache(cache_dir, "model")
     missing = [t for t in dict.fromkeys(texts) if _digest(t) not in cache.known]
     if missing:
-        embedder = Embedder(DEFAULT_MODEL, cache_dir / "models", embed_cores=2)
+        embedder = Embedder(DEFAULT_MODEL, cache_dir / "models", embed_cores=os.cpu_count() or 1)
         for lo in range(0, len(missing), save_every):
             part = missing[lo : lo + save_every]
-            for text, vector in zip(part, embedder.embed(part), strict=True):
+            # On this thread, at the bench's own priority: `embed` runs batches 10 nicer, for
+            # a daemon that must leave the cores to queries, and on a loaded machine it starves.
+            vectors = embedder._model.embed(part, batch_size=8)
+            for text, vector in zip(part, vectors, strict=True):
                 cache.known[_digest(text)] = np.asarray(vector, np.float32)
             cache.save()
             print(f"  model vectors: {lo + len(part)}/{len(missing)} embedded", flush=True)
     return np.stack([cache.known[_digest(t)] for t in texts])
 
 
+@functools.cache
 def _token_vectors(cache_dir: Path) -> np.ndarray:
     """The real model's output for each vocabulary token alone ([CLS] token [SEP], mean
     pooled, unit length), computed once."""
@@ -200,14 +210,19 @@ def _token_vectors(cache_dir: Path) -> np.ndarray:
     return out
 
 
+@functools.cache
+def _tokenizer() -> Tokenizer:
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(packaged_model_files()[1]))
+    tokenizer.enable_truncation(256)
+    return tokenizer
+
+
 def static_vectors(texts: list[str], cache_dir: Path) -> np.ndarray:
     """Each text's vector as the mean of its tokens' `_token_vectors` (special tokens left
     out), unit length: cheap (no model call per text) and in the model's output space."""
-    from tokenizers import Tokenizer
-
-    table = _token_vectors(cache_dir)
-    tokenizer = Tokenizer.from_file(str(packaged_model_files()[1]))
-    tokenizer.enable_truncation(256)
+    table, tokenizer = _token_vectors(cache_dir), _tokenizer()
     out = np.empty((len(texts), table.shape[1]), np.float32)
     step = 10_000
     for lo in range(0, len(texts), step):
