@@ -20,7 +20,9 @@ The action hooks: a real Claude Code transcript (tests/fixtures: claude-code-log
 made here, then `memoryd hook claude-code pre-tool-use` for an Edit of each file it edited and
 `post-tool-use-failure` with each failure's own output, each from a new session. Targets: p95
 <= 150 ms idle, <= 400 ms with the hog. These hooks look up the graph by file and by error
-signature: they compute no query vector, so no vector cache can flatter them.
+signature: they compute no query vector, so no vector cache can flatter them. Every search and
+prompt is a query not asked before in the run (bench/fresh_queries.py): its vector is computed
+afresh, not recalled.
 """
 
 from __future__ import annotations
@@ -43,21 +45,15 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from bench import index_throughput
 from bench import transcripts as transcript_bench
+from bench.fresh_queries import fresh_queries
 from memoryd import client
 from memoryd.config import load_settings
 from memoryd.errors import DaemonUnavailable
 
 MEMORYD = str(Path(sys.executable).parent / "memoryd")
-QUERIES = (
-    "parse a connection url",
-    "retry a failed job",
-    "validate settings from the environment",
-    "render a table in the terminal",
-    "watch a directory for changes",
-    "read a config file",
-    "http client timeout",
-    "schedule a cron job",
-)
+# Every search and prompt hook asks a query no call before it asked (the daemon keeps the
+# vectors of its last 64): each pays for its query's vector, as a user's new question does.
+ASKED = fresh_queries()
 TARGETS = {
     "mcp search": ("p50", 100.0),
     "hook end to end": ("p95", 300.0),
@@ -150,7 +146,7 @@ async def measure_mcp(data: Path, cwd: Path, samples: int) -> dict[str, list[flo
         await session.call_tool("status", {})
         for n in range(samples):
             started = time.perf_counter()
-            await session.call_tool("search", {"query": QUERIES[n % len(QUERIES)], "limit": 10})
+            await session.call_tool("search", {"query": next(ASKED), "limit": 10})
             times["mcp search"].append((time.perf_counter() - started) * 1000)
             started = time.perf_counter()
             await session.call_tool("file_history", {"path": str(files[n % len(files)])})
@@ -160,11 +156,11 @@ async def measure_mcp(data: Path, cwd: Path, samples: int) -> dict[str, list[flo
 
 def measure_hooks(data: Path, cwd: Path, samples: int) -> list[float]:
     times = []
-    for n in range(samples):
+    for _ in range(samples):
         payload = {
             "session_id": f"bench-{uuid.uuid4().hex}",
             "cwd": str(cwd),
-            "prompt": QUERIES[n % len(QUERIES)],
+            "prompt": next(ASKED),
         }
         started = time.perf_counter()
         subprocess.run(

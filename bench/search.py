@@ -1,149 +1,75 @@
-"""Latency of the derived search indexes (memoryd.searchindex) at 10k, 100k and 1M rows,
-in-process.
+"""Latency and ANN recall of the derived search indexes (memoryd.searchindex) at 10k, 100k and
+1M rows, in-process.
 
-    .venv/bin/python -m bench.search [--rows 10000 100000 1000000] [--memory-share 0.5]
-        [--seeds 512] [--dtype f16]
+    .venv/bin/python -m bench.search [--rows 10000 100000 1000000] [--trees DIR ...]
+        [--vectors model|static] [--cache DIR] [--memory-share 0.5] [--retired-share 0.4]
+        [--dtype f16] [--connectivity N] [--expansion-add N] [--expansion-search N]
 
-Rows: code chunks and memories. Code: the installed packages' source, readmes and changelogs
-(code nobody here wrote), cut by the indexer's own chunker, spread over four projects. When the
-packages run out, the files are replayed as older versions: the replayed rows are retired
-(valid_until set), as a project's history is, so valid-now searches filter them out and `as_of`
-searches see them. Memories (`--memory-share` of the rows): the vendored real transcripts'
-memories, made by the ingest stages and mapped to index rows as the daemon maps them, replayed
-under new ids; only those ingestion embeds (prompts, messages, goals: not tool results) have a
-vector, as in a real index.
+Rows, every text distinct (bench/corpus.py): code chunks of the `--trees` (default: the installed
+packages' source, code nobody here wrote) cut by the indexer's chunker, then line windows of the
+same files when a size asks for more; memories (up to `--memory-share` of the rows): the
+vendored real transcripts' memories, each text once (only those ingestion embeds have a
+vector), so at 100k most rows are code. `--retired-share` of the code rows are history: written
+first, then retired (valid_until set) as a re-indexed file's old chunks are, so their vectors
+live in the retired rows' ANN index; half the rows valid now were written after that moment,
+so an `as_of` search before it sees the retired rows and the older half of the rest.
 
-Vectors: `--seeds` chunk texts are embedded by the real model; every row's vector is derived
-from two of them by mixing and a small perturbation (embedding 100k texts would take an hour on
-2 cores). Queries are task-style sentences embedded by the real model.
+Vectors (`--vectors`): `model`, the real model's vector of every row (cached by text in
+`--cache`; ~37 texts/s on 2 idle cores, so for 10k rows), or `static`, each text's mean of the
+real model's vectors of its tokens (bench/corpus.py; the model's output space, far cheaper: for
+100k and 1M rows). Queries: a distinct task-style query per timed call (bench/fresh_queries.py),
+its vector computed by the real model inside the timing, as a user's new query pays it (with
+`static` vectors the static vector of the same query is what is searched).
 
 Prints the build rate (upsert + commit in batches of 1,000, as index jobs do), the time to
-reopen from disk, and p50/p95 of hybrid, BM25 and k-NN (limit 10) next to the targets, with the
-load average.
+reopen from disk, p50/p95 of hybrid, BM25 and k-NN (limit 10) next to the targets, recall@10 of
+memoryd's k-NN against an exact scan of the rows that pass the same filters (valid now; `as_of`
+over the retired rows too), the process's peak memory, with the load average.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import pickle
+import random
+import resource
 import shutil
 import statistics
 import sysconfig
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
+import blake3
 import numpy as np
 
-from bench.fixture_rows import whole_file_rows
+from bench.corpus import code_docs, memory_docs, model_vectors, static_vectors
+from bench.fresh_queries import fresh_queries
 from memoryd.config import DEFAULT_MODEL
 from memoryd.embedding import Embedder
-from memoryd.indexsync import doc_of
 from memoryd.searchindex import Doc, Filters, SearchIndex
-from tests.chunk_docs import chunk_docs
-from tests.fixtures import TRANSCRIPTS
+from memoryd.searchindex import vectors as ann
 
-PROJECTS = ("alpha", "beta", "gamma", "delta")
-SUFFIXES = (".py", ".pyi", ".md", ".rst", ".txt")
 BATCH = 1000
 T0 = 1_700_000_000_000_000  # microseconds
 RETIRED_AT = T0 + 86_400_000_000
-QUERIES = (
-    "retry the connection when the server closes it",
-    "parse a configuration file and merge environment variables",
-    "fix type annotations in responses.py",
-    "how are http headers encoded",
-    "raise an error when the path does not exist",
-    "serialize a dataclass to json",
-    "read the lock file before installing packages",
-    "cache the result of an expensive function",
-    "compare two version strings",
-    "convert a numpy array to a list of floats",
-    "timeout while waiting for the subprocess",
-    "where is the default logging handler configured",
-    "validate the schema of the user settings",
-    "iterate over the lines of a large file lazily",
-    "normalize unicode text before comparing",
-    "spawn worker threads and join them on shutdown",
-    "compute the checksum of a downloaded wheel",
-    "render a table in the terminal with colors",
-    "handle keyboard interrupt gracefully",
-    "tokenize the input into words",
-    "fix the broken import in utils.py",
-    "add a command line option for verbose output",
-    "deprecation warning for an old keyword argument",
-    "decode base64 encoded bytes",
-    "merge two sorted lists",
-    "async context manager that closes the session",
-    "what changed in the latest release",
-    "test that the parser rejects invalid input",
-    "find the maximum of a masked array",
-    "build the wheel metadata from pyproject",
-)
+AS_OF = RETIRED_AT - 1
 TARGETS = {"hybrid": (20.0, 50.0)}  # at 100k rows: p50, p95 in ms
+RECALL_TARGET = 0.95
+RECALL_QUERIES = 50
+# Timed calls per search and filter case (each with a query of its own).
+SAMPLES = 60
 
 
 def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def source_files() -> list[Path]:
-    root = Path(sysconfig.get_paths()["purelib"])
-    return [
-        p
-        for p in sorted(root.rglob("*"))
-        if p.suffix in SUFFIXES and "__pycache__" not in p.parts and p.is_file()
-    ]
-
-
-def rows(files: list[Path], root: Path, count: int) -> Iterator[Doc]:
-    """`count` documents: each pass over the files is one more version of every project; all
-    rows a later pass replays are retired by the caller."""
-    made = 0
-    for version in range(1_000):
-        for n, path in enumerate(files):
-            try:
-                text = path.read_text()
-            except (UnicodeDecodeError, OSError):
-                continue
-            rel = path.relative_to(root).as_posix()
-            project = PROJECTS[n % len(PROJECTS)]
-            for doc in chunk_docs(project, rel, text, f":v{version}", T0 + version):
-                yield doc
-                made += 1
-                if made >= count:
-                    return
-
-
-def memory_rows(count: int) -> Iterator[tuple[Doc, bool]]:
-    """`count` memory rows, each with whether ingestion embeds it: the transcripts' memories,
-    replayed under new ids."""
-    memories = []
-    for path in sorted(TRANSCRIPTS.rglob("*.json*")):
-        found = whole_file_rows(str(path))
-        if found is None:
-            continue
-        rows = found[2]
-        embedded = {id(row) for row, _ in rows.embed}
-        memories += [(row, id(row) in embedded) for row in rows.tables.get("memories", [])]
-    made = 0
-    for version in range(1_000_000):
-        for row, embedded in memories:
-            key = f"{row['id'].key}:v{version}"
-            yield doc_of("memory", {**row, "key": key, "embedding": None}, DEFAULT_MODEL), embedded
-            made += 1
-            if made >= count:
-                return
-
-
-def derived_vectors(seeds: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
-    """Unit vectors near the model's: a mix of two seed vectors plus a little noise."""
-    a = seeds[rng.integers(0, len(seeds), count)]
-    b = seeds[rng.integers(0, len(seeds), count)]
-    w = rng.uniform(0.6, 1.0, (count, 1)).astype(np.float32)
-    mixed = w * a + (1 - w) * b + rng.normal(0, 0.02, a.shape).astype(np.float32)
-    return mixed / np.linalg.norm(mixed, axis=1, keepdims=True)
+def peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def percentiles(samples: list[float]) -> tuple[float, float]:
@@ -151,72 +77,123 @@ def percentiles(samples: list[float]) -> tuple[float, float]:
     return statistics.median(ordered), ordered[int(0.95 * (len(ordered) - 1))]
 
 
-def timed(fn: Callable[[], object], repeats: int) -> list[float]:
-    out = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - start) * 1000)
-    return out
+class Queries:
+    """Distinct queries, each vector computed when asked: by the real model (what a user's
+    query costs), and the static one too when the rows' vectors are static."""
+
+    def __init__(
+        self, embedder: Embedder, static: Callable[[list[str]], np.ndarray] | None
+    ) -> None:
+        self.embedder, self.static, self.texts = embedder, static, fresh_queries()
+
+    def next(self) -> tuple[str, np.ndarray]:
+        text = next(self.texts)
+        vector = np.asarray(self.embedder.embed_query(text), np.float32)
+        return text, vector if self.static is None else self.static([text])[0]
 
 
-def run(
-    n: int,
-    docs: list[Doc],
-    vectors: np.ndarray,
-    queries: list[tuple[str, list[float]]],
-    dtype: str,
-    workdir: Path,
-    retired: list[str],
-    unembedded: set[str],
-) -> None:
+def build(n: int, docs: list[Doc], vectors: np.ndarray, workdir: Path, dtype: str) -> Path:
     directory = workdir / f"index-{n}"
     ix = SearchIndex(directory, dtype)
+    retired = [d.id for d in docs[:n] if d.valid_until is not None]
     start = time.perf_counter()
     for lo in range(0, n, BATCH):
         batch = [
-            Doc(**{**_fields(d), "vector": None if d.id in unembedded else vectors[lo + i]})
+            replace(d, valid_until=None, vector=vectors[lo + i] if d.vector else None)
             for i, d in enumerate(docs[lo : lo + BATCH])
         ]
         ix.upsert(batch, DEFAULT_MODEL)
         ix.commit(lo)
-    build = time.perf_counter() - start
+    took = time.perf_counter() - start
     start = time.perf_counter()
     for lo in range(0, len(retired), BATCH):
         ix.retire("code_chunk", retired[lo : lo + BATCH], RETIRED_AT)
         ix.commit(n + lo)
     retire = time.perf_counter() - start
     ix.close()
+    size = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
+    print(
+        f"build {n / took:,.0f} rows/s (upsert+commit per {BATCH}); "
+        f"retire {len(retired) / max(retire, 1e-9):,.0f} rows/s; on disk {size / 2**20:.0f} MiB"
+    )
+    return directory
+
+
+def passing(docs: list[Doc], filters: Filters) -> np.ndarray:
+    """Indexes of the rows with a vector that `filters` keep (kinds and validity only)."""
+    keep = []
+    for i, d in enumerate(docs):
+        if d.kind not in filters.kinds or not d.vector:
+            continue
+        if filters.as_of is None:
+            valid = d.valid_until is None
+        else:
+            valid = d.valid_from <= filters.as_of and (
+                d.valid_until is None or d.valid_until > filters.as_of
+            )
+        if valid:
+            keep.append(i)
+    return np.asarray(keep, np.int64)
+
+
+def recall(
+    ix: SearchIndex, docs: list[Doc], vectors: np.ndarray, filters: Filters, queries: Queries
+) -> tuple[float, int]:
+    """Mean recall@10 of memoryd's k-NN against an exact scan of the rows that pass."""
+    rows = passing(docs, filters)
+    matrix = vectors[rows]
+    found = 0.0
+    for _ in range(RECALL_QUERIES):
+        _, vector = queries.next()
+        exact = rows[np.argsort(-(matrix @ vector), kind="stable")[:10]]
+        truth = {docs[i].id for i in exact}
+        got = {h.id for h in ix.knn(vector, DEFAULT_MODEL, filters, 10)}
+        found += len(truth & got) / max(len(truth), 1)
+    return found / RECALL_QUERIES, len(rows)
+
+
+def run(
+    n: int, docs: list[Doc], vectors: np.ndarray, queries: Queries, dtype: str, workdir: Path
+) -> None:
+    docs = docs[:n]
+    retired = sum(d.valid_until is not None for d in docs)
+    memories = sum(d.table == "memory" for d in docs)
+    print(
+        f"\n== {n:,} rows ({retired:,} retired, {memories:,} memories), vectors {dtype}, "
+        f"HNSW connectivity {ann.CONNECTIVITY}, expansion add {ann.EXPANSION_ADD} / search "
+        f"{ann.EXPANSION_SEARCH}; load {load()}"
+    )
+    directory = build(n, docs, vectors, workdir, dtype)
     start = time.perf_counter()
     ix = SearchIndex(directory, dtype)
-    reopen = time.perf_counter() - start
-    size = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
-    print(f"\n== {n:,} rows ({len(retired):,} retired), vectors {dtype}, load {load()}")
-    print(
-        f"build {n / build:,.0f} rows/s (upsert+commit per {BATCH}); "
-        f"retire {len(retired) / max(retire, 1e-9):,.0f} rows/s; reopen {reopen * 1000:.0f} ms; "
-        f"on disk {size / 2**20:.0f} MiB"
-    )
+    print(f"reopen {(time.perf_counter() - start) * 1000:.0f} ms")
     cases = {
         "valid now, code": Filters(),
-        "one project": Filters(project="beta"),
-        "path glob": Filters(path="**/tests/**"),
-        "as_of (before retiring)": Filters(as_of=RETIRED_AT - 1),
+        "as_of (before retiring)": Filters(as_of=AS_OF),
+        "one project": Filters(project=docs[0].project),
+        "path glob": Filters(path="**/test*/**"),
         "memories": Filters(kinds=("memory",)),
         "every kind": Filters(kinds=("code", "docs", "memory", "goal")),
     }
     for label, filters in cases.items():
-        # A warm-up pass, then every query three times.
-        for text, vector in queries:
-            ix.hybrid(text, vector, DEFAULT_MODEL, filters, 10)
-        times: dict[str, list[float]] = {"hybrid": [], "bm25": [], "knn": []}
-        for text, vector in queries:
-            for name, search in (
-                ("hybrid", lambda: ix.hybrid(text, vector, DEFAULT_MODEL, filters, 10)),  # noqa: B023
-                ("bm25", lambda: ix.bm25(text, filters, 10)),  # noqa: B023
-                ("knn", lambda: ix.knn(vector, DEFAULT_MODEL, filters, 10)),  # noqa: B023
-            ):
-                times[name] += timed(search, 3)
+        names = ("hybrid", "bm25", "knn")
+        times: dict[str, list[float]] = {name: [] for name in (*names, "of it the vector")}
+        for sample in range(SAMPLES + 5):  # the first 5 warm up
+            for name in names:
+                started = time.perf_counter()
+                text, vector = queries.next()
+                embedded = time.perf_counter()
+                if name == "hybrid":
+                    ix.hybrid(text, vector, DEFAULT_MODEL, filters, 10)
+                elif name == "knn":
+                    ix.knn(vector, DEFAULT_MODEL, filters, 10)
+                else:
+                    started = embedded  # BM25 asks for no vector
+                    ix.bm25(text, filters, 10)
+                if sample >= 5:
+                    times[name].append((time.perf_counter() - started) * 1000)
+                    if name != "bm25":
+                        times["of it the vector"].append((embedded - started) * 1000)
         parts = []
         for name, samples in times.items():
             p50, p95 = percentiles(samples)
@@ -225,63 +202,98 @@ def run(
                 t50, t95 = TARGETS[name]
                 target = f" (target <= {t50:.0f} / {t95:.0f})"
             parts.append(f"{name} p50 {p50:.2f} / p95 {p95:.2f} ms{target}")
-        print(f"  {label:26} " + "; ".join(parts))
-    print(f"  load average after: {load()}")
+        print(f"  {label:26} " + "; ".join(parts), flush=True)
+    for label in ("valid now, code", "as_of (before retiring)", "memories", "every kind"):
+        got, among = recall(ix, docs, vectors, cases[label], queries)
+        print(
+            f"  recall@10 {label:26} {got:.3f} among {among:,} rows "
+            f"(target >= {RECALL_TARGET}, {RECALL_QUERIES} queries)",
+            flush=True,
+        )
+    print(f"  peak memory of this process {peak_mib():,.0f} MiB; load average after: {load()}")
     ix.close()
+    shutil.rmtree(directory, ignore_errors=True)
 
 
-def _fields(doc: Doc) -> dict[str, object]:
-    return {name: getattr(doc, name) for name in Doc.__dataclass_fields__}
+def cached_code_docs(trees: list[Path], count: int, cache: Path) -> list[Doc]:
+    """`code_docs`, kept in `cache` (chunking 6,000 files takes minutes on a loaded machine)."""
+    key = blake3.blake3(repr((sorted(map(str, trees)), count, T0)).encode()).hexdigest()[:16]
+    path = cache / f"code-docs-{key}.pickle"
+    if path.exists():
+        docs: list[Doc] = pickle.loads(path.read_bytes())
+        return docs
+    docs = code_docs(trees, count, T0)
+    cache.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(pickle.dumps(docs))
+    return docs
+
+
+def dataset(args: argparse.Namespace, most: int) -> list[Doc]:
+    """`most` rows, memories interleaved with code; `--retired-share` of the code retired at
+    RETIRED_AT, half the rest written after it."""
+    memories = [
+        replace(d, vector=[1.0] if embedded else None)  # a mark: rows ingestion embeds
+        for d, embedded in memory_docs(int(most * args.memory_share))
+    ]
+    code = cached_code_docs(args.trees, most - len(memories), args.cache)
+    rng = random.Random(11)
+    marked = []
+    for d in code:
+        draw = rng.random()
+        if draw < args.retired_share:
+            marked.append(replace(d, valid_until=RETIRED_AT, vector=[1.0]))
+        elif draw < args.retired_share + (1 - args.retired_share) / 2:
+            marked.append(replace(d, valid_from=RETIRED_AT, vector=[1.0]))
+        else:
+            marked.append(replace(d, vector=[1.0]))
+    step = len(marked) / max(len(memories), 1)
+    placed = [(float(i), d) for i, d in enumerate(marked)]
+    placed += [(i * step, d) for i, d in enumerate(memories)]
+    return [d for _, d in sorted(placed, key=lambda pair: pair[0])]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument(
+        "--trees", type=Path, nargs="+", default=[Path(sysconfig.get_paths()["purelib"])]
+    )
+    parser.add_argument("--vectors", choices=("model", "static"), default="model")
+    parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "md-bench")
     parser.add_argument("--memory-share", type=float, default=0.5)
-    parser.add_argument("--seeds", type=int, default=512)
+    parser.add_argument("--retired-share", type=float, default=0.4)
     parser.add_argument("--dtype", choices=("f16", "f32"), default="f16")
+    parser.add_argument("--connectivity", type=int, default=ann.CONNECTIVITY)
+    parser.add_argument("--expansion-add", type=int, default=ann.EXPANSION_ADD)
+    parser.add_argument("--expansion-search", type=int, default=ann.EXPANSION_SEARCH)
     args = parser.parse_args()
+    # The product's HNSW settings, or others to compare (this process's indexes only).
+    ann.CONNECTIVITY, ann.EXPANSION_ADD = args.connectivity, args.expansion_add
+    ann.EXPANSION_SEARCH = args.expansion_search
     workdir = Path(tempfile.mkdtemp(prefix="md-search-"))
     try:
-        rng = np.random.default_rng(7)
-        files = source_files()
-        root = Path(sysconfig.get_paths()["purelib"])
-        most = max(args.rows)
         start = time.perf_counter()
-        memories = int(most * args.memory_share)
-        code = list(rows(files, root, most - memories))
-        mem = list(memory_rows(memories))
-        unembedded = {doc.id for doc, embedded in mem if not embedded}
-        # Interleaved, so that every size holds both in the same shares.
-        step = len(code) / max(len(mem), 1)
-        placed = [(float(i), d) for i, d in enumerate(code)]
-        placed += [(i * step, d) for i, (d, _) in enumerate(mem)]
-        docs = [d for _, d in sorted(placed, key=lambda pair: pair[0])]
+        docs = dataset(args, max(args.rows))
+        texts = [d.content for d in docs if d.vector]
         print(
-            f"{len(code):,} code rows chunked from {len(files):,} installed package files and "
-            f"{len(mem):,} memories ({len(mem) - len(unembedded):,} with a vector) from the "
-            f"vendored transcripts in {time.perf_counter() - start:.0f} s; load {load()}"
+            f"{len(docs):,} rows of distinct texts ({sum(d.table == 'memory' for d in docs):,} "
+            f"memories, {len(texts):,} with a vector) from {', '.join(map(str, args.trees))} and "
+            f"the vendored transcripts in {time.perf_counter() - start:.0f} s; load {load()}"
         )
+        start = time.perf_counter()
+        cache = args.cache
+        made = model_vectors(texts, cache) if args.vectors == "model" else None
+        if made is None:
+            made = static_vectors(texts, cache)
+        vectors = np.zeros((len(docs), made.shape[1]), np.float32)
+        vectors[[i for i, d in enumerate(docs) if d.vector]] = made
+        took = time.perf_counter() - start
+        print(f"{args.vectors} vectors of {len(texts):,} texts in {took:.0f} s")
         embedder = Embedder(DEFAULT_MODEL, workdir / "models")
-        picks = rng.choice(len(docs), min(args.seeds, len(docs)), replace=False)
-        start = time.perf_counter()
-        seeds = np.asarray(embedder.embed([docs[i].content for i in picks]), np.float32)
-        print(
-            f"{len(seeds)} seed vectors from the model in {time.perf_counter() - start:.0f} s; "
-            "every row's vector is derived from two seeds (mixed, perturbed)"
-        )
-        vectors = derived_vectors(seeds, len(docs), rng)
-        queries = list(zip(QUERIES, embedder.embed(list(QUERIES)), strict=True))
+        static = None if args.vectors == "model" else lambda q: static_vectors(q, cache)
+        queries = Queries(embedder, static)
         for n in sorted(args.rows):
-            # A chunk replayed by a later version is history: retire it (a replayed memory is
-            # another session's).
-            chunks = [d for d in docs[:n] if d.table == "code_chunk"]
-            newest: dict[str, str] = {}
-            for d in chunks:
-                newest[d.id.rsplit(":v", 1)[0]] = d.id
-            latest = set(newest.values())
-            retired = [d.id for d in chunks if d.id not in latest]
-            run(n, docs, vectors, queries, args.dtype, workdir, retired, unembedded)
+            run(n, docs, vectors, queries, args.dtype, workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

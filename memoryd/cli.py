@@ -1010,7 +1010,7 @@ def print_status(info: dict[str, Any]) -> None:
         print(f"  {table:<14}{n}")
     print(f"  {'valid chunks':<14}{info['valid_chunks']}")
     for p in info["projects"]:
-        progress = _progress_line(p["index"], p["vectors_owed"], ago)
+        progress = _progress_line(p, ago)
         print(f"project       {p['id']}  {p['root']}  {progress}")
         if p["index"] and p["index"]["last_error"]:
             print(f"              last error: {_one_line(p['index']['last_error'])}")
@@ -1041,13 +1041,15 @@ def _status_head(info: dict[str, Any]) -> None:
     print(f"surrealdb     {info['surreal']} ({info['surreal_mode']})")
 
 
-def _progress_line(index: dict[str, Any] | None, vectors_owed: int, counted_ago: float) -> str:
+def _progress_line(project: dict[str, Any], counted_ago: float) -> str:
     """`ready 120/120 files, 950 chunks, <start> .. <end>` (or `indexing … since <start>`),
-    and how many chunks, found by words already, still wait for their vectors: while any do,
-    the project is `embedding`, not `ready` (the count is as old as the row counts)."""
+    and how many chunks, found by words already, still wait for their vectors, with the vectors
+    done, the pass they wait for and the time left: while any wait, the project is
+    `embedding`, not `ready` (the counts are as old as the row counts)."""
+    index, owed = project["index"], project["vectors_owed"]
     if index is None:
         return "not indexed yet"
-    state = "embedding" if index["state"] == "ready" and vectors_owed else index["state"]
+    state = "embedding" if index["state"] == "ready" and owed else index["state"]
     done = f"{state} {index['files_done']}/{index['files_total']} files"
     started = _short_time(index["started_at"])
     when = (
@@ -1056,8 +1058,24 @@ def _progress_line(index: dict[str, Any] | None, vectors_owed: int, counted_ago:
         else f"since {started}"
     )
     age = f", counted {counted_ago:.0f}s ago" if counted_ago >= 1 else ""
-    owed = f" ({vectors_owed} waiting for vectors{age})" if vectors_owed else ""
-    return f"{done}, {index['chunks']} chunks{owed}, {when}"
+    vectors = ""
+    if owed:
+        left = project["vectors_seconds_left"]
+        eta = f"about {_duration(left)} left" if left is not None else "time left not known yet"
+        vectors = (
+            f" ({project['vectors_done']} vectors done, {owed} waiting for the "
+            f"{project['vector_pass']} pass, {eta}{age})"
+        )
+    return f"{done}, {index['chunks']} chunks{vectors}, {when}"
+
+
+def _duration(seconds: int) -> str:
+    """`45s`, `12 min`, `3.5 h`."""
+    if seconds < 90:
+        return f"{seconds}s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _short_time(iso: str) -> str:

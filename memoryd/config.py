@@ -256,6 +256,10 @@ class Settings:
     # the longest text of a batch) and the model's memory arena grows ~38 MB per text of a batch
     # (32: +1.2 GB resident, 4: +150 MB, 1: +20 MB).
     embed_batch_size: int = _bounded(1, ge=1, le=1024)
+    # The CPU budget of background embedding: threads of the model's session (the niced batch
+    # thread and embed_cores - 1 workers). One leaves the other cores to queries and the rest
+    # of the machine; a query runs on its caller's thread, not counted here.
+    embed_cores: int = _bounded(1, ge=1, le=64)
 
     repos: list[Path] = field(default_factory=list)
     # Transcript folders to watch; unset means the agents' own defaults (default_transcripts).

@@ -9,6 +9,8 @@ import logging
 import os
 import sys
 import threading
+import time
+from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -40,6 +42,10 @@ RECENT_QUERIES = 64
 # agent waiting) gets the cores first, also when memoryd itself runs niced.
 BATCH_NICE = 10
 MAX_NICE = 19
+# The embedding rate `status` estimates by: over the batches that ended this recently, when at
+# least this many did (fewer say little about a rate).
+RATE_SECONDS = 120.0
+RATE_MIN_BATCHES = 8
 
 
 def _package_dir(name: str) -> Path:
@@ -112,9 +118,10 @@ def truncate(vector: np.ndarray, dims: int) -> np.ndarray:
     return head / norm if norm > 0 else head
 
 
-def _load(model: str, cache_dir: Path) -> TextEmbedding:
+def _load(model: str, cache_dir: Path, cores: int) -> TextEmbedding:
     """The fastembed model behind a configured name: memoryd's own names load offline from the
-    packages, any other name is fastembed's (downloaded where a network exists)."""
+    packages, any other name is fastembed's (downloaded where a network exists). Its session
+    runs each call on at most `cores` threads (the calling one included)."""
     from fastembed import TextEmbedding
 
     if model.startswith(_OWN_PREFIX) and model not in OFFLINE_MODELS:
@@ -123,7 +130,7 @@ def _load(model: str, cache_dir: Path) -> TextEmbedding:
             f"{', '.join(OFFLINE_MODELS)}"
         )
     if model not in OFFLINE_MODELS:
-        return TextEmbedding(model_name=model, cache_dir=str(cache_dir))
+        return TextEmbedding(model_name=model, cache_dir=str(cache_dir), threads=cores)
     if model == CLS_MODEL:
         _register_cls_model()
     return TextEmbedding(
@@ -131,6 +138,7 @@ def _load(model: str, cache_dir: Path) -> TextEmbedding:
         model_name=DEFAULT_MODEL if model == TRUNCATED_MODEL else model,
         specific_model_path=str(offline_model_dir(cache_dir)),
         cache_dir=str(cache_dir),
+        threads=cores,
     )
 
 
@@ -153,15 +161,25 @@ def batch_nice(caller: int | None = None) -> int:
 class Embedder:
     """One loaded model; `embed` takes texts in order and returns unit-length vectors."""
 
-    def __init__(self, model: str, cache_dir: Path, batch_size: int = 32) -> None:
+    def __init__(
+        self, model: str, cache_dir: Path, batch_size: int = 32, embed_cores: int = 1
+    ) -> None:
+        """`embed_cores`: the CPU budget of background embedding, in threads of the model's
+        session (the thread that runs a batch is one of them)."""
         self.model = model
         self.batch_size = batch_size
+        self.embed_cores = embed_cores
         cache_dir.mkdir(parents=True, exist_ok=True)
         self._dims = TRUNCATED_DIM if model == TRUNCATED_MODEL else None
-        # One inference already spreads over every core: two jobs embedding at once would only
-        # fight over them, so model batches take turns, on one thread of lower priority that
-        # also creates the model's session (whose thread pool inherits that priority).
+        # One inference already spreads over the session's threads: two jobs embedding at once
+        # would only fight over them, so model batches take turns, on one thread of lower
+        # priority that also creates the model's session (whose thread pool, `embed_cores` - 1
+        # threads, inherits that priority).
         self._batches = ThreadPoolExecutor(1, "embed", initializer=_lower_priority)
+        # (when it ended, texts) of the batches of the last RATE_SECONDS: the rate `status`
+        # estimates the rest by, as this machine runs it now (load and queries included).
+        self._done: deque[tuple[float, int]] = deque()
+        self._done_lock = threading.Lock()
         # Queries do not wait for a batch: they run the same session on the caller's thread,
         # concurrently with a batch (a session runs calls in parallel; a query is a few tokens,
         # milliseconds on one core). A second session would hold a second copy of the weights,
@@ -170,7 +188,7 @@ class Embedder:
         self._recent: dict[str, np.ndarray] = {}
         self._stopping = threading.Event()
         try:
-            self._model = self._batches.submit(_load, model, cache_dir).result()
+            self._model = self._batches.submit(_load, model, cache_dir, embed_cores).result()
         except MemorydError:
             raise
         except Exception as exc:  # fastembed raises plain ValueError/OSError variants
@@ -221,7 +239,26 @@ class Embedder:
         return [vector.tolist() for vector in vectors]
 
     def _embed_batch(self, batch: list[str]) -> list[np.ndarray]:
-        return list(self._model.embed(batch, batch_size=self.batch_size))
+        vectors = list(self._model.embed(batch, batch_size=self.batch_size))
+        now = time.monotonic()
+        with self._done_lock:
+            self._done.append((now, len(batch)))
+            while self._done and self._done[0][0] < now - RATE_SECONDS:
+                self._done.popleft()
+        return vectors
+
+    def rate(self) -> float | None:
+        """Texts embedded per second of wall time over the last RATE_SECONDS (gaps between
+        batches, spent on the rest of a job or yielded to queries, count): None when fewer
+        than RATE_MIN_BATCHES batches ended in that time."""
+        now = time.monotonic()
+        with self._done_lock:
+            done = [(at, n) for at, n in self._done if at >= now - RATE_SECONDS]
+        if len(done) < RATE_MIN_BATCHES:
+            return None
+        # The first batch's texts were embedded before the span starts.
+        span = done[-1][0] - done[0][0]
+        return sum(n for _, n in done[1:]) / span if span > 0 else None
 
 
 async def embed_off_loop(embedder: Embedder, texts: Sequence[str]) -> list[list[float]]:

@@ -167,9 +167,16 @@ class ProjectProgress(TypedDict):
     name: str
     root: str
     index: IndexProgress | None  # None: registered, never synced as a whole
+    # Valid chunks with their vector of the configured model.
+    vectors_done: int
     # Chunks indexed (found by words) whose vectors are still to come: indexing writes chunks
     # first and embeds them after.
     vectors_owed: int
+    # The embedding pass they wait for: "full" (the configured model); None when none waits.
+    vector_pass: str | None
+    # Seconds until every owed chunk (of every project: they share the model) has its vector,
+    # at the rate of the last two minutes; None when nothing is owed or the rate is not known.
+    vectors_seconds_left: int | None
 
 
 class PinResult(TypedDict):

@@ -170,7 +170,7 @@ class Runtime:
         )
         if self.embedder is None:
             self.embedder = await asyncio.to_thread(
-                Embedder, s.model, s.data_dir / "models", s.embed_batch_size
+                Embedder, s.model, s.data_dir / "models", s.embed_batch_size, s.embed_cores
             )
         metrics.instrument_embedder(self.embedder)  # embed throughput; counting costs ~nothing
         # The model's memory is not the database's: counted as its growth, it made the first

@@ -150,7 +150,8 @@ async def test_a_stop_between_the_phases_heals_at_the_next_start(
         await second.serve()  # sees no live worker: queues the rows left without vectors
         assert second.store is not None
         for _ in range(3000):
-            if not await second.store.owed_vectors_by_project(model):
+            counted = await second.store.vectors_by_project(model)
+            if not any(n["owed"] for n in counted.values()):
                 break
             await asyncio.sleep(0.1)
         rows = await stored_chunks(second)
@@ -198,14 +199,29 @@ async def test_each_text_is_embedded_once_when_embedding_jobs_and_reembed_overla
 
 
 async def test_status_says_what_a_first_index_waits_for(
-    data_dir: Path, embedder: Embedder, arq_tree: Path, capsys: pytest.CaptureFixture[str]
+    data_dir: Path,
+    embedder: Embedder,
+    arq_tree: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A new user's first index, between its two phases: `status` said `ready`, "re-embedding
     N rows wait for the configured model" (it is the first embedding), and `repos -` while the
-    daemon watched the `--repo` it was given (the asking process's config has none)."""
+    daemon watched the `--repo` it was given (the asking process's config has none). Per
+    project it says the vectors done, the pass the rest wait for, and the time left at the
+    model's rate of late; once embedded, every valid chunk's vector is done."""
+    from memoryd import embedding
     from memoryd.cli import print_status
     from memoryd.client import Client
 
+    # The model's rate, measured on texts of its own (no batch runs while the model is held,
+    # however long the first phase takes on a loaded machine: the window is made to hold them).
+    monkeypatch.setattr(embedding, "RATE_SECONDS", 3600.0)
+    embedder._done.clear()
+    assert embedder.batch_size == 1
+    embedder.embed([f"def step_{n}(job): return job.run({n})" for n in range(10)])
+    rate = embedder.rate()
+    assert rate is not None
     rt = Runtime(settings_for(data_dir, extra_repos=[arq_tree]), embedder)
     try:
         await rt.start_queue(exclusive=True)
@@ -213,19 +229,32 @@ async def test_status_says_what_a_first_index_waits_for(
         assert rt.redis is not None
         asking = Client(rt.redis, settings_for(data_dir))
         with model_held(embedder):
-            chunks = sum(r["chunks"] for r in await first_phase(rt, arq_tree))
+            reports = await first_phase(rt, arq_tree)
+            chunks = sum(r["chunks"] for r in reports)
             info = await asking.status()
             assert info["waiting_for_first_vector"]["code_chunk"] == chunks
             assert info["waiting_for_reembed"]["code_chunk"] == 0  # their embed_chunks job's
             assert info["remembered"]["repos"] == [str(arq_tree)]
+            [waiting] = info["projects"]
+            assert (waiting["vectors_done"], waiting["vectors_owed"]) == (0, chunks)
+            assert waiting["vector_pass"] == "full"
+            assert waiting["vectors_seconds_left"] == round(chunks / rate)
             print_status(info)
         lines = capsys.readouterr().out.splitlines()
         assert f"repos         {arq_tree}" in lines
         assert f"vectors       {chunks} rows wait for their first vector" in lines
         assert "re-embedding  0 rows wait for the configured model" in lines
         [project] = [line for line in lines if line.startswith("project ")]
-        waiting = rf"  embedding (\d+)/\1 files, {chunks} chunks \({chunks} waiting for vectors"
-        assert re.search(waiting, project), project
+        waiting_line = (
+            rf"  embedding (\d+)/\1 files, {chunks} chunks \(0 vectors done, {chunks} waiting "
+            r"for the full pass, about \d+ ?(s|min|h) left"
+        )
+        assert re.search(waiting_line, project), project
+        for report in reports:
+            await queue.embedded_later(rt.redis, report, timeout=300)
+        [done] = await queue.call(rt.redis, jobs.INDEX_PROGRESS)
+        assert (done["vectors_done"], done["vectors_owed"]) == (chunks, 0)
+        assert (done["vector_pass"], done["vectors_seconds_left"]) == (None, None)
     finally:
         await rt.close()
 

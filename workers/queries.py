@@ -130,9 +130,11 @@ async def status(ctx: JobContext) -> dict[str, Any]:
 
     async def count() -> dict[str, Any]:
         backlog = await store.vector_backlog(model)
+        # A scan too (an index on the model would hold every chunk): counted with the rest.
+        chunks = await store.vectors_by_project(model)
         return {
             "counts": await store.counts(),
-            "valid_chunks": await store.valid_chunk_count(),
+            "valid_chunks": sum(n["valid"] for n in chunks.values()),
             "transcript_lag": {
                 root: {"bytes": behind, "files": files}
                 for root, (behind, files) in (
@@ -144,15 +146,14 @@ async def status(ctx: JobContext) -> dict[str, Any]:
             else None,
             "waiting_for_reembed": {t: n for t, (n, _) in backlog.items()},
             "waiting_for_first_vector": {t: first for t, (_, first) in backlog.items()},
-            # A scan too (an index on the model would hold every chunk): counted with the rest.
-            "vectors_owed": await store.owed_vectors_by_project(model),
+            "chunk_vectors": chunks,
         }
 
     counted = ctx.get("status_counts") or Counted()
     redis = ctx["redis"]
     # Counted alone: how long it takes decides whether it is counted afresh next time.
     counts = await counted.get(count)
-    owed = counts.pop("vectors_owed")
+    chunks = counts.pop("chunk_vectors")
     # Each other part is a round trip of its own (Redis or the database): asked at once.
     parts = dict(
         zip(
@@ -164,7 +165,7 @@ async def status(ctx: JobContext) -> dict[str, Any]:
                 queue.queue_depth(redis, QUERY_QUEUE),
                 queue.oldest_job_age(redis),
                 queue.recent_outcomes(redis),
-                project_progress(store, owed),
+                project_progress(store, chunks, ctx["embedder"].rate()),
                 store.skipped_files(STATUS_SKIPPED_FILES),
                 store.schema_version(),
                 store.last_maintenance(),
@@ -221,23 +222,40 @@ async def register_project(
 
 async def index_progress(ctx: JobContext) -> list[dict[str, Any]]:
     """Each project with the progress of its last whole-project sync."""
-    store = ctx["store"]
-    return await project_progress(store, await store.owed_vectors_by_project(ctx["embedder"].model))
+    embedder = ctx["embedder"]
+    chunks = await ctx["store"].vectors_by_project(embedder.model)
+    return await project_progress(ctx["store"], chunks, embedder.rate())
 
 
-async def project_progress(store: Any, owed: dict[str, int]) -> list[dict[str, Any]]:
-    """`owed`: the chunks still owing their vector, per project id."""
+async def project_progress(
+    store: Any, chunks: dict[str, dict[str, int]], rate: float | None
+) -> list[dict[str, Any]]:
+    """`chunks`: per project id, valid chunks, those with their vector and those owing it
+    (`Store.vectors_by_project`); `rate`: the model's texts per second of late (None: too few
+    batches to say). Every project's owed chunks go through the one model, in the order their
+    jobs were queued, so a project's time left is given as that of every owed chunk: a bound
+    that holds whichever comes first."""
     progress = await store.index_progress()
-    return [
-        {
-            "id": p["id"],
-            "name": p["name"],
-            "root": p["root"],
-            "index": plain(progress[p["id"]]) if p["id"] in progress else None,
-            "vectors_owed": owed.get(p["id"], 0),
-        }
-        for p in await store.projects()
-    ]
+    owed = sum(n["owed"] for n in chunks.values())
+    left = round(owed / rate) if owed and rate else None
+    projects = []
+    for p in await store.projects():
+        counted = chunks.get(p["id"], {})
+        project_owed = counted.get("owed", 0)
+        projects.append(
+            {
+                "id": p["id"],
+                "name": p["name"],
+                "root": p["root"],
+                "index": plain(progress[p["id"]]) if p["id"] in progress else None,
+                "vectors_done": counted.get("done", 0),
+                "vectors_owed": project_owed,
+                # Which embedding pass the project's chunks wait for (None: none waits).
+                "vector_pass": "full" if project_owed else None,
+                "vectors_seconds_left": left if project_owed else None,
+            }
+        )
+    return projects
 
 
 async def stored_paths(ctx: JobContext, project_id: str) -> list[str]:

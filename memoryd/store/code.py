@@ -84,16 +84,19 @@ class CodeQueries(StoreBase):
         )[0] or []
         return list(rows)
 
-    async def owed_vectors_by_project(self, model: str) -> dict[str, int]:
-        """Chunks that owe their vector of `model`, per project id."""
+    async def vectors_by_project(self, model: str) -> dict[str, dict[str, int]]:
+        """Per project id, in one scan of the table: `valid` chunks, `done` (valid ones with
+        their vector of `model`) and `owed` (chunks that owe theirs)."""
         rows = (
             await self.query(
-                "SELECT record::id(project) AS project, count() AS n FROM code_chunk "
-                f"WHERE {OWES_VECTOR} GROUP BY project",
+                "SELECT record::id(project) AS project, count(valid_until IS NONE) AS valid, "
+                "count(valid_until IS NONE AND embedding IS NOT NONE "
+                "AND embedding_model = $model) AS done, "
+                f"count({OWES_VECTOR}) AS owed FROM code_chunk GROUP BY project",
                 {"model": model},
             )
         )[0] or []
-        return {row["project"]: row["n"] for row in rows}
+        return {row.pop("project"): row for row in rows}
 
     async def owed_chunks(self, keys: Sequence[str], model: str) -> list[dict[str, Any]]:
         """Of these chunks, the ones still without their vector of `model`: key, content hash
