@@ -17,11 +17,14 @@ kept here). Per repo:
     each through the query queue as a client asks; p50 and p95 (target p95 <= 50 ms).
 (c) Incremental: one file edited (a function added that calls another of the file), its
     index job's own time, and the graph's part of it (target <= 100 ms of work).
-(d) Reference accuracy (Python): `--sample` functions and methods drawn with a fixed seed;
-    their call sites by jedi's `get_references` (a reference followed by `(`, not the
-    definition, inside the repo) against memoryd's callers (every line of each CALLS edge,
-    and with the guesses by name that have one candidate); precision and recall of (file, line)
-    pairs, summed over the sample (targets: precision >= 0.9, recall >= 0.8).
+(d) Reference accuracy (Python; pure, `--only accuracy` runs it without a cold index):
+    `--sample` functions and methods (every `def` but dunders, nested functions excluded)
+    drawn with a fixed seed from the source before the graph is looked at; their call sites
+    by jedi's `get_references` (a reference followed by `(`, not the definition, inside the
+    repo) against memoryd's callers from the pure stage's rows (every line of each CALLS
+    edge, and with the guesses by name that have one candidate); precision and recall of
+    (file, line) pairs, summed over the sample (targets: precision >= 0.9, recall >= 0.8).
+    `--show` lists the misses and the extras.
 (e) Co-change: the newest 100 non-merge commits changing 2 or 3 source files are the test;
     CHANGES_WITH is counted (the daemon's own `pairs`) from the commits before the oldest of
     them, within the default window. Given each changed file, is another file of the commit in
@@ -45,10 +48,9 @@ from pathlib import Path
 from memoryd import jobs, projects, queue
 from memoryd.compact import DB_DIR, compact_files, size
 from memoryd.config import Settings, load_settings
-from memoryd.ids import symbol_entity_id
 from memoryd.migrate import CODE_GRAPH_TABLES
 from memoryd.runtime import Runtime
-from workers.codegraph import file_graph_of
+from workers.codegraph import GraphRows, file_graph_of
 from workers.codegraph.cochange import commits_of, is_source, pairs
 
 SEED = 35
@@ -185,7 +187,11 @@ def _jedi_sites(root: Path, rel: str, line: int, name: str) -> set[tuple[str, in
     column = text.find(name, text.find("def ") if "def " in text else 0)
     if column < 0:
         return None
-    script = jedi.Script(source, path=str(root / rel), project=jedi.Project(str(root)))
+    # The source roots memoryd's resolver starts absolute imports from: the root and `src`
+    # (click's layout), else jedi sees no reference through `from .x import f` under src/.
+    extra = [str(root / "src")] if (root / "src").is_dir() else []
+    project = jedi.Project(str(root), added_sys_path=extra)
+    script = jedi.Script(source, path=str(root / rel), project=project)
     sites = set()
     for ref in script.get_references(line, column):
         if ref.is_definition() or ref.module_path is None:
@@ -199,54 +205,82 @@ def _jedi_sites(root: Path, rel: str, line: int, name: str) -> set[tuple[str, in
     return sites
 
 
-async def accuracy(rt: Runtime, root: Path, project_id: str, sample: int) -> list[str]:
-    assert rt.store is not None
-    rows = (
-        await rt.store.query(
-            "SELECT target, path, line, name FROM defines "
-            "WHERE project = type::record('project', $p) "
-            "AND valid_until IS NONE AND string::ends_with(path, '.py') ORDER BY target",
-            {"p": project_id},
-        )
-    )[0]
-    kinds = {}
-    for row in rows:
-        source = (root / row["path"]).read_text().splitlines()[row["line"] - 1]
-        if re.match(r"\s*(async\s+)?def ", source) and not row["name"].rsplit(".", 1)[
-            -1
-        ].startswith("__"):
-            kinds[row["target"]] = row
-    chosen = random.Random(SEED).sample(sorted(kinds), min(sample, len(kinds)))
+def _callers(graph: list[GraphRows]) -> dict[str, dict[str, set[tuple[str, int]]]]:
+    """Per symbol key, its call sites as `related` lists them: "settled" (CALLS edges) and
+    "with guesses" (also the references by name whose only candidate it is). From the pure
+    stage's rows, the very rows the index job writes."""
+    by_name: dict[str, list[tuple[str, str]]] = {}  # short name -> (key, path)
+    for rows in graph:
+        for edge in rows.edges:
+            if edge["table"] == "defines":
+                key = edge["target"]
+                by_name.setdefault(key.rsplit("#", 1)[1].rsplit(".", 1)[-1], []).append(
+                    (key, rows.path)
+                )
+    out: dict[str, dict[str, set[tuple[str, int]]]] = {}
+
+    def sites(key: str) -> dict[str, set[tuple[str, int]]]:
+        return out.setdefault(key, {"settled": set(), "with guesses": set()})
+
+    for rows in graph:
+        for edge in rows.edges:
+            if edge["table"] == "calls":
+                for line in edge["lines"]:
+                    sites(edge["target"])["settled"].add((rows.path, line))
+                    sites(edge["target"])["with guesses"].add((rows.path, line))
+        for ref in rows.refs:
+            if ref["verb"] != "calls":
+                continue
+            allowed = {
+                key
+                for key, path in by_name.get(ref["name"], [])
+                if not ref["paths"] or path in ref["paths"]
+            }
+            if len(allowed) == 1:
+                sites(allowed.pop())["with guesses"].update((rows.path, n) for n in ref["lines"])
+    return out
+
+
+def accuracy(project_id: str, root: Path, sample: int, show: bool) -> list[str]:
+    """Callers against jedi's, on functions sampled (fixed seed) from the source as written:
+    every `def` that is not a dunder, nested functions excluded (the graph has no symbol for
+    them), drawn before anything of the graph is looked at."""
+    paths = sorted(_git(root, "ls-files", "-z", "*.py").split("\x00")[:-1])
+    graph = file_graph_of(project_id, root, paths)
+    defined = {}
+    for rows in graph:
+        lines = (root / rows.path).read_text("utf-8", "replace").splitlines()
+        for edge in rows.edges:
+            name = edge["name"].rsplit(".", 1)[-1]
+            text = lines[edge["line"] - 1]
+            if (
+                edge["table"] == "defines"
+                and re.match(rf"\s*(async\s+)?def {re.escape(name)}\b", text)
+                and not name.startswith("__")
+            ):
+                defined[edge["target"]] = (rows.path, edge["line"], name)
+    chosen = random.Random(SEED).sample(sorted(defined), min(sample, len(defined)))
+    ours_by_key = _callers(graph)
     found = {"settled": [0, 0, 0], "with guesses": [0, 0, 0]}  # hits, ours, theirs
     for key in chosen:
-        row = kinds[key]
-        short = row["name"].rsplit(".", 1)[-1]
-        theirs = await asyncio.to_thread(_jedi_sites, root, row["path"], row["line"], short)
+        rel, line, short = defined[key]
+        theirs = _jedi_sites(root, rel, line, short)
         if theirs is None:
             continue
-        settled = {
-            (edge["path"], line)
-            for edge in await rt.store.graph_edges("calls", "out", [symbol_entity_id(key)])
-            for line in edge["lines"]
-        }
-        guessed = set(settled)
-        for ref in await rt.store.refs_named(project_id, [short], "calls"):
-            candidates = await rt.store.symbols_named(project_id, [short])
-            allowed = {
-                c["key"] for c in candidates if not ref["paths"] or c["path"] in ref["paths"]
-            }
-            if key in allowed and len(allowed) == 1:
-                guessed |= {(ref["path"], line) for line in ref["lines"]}
-        for name, ours in (("settled", settled), ("with guesses", guessed)):
-            found[name][0] += len(ours & theirs)
-            found[name][1] += len(ours)
-            found[name][2] += len(theirs)
+        for name, (hits, ours_n, theirs_n) in found.items():
+            ours = ours_by_key.get(key, {}).get(name, set())
+            found[name] = [hits + len(ours & theirs), ours_n + len(ours), theirs_n + len(theirs)]
+            if show and name == "with guesses":
+                for site in sorted(theirs - ours):
+                    print(f"    miss {key.split(':', 1)[1]} <- {site[0]}:{site[1]}")
+                for site in sorted(ours - theirs):
+                    print(f"    extra {key.split(':', 1)[1]} <- {site[0]}:{site[1]}")
     out = []
-    for name, (hits, ours, theirs) in found.items():
+    for name, (hits, ours_n, theirs_n) in found.items():
         out.append(
             f"(d) callers vs jedi, {len(chosen)} functions, {name}: precision "
-            f"{hits / max(ours, 1):.3f} ({hits}/{ours}), recall {hits / max(theirs, 1):.3f} "
-            f"({hits}/{theirs}) (targets 0.9, 0.8)"
+            f"{hits / max(ours_n, 1):.3f} ({hits}/{ours_n}), recall "
+            f"{hits / max(theirs_n, 1):.3f} ({hits}/{theirs_n}) (targets 0.9, 0.8)"
         )
     return out
 
@@ -304,22 +338,27 @@ def cochange(root: Path, settings: Settings) -> list[str]:
     ]
 
 
-async def bench(root: Path, data_dir: Path, sample: int) -> None:
+async def bench(root: Path, data_dir: Path, args: argparse.Namespace) -> None:
     settings = load_settings(data_dir=data_dir)
-    rt = Runtime(settings)
-    await rt.start_queue(exclusive=True)
-    await rt.serve()
     project_id = projects.resolve(root).id
-    print(f"== {root.name} ({_git(root, 'rev-parse', '--short', 'HEAD').strip()})")
-    try:
-        for part in (cost, latency, incremental, accuracy, graph_bytes):
-            args = (sample,) if part is accuracy else ()
-            for line in await part(rt, root, project_id, *args):  # type: ignore[operator]
+    print(f"== {root.name} ({_git(root, 'rev-parse', '--short', 'HEAD').strip()})", flush=True)
+    if not args.only:
+        rt = Runtime(settings)
+        await rt.start_queue(exclusive=True)
+        await rt.serve()
+        try:
+            for part in (cost, latency, incremental, graph_bytes):
+                for line in await part(rt, root, project_id):
+                    print(line, flush=True)
+        finally:
+            await rt.close()
+    if not args.only or args.only == "accuracy":
+        if _git(root, "ls-files", "*.py").strip():
+            for line in accuracy(project_id, root, args.sample, args.show):
                 print(line, flush=True)
-    finally:
-        await rt.close()
-    for line in cochange(root, settings):
-        print(line, flush=True)
+    if not args.only or args.only == "cochange":
+        for line in cochange(root, settings):
+            print(line, flush=True)
 
 
 async def main() -> None:
@@ -327,11 +366,17 @@ async def main() -> None:
     parser.add_argument("repos", nargs="+", type=Path)
     parser.add_argument("--sample", type=int, default=100)
     parser.add_argument("--work", type=Path, default=None)
+    parser.add_argument(
+        "--only",
+        choices=("accuracy", "cochange"),
+        help="one of the parts that need no daemon (no cold index)",
+    )
+    parser.add_argument("--show", action="store_true", help="list accuracy's misses and extras")
     args = parser.parse_args()
     for repo in args.repos:
         work = Path(tempfile.mkdtemp(dir=args.work, prefix="codegraph-"))
         try:
-            await bench(repo.resolve(), work, args.sample)
+            await bench(repo.resolve(), work, args)
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
