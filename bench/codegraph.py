@@ -1,6 +1,7 @@
 """The code graph on real repositories: what it costs, how fast it answers, how right it is.
 
     .venv/bin/python -m bench.codegraph REPO [REPO...] [--sample 100] [--work DIR]
+        [--only accuracy|cochange] [--show] [--typescript NODE_MODULES]
 
 REPO: a git working tree with history (a repository fetched for the bench; nothing of it is
 kept here). Per repo:
@@ -36,6 +37,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import random
 import re
 import shutil
@@ -50,8 +53,11 @@ from memoryd.compact import DB_DIR, compact_files, size
 from memoryd.config import Settings, load_settings
 from memoryd.migrate import CODE_GRAPH_TABLES
 from memoryd.runtime import Runtime
+from workers.chunking import language_for_path
 from workers.codegraph import GraphRows, file_graph_of
 from workers.codegraph.cochange import commits_of, is_source, pairs
+from workers.codegraph.extract import extract
+from workers.codegraph.resolve import guess
 
 SEED = 35
 
@@ -207,16 +213,14 @@ def _jedi_sites(root: Path, rel: str, line: int, name: str) -> set[tuple[str, in
 
 def _callers(graph: list[GraphRows]) -> dict[str, dict[str, set[tuple[str, int]]]]:
     """Per symbol key, its call sites as `related` lists them: "settled" (CALLS edges) and
-    "with guesses" (also the references by name whose only candidate it is). From the pure
-    stage's rows, the very rows the index job writes."""
-    by_name: dict[str, list[tuple[str, str]]] = {}  # short name -> (key, path)
+    "with guesses" (also the references by name whose only candidate it is, by the same
+    `guess` `related` makes). From the pure stage's rows, the very rows the index job writes."""
+    by_name: dict[str, list[dict[str, str]]] = {}  # short name -> symbol rows
     for rows in graph:
         for edge in rows.edges:
             if edge["table"] == "defines":
-                key = edge["target"]
-                by_name.setdefault(key.rsplit("#", 1)[1].rsplit(".", 1)[-1], []).append(
-                    (key, rows.path)
-                )
+                symbol = {"key": edge["target"], "path": rows.path, "name": edge["name"]}
+                by_name.setdefault(edge["name"].rsplit(".", 1)[-1], []).append(symbol)
     out: dict[str, dict[str, set[tuple[str, int]]]] = {}
 
     def sites(key: str) -> dict[str, set[tuple[str, int]]]:
@@ -231,40 +235,91 @@ def _callers(graph: list[GraphRows]) -> dict[str, dict[str, set[tuple[str, int]]
         for ref in rows.refs:
             if ref["verb"] != "calls":
                 continue
-            allowed = {
-                key
-                for key, path in by_name.get(ref["name"], [])
-                if not ref["paths"] or path in ref["paths"]
-            }
+            allowed = guess(ref, by_name.get(ref["name"], []))
             if len(allowed) == 1:
-                sites(allowed.pop())["with guesses"].update((rows.path, n) for n in ref["lines"])
+                sites(allowed[0]["key"])["with guesses"].update(
+                    (rows.path, n) for n in ref["lines"]
+                )
     return out
 
 
-def accuracy(project_id: str, root: Path, sample: int, show: bool) -> list[str]:
-    """Callers against jedi's, on functions sampled (fixed seed) from the source as written:
-    every `def` that is not a dunder, nested functions excluded (the graph has no symbol for
-    them), drawn before anything of the graph is looked at."""
-    paths = sorted(_git(root, "ls-files", "-z", "*.py").split("\x00")[:-1])
+def _ts_sites(
+    root: Path, files: list[str], queries: list[tuple[str, int, str]], node_path: Path
+) -> list[set[tuple[str, int]]]:
+    """Call sites by the TypeScript compiler's language service (bench/ts_references.cjs)."""
+    script = Path(__file__).with_name("ts_references.cjs")
+    request = {
+        "root": str(root),
+        "files": files,
+        "queries": [{"path": p, "line": n, "name": name} for p, n, name in queries],
+    }
+    done = subprocess.run(
+        ["node", "--max-old-space-size=4096", str(script)],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "NODE_PATH": str(node_path)},
+    )
+    return [{(p, n) for p, n in sites} for sites in json.loads(done.stdout)]
+
+
+def _sampled(
+    project_id: str, root: Path, language: str, sample: int
+) -> tuple[list[GraphRows], dict[str, tuple[str, int, str]], list[str]]:
+    """The graph of the language's files, and functions sampled (fixed seed) from what the
+    files define before anything of the calls is looked at: Python, every `def` that is not
+    a dunder; TypeScript, every function and method but constructors (nested functions
+    excluded: the graph has no symbol for them)."""
+    patterns = ("*.py",) if language == "python" else ("*.ts", "*.tsx")
+    paths = sorted(_git(root, "ls-files", "-z", *patterns).split("\x00")[:-1])
+    paths = [p for p in paths if not p.endswith(".d.ts")]
     graph = file_graph_of(project_id, root, paths)
     defined = {}
     for rows in graph:
-        lines = (root / rows.path).read_text("utf-8", "replace").splitlines()
+        text = (root / rows.path).read_text("utf-8", "replace")
+        lines = text.splitlines()
+        if language == "python":
+            wanted = None
+        else:
+            facts = extract(text, language_for_path(rows.path))
+            wanted = {
+                (d.line, d.qualified)
+                for d in (facts.definitions if facts else [])
+                if d.kind in ("function", "method") and d.name != "constructor"
+            }
         for edge in rows.edges:
+            if edge["table"] != "defines":
+                continue
             name = edge["name"].rsplit(".", 1)[-1]
-            text = lines[edge["line"] - 1]
-            if (
-                edge["table"] == "defines"
-                and re.match(rf"\s*(async\s+)?def {re.escape(name)}\b", text)
-                and not name.startswith("__")
-            ):
+            if wanted is None:
+                pick = re.match(rf"\s*(async\s+)?def {re.escape(name)}\b", lines[edge["line"] - 1])
+                pick = pick and not name.startswith("__")
+            else:
+                pick = (edge["line"], edge["name"]) in wanted
+            if pick:
                 defined[edge["target"]] = (rows.path, edge["line"], name)
     chosen = random.Random(SEED).sample(sorted(defined), min(sample, len(defined)))
+    return graph, defined, chosen
+
+
+def accuracy(
+    project_id: str, root: Path, sample: int, show: bool, language: str, node_path: Path | None
+) -> list[str]:
+    """Callers against jedi's (Python) or the TypeScript language service's."""
+    graph, defined, chosen = _sampled(project_id, root, language, sample)
+    if language == "python":
+        theirs_all = [_jedi_sites(root, *defined[key]) for key in chosen]
+        tool = "jedi"
+    else:
+        assert node_path is not None
+        theirs_all = list(
+            _ts_sites(root, [g.path for g in graph], [defined[k] for k in chosen], node_path)
+        )
+        tool = "tsserver"
     ours_by_key = _callers(graph)
     found = {"settled": [0, 0, 0], "with guesses": [0, 0, 0]}  # hits, ours, theirs
-    for key in chosen:
-        rel, line, short = defined[key]
-        theirs = _jedi_sites(root, rel, line, short)
+    for key, theirs in zip(chosen, theirs_all, strict=True):
         if theirs is None:
             continue
         for name, (hits, ours_n, theirs_n) in found.items():
@@ -278,7 +333,7 @@ def accuracy(project_id: str, root: Path, sample: int, show: bool) -> list[str]:
     out = []
     for name, (hits, ours_n, theirs_n) in found.items():
         out.append(
-            f"(d) callers vs jedi, {len(chosen)} functions, {name}: precision "
+            f"(d) {language} callers vs {tool}, {len(chosen)} functions, {name}: precision "
             f"{hits / max(ours_n, 1):.3f} ({hits}/{ours_n}), recall "
             f"{hits / max(theirs_n, 1):.3f} ({hits}/{theirs_n}) (targets 0.9, 0.8)"
         )
@@ -353,8 +408,13 @@ async def bench(root: Path, data_dir: Path, args: argparse.Namespace) -> None:
         finally:
             await rt.close()
     if not args.only or args.only == "accuracy":
-        if _git(root, "ls-files", "*.py").strip():
-            for line in accuracy(project_id, root, args.sample, args.show):
+        languages = ["python"] if _git(root, "ls-files", "*.py").strip() else []
+        if args.typescript is not None and _git(root, "ls-files", "*.ts").strip():
+            languages.append("typescript")
+        for language in languages:
+            for line in accuracy(
+                project_id, root, args.sample, args.show, language, args.typescript
+            ):
                 print(line, flush=True)
     if not args.only or args.only == "cochange":
         for line in cochange(root, settings):
@@ -372,6 +432,13 @@ async def main() -> None:
         help="one of the parts that need no daemon (no cold index)",
     )
     parser.add_argument("--show", action="store_true", help="list accuracy's misses and extras")
+    parser.add_argument(
+        "--typescript",
+        type=Path,
+        default=None,
+        help="a node_modules directory holding npm's `typescript`: also compares TypeScript "
+        "callers with its language service",
+    )
     args = parser.parse_args()
     for repo in args.repos:
         work = Path(tempfile.mkdtemp(dir=args.work, prefix="codegraph-"))

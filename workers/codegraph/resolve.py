@@ -67,6 +67,11 @@ class _Target:
     dir_files: tuple[str, ...] = ()  # a package of several files (Go, Java same package)
 
 
+# Where a call points: (symbol key, None, None) settled; (None, files, owner) a guess by name;
+# (None, None, None) outside the project.
+Resolved = tuple[str | None, tuple[str, ...] | None, str | None]
+
+
 def resolve(project_id: str, rel: str, graph: FileGraph, tree: Tree) -> GraphRows:
     rows = GraphRows(rel)
     source_file = file_entity_id(project_id, rel)
@@ -101,6 +106,7 @@ def resolve(project_id: str, rel: str, graph: FileGraph, tree: Tree) -> GraphRow
                 )
             _edge(rows, IMPORTS.table, source_file, mkey, imp.line, imp.module, kind="module")
         single = targets[0] if len(targets) == 1 else None
+        package = _package(single)
         if imp.alias:
             names[imp.alias] = _Target(single, module=imp.module, dir_files=tuple(targets))
         for name, local in imp.names:
@@ -108,6 +114,8 @@ def resolve(project_id: str, rel: str, graph: FileGraph, tree: Tree) -> GraphRow
             sub = _submodule(graph, rel, imp, name, tree)
             if sub is not None:
                 names[local] = _Target(sub, module=f"{imp.module}.{name}")
+            elif package is not None:  # a package's __init__ may only re-export the name
+                names[local] = _Target(None, name, dir_files=(package,))
             elif single is not None:
                 names[local] = _Target(single, name)
             elif targets:
@@ -117,53 +125,88 @@ def resolve(project_id: str, rel: str, graph: FileGraph, tree: Tree) -> GraphRow
 
     same_package = _same_package(graph, rel, tree)
 
-    def target_of(
-        scope: str | None, receiver: str | None, name: str
-    ) -> tuple[str | None, tuple[str, ...] | None]:
-        """(symbol key, None) when settled; (None, candidate files, empty for any) for a
-        guess by name; (None, None) for a call outside the project (a library, a builtin)."""
+    # A Python call by a bare name or through a module means a module-level symbol: the
+    # guess is for the symbols without a class ("" owner), never a method of that name.
+    top_level = "" if graph.language == "python" else None
+    first_base: dict[str, str] = {}
+    for inherit in graph.inherits:
+        first_base.setdefault(inherit.cls, inherit.base)
+
+    def instance_call(cls: str, name: str) -> Resolved:
+        """A method called on an instance of `cls` (a class as the file writes it): settled
+        when the file defines both; outside the project when the class is; else a guess by
+        name owned by that class, among the files of its directory (where its bases usually
+        are: the method may be inherited)."""
+        owner = cls.rsplit(".", 1)[-1]
+        if cls in classes:
+            if f"{cls}.{name}" in defined:
+                return symbol_key(project_id, rel, name, cls), None, None
+            return None, (), owner
+        found = names.get(cls) or names.get(cls.split(".", 1)[0])
+        if found is None:
+            if "." not in cls and graph.language == "python" and cls in _BUILTINS:
+                return None, None, None
+            return None, (), owner
+        if found.path is not None:
+            here = posixpath.dirname(found.path)
+            return None, (f"{here}/",) if here else (), owner
+        if not found.dir_files:
+            return None, None, None  # a library's class: `Path`, `asyncio.Queue`
+        return None, found.dir_files, owner
+
+    def target_of(scope: str | None, receiver: str | None, name: str) -> Resolved:
+        """(symbol key, None, None) when settled; (None, candidate files or `dir/` prefixes,
+        empty for any; the class the target is a method of, if known) for a guess by name;
+        (None, None, None) for a call outside the project (a library, a builtin)."""
         if receiver is None:
             if name in defined:
-                return symbol_key(project_id, rel, name, None), None
+                return symbol_key(project_id, rel, name, None), None, None
             found = names.get(name)
             if found is not None and found.path is not None:
-                return symbol_key(project_id, found.path, found.name or name, None), None
+                return symbol_key(project_id, found.path, found.name or name, None), None, None
             if found is not None:
-                return None, found.dir_files or None
+                return None, found.dir_files or None, top_level
             if graph.language == "python" and name in _BUILTINS:
-                return None, None
-            return None, same_package
+                return None, None, None
+            return None, same_package, top_level
         head = receiver.split(".", 1)[0]
         owner = scope.split(".", 1)[0] if scope else None
         if head in _SELF and owner in classes:
             if receiver == head and f"{owner}.{name}" in defined:
-                return symbol_key(project_id, rel, name, owner), None
-            return None, ()
+                return symbol_key(project_id, rel, name, owner), None, None
+            return None, (), None
+        if receiver == "super" and owner in first_base:
+            return instance_call(first_base[owner], name)
         if receiver in classes:
-            return symbol_key(project_id, rel, name, receiver), None
+            return symbol_key(project_id, rel, name, receiver), None, None
         found = names.get(receiver) or names.get(head)
         if found is None:
-            return None, ()  # a variable: `job.result()`
+            return None, (), None  # a variable: `job.result()`
         if found.name is not None and found.path is not None:  # an imported class
-            return symbol_key(project_id, found.path, name, found.name), None
+            return symbol_key(project_id, found.path, name, found.name), None, None
         if found.path is not None and receiver in names:  # a module alias
-            return symbol_key(project_id, found.path, name, None), None
-        return None, found.dir_files or None
+            package = _package(found.path)
+            if package is not None:  # `httpx.get()`: defined in the package or re-exported
+                return None, (package,), top_level
+            return symbol_key(project_id, found.path, name, None), None, None
+        return None, found.dir_files or None, None
 
     for call in graph.calls:
         if call.receiver == COMPUTED:
-            key, candidates = None, ()
+            key, candidates, owner = None, (), None
+        elif call.instance_of is not None:
+            key, candidates, owner = instance_call(call.instance_of, call.name)
         else:
-            key, candidates = target_of(call.scope, call.receiver, call.name)
+            key, candidates, owner = target_of(call.scope, call.receiver, call.name)
         source = _symbol_or_file(project_id, rel, call.scope, source_file)
         if key is not None:
             _edge(rows, CALLS.table, source, key, call.line, call.name)
         elif candidates is not None:
-            _ref(rows, CALLS.table, source, call.name, call.line, candidates)
+            _ref(rows, CALLS.table, source, call.name, call.line, candidates, owner)
     for inherit in graph.inherits:
         source = _symbol_or_file(project_id, rel, inherit.cls, source_file)
         receiver, _, name = inherit.base.replace("::", ".").rpartition(".")
-        key, candidates = target_of(None, receiver or None, name)
+        key, candidates, _ = target_of(None, receiver or None, name)
         if key is not None:
             _edge(rows, INHERITS.table, source, key, inherit.line, inherit.base)
         elif candidates is not None:
@@ -200,11 +243,49 @@ def _edge(
 
 
 def _ref(
-    rows: GraphRows, table: str, source: str, name: str, line: int, candidates: Iterable[str]
+    rows: GraphRows,
+    table: str,
+    source: str,
+    name: str,
+    line: int,
+    candidates: Iterable[str],
+    owner: str | None = None,
 ) -> None:
-    ref = {"id": stable_id("ref", table, rows.path, source, name), "verb": table}
-    paths = sorted(set(candidates))
-    _add(rows, rows.refs, ref | {"source": source, "name": name, "line": line, "paths": paths})
+    ref: dict[str, Any] = {"verb": table, "source": source, "name": name, "line": line}
+    ref["paths"] = sorted(set(candidates))
+    if owner is None:
+        ref["id"] = stable_id("ref", table, rows.path, source, name)
+    else:  # the field is absent, not null, when there is none (the table's type)
+        ref |= {"id": stable_id("ref", table, rows.path, source, owner, name), "owner": owner}
+    _add(rows, rows.refs, ref)
+
+
+def guess(ref: dict[str, Any], candidates: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The symbols (rows with `path` and qualified `name`) a reference by name may mean: those
+    in the files (or under the `dir/` prefixes) it could reach, or anywhere when it names
+    none; when it knows its receiver's class, that class's method if one is among them."""
+    paths = ref["paths"]
+    allowed = [
+        c
+        for c in candidates
+        if not paths
+        or any(c["path"] == p or (p.endswith("/") and c["path"].startswith(p)) for p in paths)
+    ]
+    owner = ref.get("owner")
+    if owner is not None:  # "" for a module-level symbol
+        owned = [c for c in allowed if c["name"] == f"{owner}.{ref['name']}".lstrip(".")]
+        if owned:
+            return owned
+    return allowed
+
+
+def _package(path: str | None) -> str | None:
+    """`pkg/` for a Python package's `pkg/__init__.py`: the names it gives may be defined
+    in it or re-exported from any module under it."""
+    if path is None or posixpath.basename(path) != "__init__.py":
+        return None
+    here = posixpath.dirname(path)
+    return f"{here}/" if here else None  # the root's own __init__.py: as a module
 
 
 def _add(rows: GraphRows, into: list[dict[str, Any]], row: dict[str, Any]) -> None:
