@@ -3,7 +3,7 @@
 // stdin: {"root": dir, "files": [paths under root], "queries": [{"path", "line", "name"}]}
 // stdout: one JSON array per query, of [path, line] call sites: references that are not the
 // definition, inside the root, followed by `(` (as the bench counts jedi's).
-// `typescript` is found through NODE_PATH (npm's package, installed by the bench's runner).
+// `typescript` (5.x: 7 has no JavaScript API) is found through NODE_PATH.
 const fs = require("fs");
 const path = require("path");
 const ts = require("typescript");
