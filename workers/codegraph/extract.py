@@ -162,7 +162,7 @@ def _python(root: Node, graph: FileGraph) -> None:
                         if left is not None and left.type == "identifier":
                             scopes.define(_text(left), cls, "name", left)
                 visit(child, cls, scope, False)
-            else:
+            elif child.child_count:  # a leaf (half the nodes) holds nothing: no call for it
                 visit(child, cls, scope, top and kind in ("block", "if_statement", "else_clause"))
 
     def visit_def(node: Node, cls: str | None, scope: str | None, top: bool) -> None:
