@@ -273,3 +273,29 @@ def test_python_calls_on_instances_packages_and_super(tmp_path: Path) -> None:
     # `Client()` in pkg/_api.py is settled by its import; `p.read_text()` is pathlib's.
     api = next(rows for rows in graph if rows.path == "pkg/_api.py")
     assert _edges(api, "calls") == [("Client", "pkg/_client.py#Client", 4)]
+
+
+def test_typescript_barrels_and_builtin_methods() -> None:
+    """`z.number()` through `import * as z from "./v4/index.js"` may be any module-level
+    `number` under v4/ (a barrel re-exports); `x.toString()` on an untyped value is no guess."""
+    text = (
+        'import * as z from "./v4/index.js";\n'
+        'import { union } from "./v4/index.js";\n'
+        "export function f(x: unknown) {\n"
+        "  return z.number() && union() && x.toString() && x.parse();\n"
+        "}\n"
+    )
+    files = Files("src/main.ts", "src/v4/index.ts", "src/v4/schemas.ts")
+    rows = _resolved("typescript", "src/main.ts", text, files)
+    assert _edges(rows, "calls") == []
+    assert [(r["name"], r["paths"], r.get("owner"), r["line"]) for r in rows.refs] == [
+        ("number", ["src/v4/"], "", 4),
+        ("union", ["src/v4/"], "", 4),
+        ("parse", [], None, 4),
+    ]
+    symbols = [
+        {"key": "p:src/v4/schemas.ts#number", "path": "src/v4/schemas.ts", "name": "number"},
+        {"key": "p:src/v4/schemas.ts#Z.number", "path": "src/v4/schemas.ts", "name": "Z.number"},
+        {"key": "p:src/other.ts#number", "path": "src/other.ts", "name": "number"},
+    ]
+    assert [c["key"] for c in guess(rows.refs[0], symbols)] == ["p:src/v4/schemas.ts#number"]

@@ -34,6 +34,18 @@ from memoryd.vocabulary import CALLS, DEFINES, IMPORTS, INHERITS
 from workers.codegraph.extract import COMPUTED, FileGraph, Import
 
 _SELF = frozenset({"self", "this", "cls", "Self"})
+_JS = ("javascript", "typescript", "tsx")
+# Methods of JavaScript's own objects (Object, Array, Map, Set, String, Promise, Function,
+# RegExp, iterators): called on a value the file does not type, they are almost never the
+# project's method of that name, so no guess is kept for them.
+_JS_BUILTIN_METHODS = frozenset(
+    "toString valueOf toJSON hasOwnProperty isPrototypeOf has get set delete add clear "
+    "forEach map filter reduce reduceRight push pop shift unshift slice splice concat join "
+    "includes indexOf lastIndexOf find findIndex findLast some every keys values entries sort "
+    "reverse flat flatMap fill at then catch finally apply call bind split replace replaceAll "
+    "trim trimStart trimEnd startsWith endsWith match matchAll test exec charAt charCodeAt "
+    "toLowerCase toUpperCase padStart padEnd repeat substring localeCompare next".split()
+)
 # Python's builtins are never a project's symbols: calls of them are not kept.
 _BUILTINS = frozenset(dir(builtins))
 
@@ -127,7 +139,7 @@ def resolve(project_id: str, rel: str, graph: FileGraph, tree: Tree) -> GraphRow
 
     # A Python call by a bare name or through a module means a module-level symbol: the
     # guess is for the symbols without a class ("" owner), never a method of that name.
-    top_level = "" if graph.language == "python" else None
+    top_level = "" if graph.language in ("python", *_JS) else None
     first_base: dict[str, str] = {}
     for inherit in graph.inherits:
         first_base.setdefault(inherit.cls, inherit.base)
@@ -180,6 +192,8 @@ def resolve(project_id: str, rel: str, graph: FileGraph, tree: Tree) -> GraphRow
         if receiver in classes:
             return symbol_key(project_id, rel, name, receiver), None, None
         found = names.get(receiver) or names.get(head)
+        if found is None and graph.language in _JS and name in _JS_BUILTIN_METHODS:
+            return None, None, None  # `x.toString()`, `m.has(k)`: a Map's, a string's…
         if found is None:
             return None, (), None  # a variable: `job.result()`
         if found.name is not None and found.path is not None:  # an imported class
@@ -280,12 +294,17 @@ def guess(ref: dict[str, Any], candidates: Iterable[dict[str, Any]]) -> list[dic
 
 
 def _package(path: str | None) -> str | None:
-    """`pkg/` for a Python package's `pkg/__init__.py`: the names it gives may be defined
-    in it or re-exported from any module under it."""
-    if path is None or posixpath.basename(path) != "__init__.py":
+    """`pkg/` for a Python package's `pkg/__init__.py` or a JavaScript/TypeScript barrel
+    `pkg/index.ts`: the names it gives may be defined in it or re-exported from any module
+    under it."""
+    if path is None:
+        return None
+    base = posixpath.basename(path)
+    barrel = base.endswith(_JS_SUFFIXES) and base.split(".", 1)[0] == "index"
+    if base != "__init__.py" and not barrel:
         return None
     here = posixpath.dirname(path)
-    return f"{here}/" if here else None  # the root's own __init__.py: as a module
+    return f"{here}/" if here else None  # the root's own: as a module
 
 
 def _add(rows: GraphRows, into: list[dict[str, Any]], row: dict[str, Any]) -> None:
