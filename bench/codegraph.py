@@ -25,7 +25,12 @@ kept here). Per repo:
     repo) against memoryd's callers from the pure stage's rows (every line of each CALLS
     edge, and with the guesses by name that have one candidate); precision and recall of
     (file, line) pairs, summed over the sample (targets: precision >= 0.9, recall >= 0.8).
-    `--show` lists the misses and the extras.
+    `--show` lists the misses and the extras. With `--typescript NODE_MODULES` (npm's
+    `typescript` 5, whose language service bench/ts_references.cjs asks), the same for the
+    repository's TypeScript functions and methods against `findReferences`.
+(a') `--only pure-cost`, no daemon: the graph's pure stage against the chunker's on the same
+    files, and one large file's graph (an edit's extraction), for trees too large to index
+    cold on a shared machine.
 (e) Co-change: the newest 100 non-merge commits changing 2 or 3 source files are the test;
     CHANGES_WITH is counted (the daemon's own `pairs`) from the commits before the oldest of
     them, within the default window. Given each changed file, is another file of the commit in

@@ -213,14 +213,13 @@ async def test_search_hits_with_their_co_changed_files_and_callers(
         [hit] = [r for r in results if r.name == "create_pool"]
         graphs = await related_of_hits(memoryd, results)
     assert hit_lines(graphs[hit.id]) == [
-        "  changes with arq/worker.py (1.25 commits)",
-        "  changes with arq/__init__.py (0.25 commits)",
-        "  changes with arq/cli.py (0.25 commits)",
+        # the import of 12 source files counts each pair 4/12; the commit of two, 1
+        "  changes with arq/worker.py (1.333 commits)",
+        "  changes with arq/__init__.py (0.333 commits)",
+        "  changes with arq/__main__.py (0.333 commits)",
         "  called by arq/worker.py#Worker.main at arq/worker.py:351",
         "  called by arq/worker.py#async_check_health at arq/worker.py:907",
     ]
-    # A chunk of a file the graph does not read (none here is prose): every hit is code.
-    assert set(graphs) <= {r.id for r in results}
     found = cli(
         "search", "create a redis connection pool", "--limit", "20", "--related", "--json",
         "--data-dir", str(stack.settings.data_dir),
