@@ -277,12 +277,13 @@ def test_python_calls_on_instances_packages_and_super(tmp_path: Path) -> None:
 
 def test_typescript_barrels_and_builtin_methods() -> None:
     """`z.number()` through `import * as z from "./v4/index.js"` may be any module-level
-    `number` under v4/ (a barrel re-exports); `x.toString()` on an untyped value is no guess."""
+    `number` under v4/ (a barrel re-exports); `x.toString()`, `this.m.has()` on values the file
+    does not type are no guess."""
     text = (
         'import * as z from "./v4/index.js";\n'
         'import { union } from "./v4/index.js";\n'
         "export function f(x: unknown) {\n"
-        "  return z.number() && union() && x.toString() && x.parse();\n"
+        "  return z.number() && union() && x.toString() && this.m.has(x) && x.parse();\n"
         "}\n"
     )
     files = Files("src/main.ts", "src/v4/index.ts", "src/v4/schemas.ts")

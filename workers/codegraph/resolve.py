@@ -192,8 +192,6 @@ def resolve(project_id: str, rel: str, graph: FileGraph, tree: Tree) -> GraphRow
         if receiver in classes:
             return symbol_key(project_id, rel, name, receiver), None, None
         found = names.get(receiver) or names.get(head)
-        if found is None and graph.language in _JS and name in _JS_BUILTIN_METHODS:
-            return None, None, None  # `x.toString()`, `m.has(k)`: a Map's, a string's…
         if found is None:
             return None, (), None  # a variable: `job.result()`
         if found.name is not None and found.path is not None:  # an imported class
@@ -212,6 +210,8 @@ def resolve(project_id: str, rel: str, graph: FileGraph, tree: Tree) -> GraphRow
             key, candidates, owner = instance_call(call.instance_of, call.name)
         else:
             key, candidates, owner = target_of(call.scope, call.receiver, call.name)
+        if candidates == () and graph.language in _JS and call.name in _JS_BUILTIN_METHODS:
+            continue  # `x.toString()`, `this.cache.has(k)`: a string's, a Map's…
         source = _symbol_or_file(project_id, rel, call.scope, source_file)
         if key is not None:
             _edge(rows, CALLS.table, source, key, call.line, call.name)
