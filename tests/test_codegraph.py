@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from mcp import Client as McpClient
 
-from memoryd import client
+from memoryd import client, projects
 from memoryd.mcp_server import build_server
 from memoryd.migrate import migrate
 from memoryd.present_graph import hit_lines
@@ -208,6 +208,12 @@ async def test_search_hits_with_their_co_changed_files_and_callers(
     git(arq_repo, "commit", "-q", "-am", "connections and worker")
     await index_tree(stack, arq_repo)
     assert (await _counted(stack, arq_repo))["commits"] == 2
+    # A call on an instance keeps its class (code_ref.owner): `job.result_info()` of `job = Job(…)`.
+    assert stack.store is not None
+    refs = await stack.store.refs_named(projects.resolve(arq_repo).id, ["result_info"], "calls")
+    assert [(r["path"], r["line"], r["owner"]) for r in refs] == [
+        ("arq/connections.py", 186, "Job")
+    ]
     async with client.connect(stack.settings) as memoryd:
         results = await memoryd.search("create a redis connection pool", limit=20)
         [hit] = [r for r in results if r.name == "create_pool"]
