@@ -116,7 +116,7 @@ def test_go_package_imports_and_methods() -> None:
     ]
     assert _edges(rows, "inherits") == [("store.Base", "internal/store/store.go#Base", 9)]
     # A name of the file's own package is guessed among its other files when read.
-    assert [(r["name"], r["paths"]) for r in rows.refs] == [("helper", ["server/util.go"])]
+    assert [(r["name"], r["paths"]) for r in rows.refs] == [("helper", ["server/*"])]
     assert [d["key"] for d in rows.symbols] == [
         "p:server/server.go#Server",
         "p:server/server.go#Server.Run",
@@ -175,14 +175,22 @@ def test_java_packages_and_inheritance() -> None:
         ("listen", "src/main/java/com/acme/app/Server.java#Server.listen", 8),
         ("open", "src/main/java/com/acme/store/Store.java#Store.open", 8),
     ]
-    same_package = [
-        "src/main/java/com/acme/app/Base.java",
-        "src/main/java/com/acme/app/Helper.java",
-    ]
+    same_package = ["src/main/java/com/acme/app/*"]
     assert [(r["verb"], r["name"], r["paths"]) for r in rows.refs] == [
         ("calls", "Helper", same_package),
         ("inherits", "Base", same_package),
         ("inherits", "Runnable", same_package),
+    ]
+    # `dir/*` takes in the files of that directory, not of its subdirectories.
+    symbols = [
+        {"key": f"p:{path}#Helper", "path": path, "name": "Helper"}
+        for path in (
+            "src/main/java/com/acme/app/Helper.java",
+            "src/main/java/com/acme/app/x/Helper.java",
+        )
+    ]
+    assert [c["path"] for c in guess(rows.refs[0], symbols)] == [
+        "src/main/java/com/acme/app/Helper.java"
     ]
 
 

@@ -120,7 +120,7 @@ def resolve(project_id: str, rel: str, graph: FileGraph, tree: Tree) -> GraphRow
         single = targets[0] if len(targets) == 1 else None
         package = _package(single)
         if imp.alias:
-            names[imp.alias] = _Target(single, module=imp.module, dir_files=tuple(targets))
+            names[imp.alias] = _Target(single, module=imp.module, dir_files=_package_files(targets))
         for name, local in imp.names:
             # `from pkg import mod` names a module file when there is one
             sub = _submodule(graph, rel, imp, name, tree)
@@ -131,11 +131,11 @@ def resolve(project_id: str, rel: str, graph: FileGraph, tree: Tree) -> GraphRow
             elif single is not None:
                 names[local] = _Target(single, name)
             elif targets:
-                names[local] = _Target(None, name, dir_files=tuple(targets))
+                names[local] = _Target(None, name, dir_files=_package_files(targets))
             else:
                 names[local] = _Target(None, name, module=imp.module)
 
-    same_package = _same_package(graph, rel, tree)
+    same_package = _same_package(graph, rel)
 
     # A Python call by a bare name or through a module means a module-level symbol: the
     # guess is for the symbols without a class ("" owner), never a method of that name.
@@ -276,15 +276,10 @@ def _ref(
 
 def guess(ref: dict[str, Any], candidates: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The symbols (rows with `path` and qualified `name`) a reference by name may mean: those
-    in the files (or under the `dir/` prefixes) it could reach, or anywhere when it names
+    in the files (`dir/` prefixes, `dir/*` directories) it could reach, or anywhere when it names
     none; when it knows its receiver's class, that class's method if one is among them."""
     paths = ref["paths"]
-    allowed = [
-        c
-        for c in candidates
-        if not paths
-        or any(c["path"] == p or (p.endswith("/") and c["path"].startswith(p)) for p in paths)
-    ]
+    allowed = [c for c in candidates if not paths or any(_reaches(c["path"], p) for p in paths)]
     owner = ref.get("owner")
     if owner is not None:  # "" for a module-level symbol
         owned = [c for c in allowed if c["name"] == f"{owner}.{ref['name']}".lstrip(".")]
@@ -462,11 +457,29 @@ def _java_root(rel: str, package: str) -> str | None:
     return here[: -len(suffix) - 1] if here.endswith("/" + suffix) else None
 
 
-def _same_package(graph: FileGraph, rel: str, tree: Tree) -> tuple[str, ...]:
-    """Files whose names a Go or Java file uses unqualified: its own package's."""
-    here = posixpath.dirname(rel)
-    if graph.language == "go":
-        return tuple(f for f in tree.files_in(here, ".go") if f != rel)
-    if graph.language == "java":
-        return tuple(f for f in tree.files_in(here, ".java") if f != rel)
+def _same_package(graph: FileGraph, rel: str) -> tuple[str, ...]:
+    """Where the names a Go or Java file uses unqualified are: its own package, the files of
+    its directory (`dir/*`)."""
+    if graph.language in ("go", "java"):
+        return (_in_dir(posixpath.dirname(rel)),)
     return ()
+
+
+def _in_dir(here: str) -> str:
+    """`dir/*`: the files directly in a directory (a Go or Java package), as one entry of a
+    reference's paths: kafka's packages hold hundreds of files, listed on every reference."""
+    return f"{here}/*" if here else "*"
+
+
+def _package_files(files: list[str]) -> tuple[str, ...]:
+    """A package's files as a reference's paths: `dir/*` when they share one directory."""
+    dirs = {posixpath.dirname(f) for f in files}
+    return (_in_dir(dirs.pop()),) if len(files) > 1 and len(dirs) == 1 else tuple(files)
+
+
+def _reaches(path: str, where: str) -> bool:
+    """Whether a reference's paths entry takes in this file: the file itself, a `dir/`
+    prefix (a package's modules) or `dir/*` (the files directly in dir)."""
+    if where.endswith("*"):
+        return posixpath.dirname(path) == where[:-2] if where != "*" else "/" not in path
+    return path == where or (where.endswith("/") and path.startswith(where))
