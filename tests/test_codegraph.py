@@ -216,7 +216,7 @@ async def test_search_hits_with_their_co_changed_files_and_callers(
     ]
     async with client.connect(stack.settings) as memoryd:
         results = await memoryd.search("create a redis connection pool", limit=20)
-        [hit] = [r for r in results if r.name == "create_pool"]
+        hit = next(r for r in results if r.name == "create_pool")  # its first chunk found
         graphs = await related_of_hits(memoryd, results)
     assert hit_lines(graphs[hit.id]) == [
         # the import of 12 source files counts each pair 4/12; the commit of two, 1
