@@ -86,4 +86,4 @@ def hit_lines(graph: HitGraph) -> list[str]:
     """The lines under a search hit (`search --related`), indented: the files its file
     usually changes with, then the callers."""
     lines = [f"  changes with {c['path']} ({c['count']:g} commits)" for c in graph["changes_with"]]
-    return lines + [_link_line("  called by", link) for link in graph["callers"]]
+    return lines + ["  " + _link_line("called by", link) for link in graph["callers"]]
