@@ -3,6 +3,7 @@ back by `related` and `impact` through the typed client and the MCP tools."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import shutil
@@ -19,7 +20,7 @@ from memoryd.migrate import migrate
 from memoryd.present_graph import hit_lines
 from memoryd.runtime import Runtime
 from memoryd.search_related import related_of_hits
-from tests.conftest import cli, git, git_init, index_tree
+from tests.conftest import MEMORYD, cli_env, git, git_init, index_tree
 from tests.test_codegraph_cochange import _counted
 
 pytestmark = pytest.mark.e2e
@@ -226,9 +227,13 @@ async def test_search_hits_with_their_co_changed_files_and_callers(
         "  called by arq/worker.py#Worker.main at arq/worker.py:351",
         "  called by arq/worker.py#async_check_health at arq/worker.py:907",
     ]
-    found = cli(
-        "search", "create a redis connection pool", "--limit", "20", "--related", "--json",
-        "--data-dir", str(stack.settings.data_dir),
+    # The CLI beside the daemon this event loop serves (a blocking run would starve it).
+    proc = await asyncio.create_subprocess_exec(
+        MEMORYD, "search", "create a redis connection pool", "--limit", "20", "--related",
+        "--json", "--data-dir", str(stack.settings.data_dir), env=cli_env(),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    rows = {row["id"]: row for row in json.loads(found.stdout)["results"]}
+    out, errors = await asyncio.wait_for(proc.communicate(), 600)
+    assert proc.returncode == 0, errors.decode()
+    rows = {row["id"]: row for row in json.loads(out)["results"]}
     assert rows[hit.id]["related"] == graphs[hit.id]
