@@ -5,9 +5,11 @@ Pure but for the project's layout, asked through a :class:`Tree` (which files ex
 resolves to a file of the project when one exists at the path the language's rules give,
 else to an external `module` entity. A call resolves by the calling file's own definitions and
 imports (`self.m()` to the method of the class it sits in): confidence 1. What neither settles
-(`obj.m()`, a name from a star import) is kept as a reference by name, and `related` guesses its
-target when asked, among the symbols of that name then (confidence 0.9/number of them), so an
-edit of another file never makes this file's rows stale.
+(`obj.m()`, a name from a star import or a package's re-export) is kept as a reference by name,
+with where its target may be (files, `dir/` prefixes, `dir/*` directories) and, when the file
+types the receiver, its class (`owner`; "" for a module-level name); `related` guesses its
+target when asked, among the symbols of that name then (`guess`; confidence 0.9/number of
+them), so an edit of another file never makes this file's rows stale.
 
 Every edge is owned by the file it was read from (its `path`): re-indexing a file replaces
 exactly its rows.
