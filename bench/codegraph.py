@@ -1,6 +1,7 @@
 """The code graph on real repositories: what it costs, how fast it answers, how right it is.
 
     .venv/bin/python -m bench.codegraph REPO [REPO...] [--sample 100] [--work DIR]
+        [--only accuracy|cochange|pure-cost] [--show] [--typescript NODE_MODULES]
 
 REPO: a git working tree with history (a repository fetched for the bench; nothing of it is
 kept here). Per repo:
@@ -17,11 +18,19 @@ kept here). Per repo:
     each through the query queue as a client asks; p50 and p95 (target p95 <= 50 ms).
 (c) Incremental: one file edited (a function added that calls another of the file), its
     index job's own time, and the graph's part of it (target <= 100 ms of work).
-(d) Reference accuracy (Python): `--sample` functions and methods drawn with a fixed seed;
-    their call sites by jedi's `get_references` (a reference followed by `(`, not the
-    definition, inside the repo) against memoryd's callers (every line of each CALLS edge,
-    and with the guesses by name that have one candidate); precision and recall of (file, line)
-    pairs, summed over the sample (targets: precision >= 0.9, recall >= 0.8).
+(d) Reference accuracy (Python; pure, `--only accuracy` runs it without a cold index):
+    `--sample` functions and methods (every `def` but dunders, nested functions excluded)
+    drawn with a fixed seed from the source before the graph is looked at; their call sites
+    by jedi's `get_references` (a reference followed by `(`, not the definition, inside the
+    repo) against memoryd's callers from the pure stage's rows (every line of each CALLS
+    edge, and with the guesses by name that have one candidate); precision and recall of
+    (file, line) pairs, summed over the sample (targets: precision >= 0.9, recall >= 0.8).
+    `--show` lists the misses and the extras. With `--typescript NODE_MODULES` (npm's
+    `typescript` 5, whose language service bench/ts_references.cjs asks), the same for the
+    repository's TypeScript functions and methods against `findReferences`.
+(a') `--only pure-cost`, no daemon: the graph's pure stage against the chunker's on the same
+    files, and one large file's graph (an edit's extraction), for trees too large to index
+    cold on a shared machine.
 (e) Co-change: the newest 100 non-merge commits changing 2 or 3 source files are the test;
     CHANGES_WITH is counted (the daemon's own `pairs`) from the commits before the oldest of
     them, within the default window. Given each changed file, is another file of the commit in
@@ -33,6 +42,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import random
 import re
 import shutil
@@ -45,11 +56,13 @@ from pathlib import Path
 from memoryd import jobs, projects, queue
 from memoryd.compact import DB_DIR, compact_files, size
 from memoryd.config import Settings, load_settings
-from memoryd.ids import symbol_entity_id
 from memoryd.migrate import CODE_GRAPH_TABLES
 from memoryd.runtime import Runtime
-from workers.codegraph import file_graph_of
+from workers.chunking import chunk_text, language_for_path
+from workers.codegraph import GraphRows, file_graph_of
 from workers.codegraph.cochange import commits_of, is_source, pairs
+from workers.codegraph.extract import extract
+from workers.codegraph.resolve import guess
 
 SEED = 35
 
@@ -177,6 +190,41 @@ async def incremental(rt: Runtime, root: Path, project_id: str) -> list[str]:
     ]
 
 
+def pure_cost(project_id: str, root: Path) -> list[str]:
+    """The graph's pure stage against the chunker's on the same files, without a daemon:
+    a lower bound of the index job's work (no embedding, no writes), so the share is an upper
+    bound of the graph's pure share. Also one file's graph, as an edit re-reads it."""
+    paths = [
+        p
+        for p in _git(root, "ls-files", "-z").split("\x00")[:-1]
+        if language_for_path(p) and (root / p).is_file()
+    ]
+    texts = {p: (root / p).read_text("utf-8", "replace") for p in paths}
+    started = time.perf_counter()
+    chunks = sum(len(chunk_text(texts[p], language_for_path(p))) for p in paths)
+    chunking = time.perf_counter() - started
+    started = time.perf_counter()
+    graph = file_graph_of(project_id, root, paths)
+    pure = time.perf_counter() - started
+    edges = sum(len(g.edges) for g in graph)
+    refs = sum(len(g.refs) for g in graph)
+    largest = max((p for p in paths if p.endswith((".py", ".java"))), key=lambda p: len(texts[p]))
+    one: list[float] = []
+    for _ in range(5):
+        started = time.perf_counter()
+        file_graph_of(project_id, root, [largest])
+        one.append(time.perf_counter() - started)
+    return [
+        f"(a') pure stages, {len(paths)} files: chunking {chunking:.1f} s ({chunks} chunks), "
+        f"graph {pure:.1f} s ({edges} edges, {refs} references by name) = "
+        f"{pure / max(chunking, 1e-9):.1%} of chunking alone (the index job also embeds and "
+        f"writes: its share of a whole cold index is lower; target <= 25%)",
+        f"(c') one file's graph ({largest}, {len(texts[largest])} bytes): "
+        f"median of 5 {statistics.median(one) * 1000:.1f} ms extracting (writes not counted; "
+        "target <= 100 ms)",
+    ]
+
+
 def _jedi_sites(root: Path, rel: str, line: int, name: str) -> set[tuple[str, int]] | None:
     import jedi
 
@@ -185,7 +233,11 @@ def _jedi_sites(root: Path, rel: str, line: int, name: str) -> set[tuple[str, in
     column = text.find(name, text.find("def ") if "def " in text else 0)
     if column < 0:
         return None
-    script = jedi.Script(source, path=str(root / rel), project=jedi.Project(str(root)))
+    # The source roots memoryd's resolver starts absolute imports from: the root and `src`
+    # (click's layout), else jedi sees no reference through `from .x import f` under src/.
+    extra = [str(root / "src")] if (root / "src").is_dir() else []
+    project = jedi.Project(str(root), added_sys_path=extra)
+    script = jedi.Script(source, path=str(root / rel), project=project)
     sites = set()
     for ref in script.get_references(line, column):
         if ref.is_definition() or ref.module_path is None:
@@ -199,54 +251,131 @@ def _jedi_sites(root: Path, rel: str, line: int, name: str) -> set[tuple[str, in
     return sites
 
 
-async def accuracy(rt: Runtime, root: Path, project_id: str, sample: int) -> list[str]:
-    assert rt.store is not None
-    rows = (
-        await rt.store.query(
-            "SELECT target, path, line, name FROM defines "
-            "WHERE project = type::record('project', $p) "
-            "AND valid_until IS NONE AND string::ends_with(path, '.py') ORDER BY target",
-            {"p": project_id},
+def _callers(graph: list[GraphRows]) -> dict[str, dict[str, set[tuple[str, int]]]]:
+    """Per symbol key, its call sites as `related` lists them: "settled" (CALLS edges) and
+    "with guesses" (also the references by name whose only candidate it is, by the same
+    `guess` `related` makes). From the pure stage's rows, the very rows the index job writes."""
+    by_name: dict[str, list[dict[str, str]]] = {}  # short name -> symbol rows
+    for rows in graph:
+        for edge in rows.edges:
+            if edge["table"] == "defines":
+                symbol = {"key": edge["target"], "path": rows.path, "name": edge["name"]}
+                by_name.setdefault(edge["name"].rsplit(".", 1)[-1], []).append(symbol)
+    out: dict[str, dict[str, set[tuple[str, int]]]] = {}
+
+    def sites(key: str) -> dict[str, set[tuple[str, int]]]:
+        return out.setdefault(key, {"settled": set(), "with guesses": set()})
+
+    for rows in graph:
+        for edge in rows.edges:
+            if edge["table"] == "calls":
+                for line in edge["lines"]:
+                    sites(edge["target"])["settled"].add((rows.path, line))
+                    sites(edge["target"])["with guesses"].add((rows.path, line))
+        for ref in rows.refs:
+            if ref["verb"] != "calls":
+                continue
+            allowed = guess(ref, by_name.get(ref["name"], []))
+            if len(allowed) == 1:
+                sites(allowed[0]["key"])["with guesses"].update(
+                    (rows.path, n) for n in ref["lines"]
+                )
+    return out
+
+
+def _ts_sites(
+    root: Path, files: list[str], queries: list[tuple[str, int, str]], node_path: Path
+) -> list[set[tuple[str, int]]]:
+    """Call sites by the TypeScript compiler's language service (bench/ts_references.cjs)."""
+    script = Path(__file__).with_name("ts_references.cjs")
+    request = {
+        "root": str(root),
+        "files": files,
+        "queries": [{"path": p, "line": n, "name": name} for p, n, name in queries],
+    }
+    done = subprocess.run(
+        ["node", "--max-old-space-size=4096", str(script)],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "NODE_PATH": str(node_path)},
+    )
+    return [{(p, n) for p, n in sites} for sites in json.loads(done.stdout)]
+
+
+def _sampled(
+    project_id: str, root: Path, language: str, sample: int
+) -> tuple[list[GraphRows], dict[str, tuple[str, int, str]], list[str]]:
+    """The graph of the language's files, and functions sampled (fixed seed) from what the
+    files define before anything of the calls is looked at: Python, every `def` that is not
+    a dunder; TypeScript, every function and method but constructors (nested functions
+    excluded: the graph has no symbol for them)."""
+    patterns = ("*.py",) if language == "python" else ("*.ts", "*.tsx")
+    paths = sorted(_git(root, "ls-files", "-z", *patterns).split("\x00")[:-1])
+    paths = [p for p in paths if not p.endswith(".d.ts")]
+    graph = file_graph_of(project_id, root, paths)
+    defined = {}
+    for rows in graph:
+        text = (root / rows.path).read_text("utf-8", "replace")
+        lines = text.splitlines()
+        if language == "python":
+            wanted = None
+        else:
+            facts = extract(text, language_for_path(rows.path))
+            wanted = {
+                (d.line, d.qualified)
+                for d in (facts.definitions if facts else [])
+                if d.kind in ("function", "method") and d.name != "constructor"
+            }
+        for edge in rows.edges:
+            if edge["table"] != "defines":
+                continue
+            name = edge["name"].rsplit(".", 1)[-1]
+            if wanted is None:
+                pick = re.match(rf"\s*(async\s+)?def {re.escape(name)}\b", lines[edge["line"] - 1])
+                pick = pick and not name.startswith("__")
+            else:
+                pick = (edge["line"], edge["name"]) in wanted
+            if pick:
+                defined[edge["target"]] = (rows.path, edge["line"], name)
+    chosen = random.Random(SEED).sample(sorted(defined), min(sample, len(defined)))
+    return graph, defined, chosen
+
+
+def accuracy(
+    project_id: str, root: Path, sample: int, show: bool, language: str, node_path: Path | None
+) -> list[str]:
+    """Callers against jedi's (Python) or the TypeScript language service's."""
+    graph, defined, chosen = _sampled(project_id, root, language, sample)
+    if language == "python":
+        theirs_all = [_jedi_sites(root, *defined[key]) for key in chosen]
+        tool = "jedi"
+    else:
+        assert node_path is not None
+        theirs_all = list(
+            _ts_sites(root, [g.path for g in graph], [defined[k] for k in chosen], node_path)
         )
-    )[0]
-    kinds = {}
-    for row in rows:
-        source = (root / row["path"]).read_text().splitlines()[row["line"] - 1]
-        if re.match(r"\s*(async\s+)?def ", source) and not row["name"].rsplit(".", 1)[
-            -1
-        ].startswith("__"):
-            kinds[row["target"]] = row
-    chosen = random.Random(SEED).sample(sorted(kinds), min(sample, len(kinds)))
+        tool = "tsserver"
+    ours_by_key = _callers(graph)
     found = {"settled": [0, 0, 0], "with guesses": [0, 0, 0]}  # hits, ours, theirs
-    for key in chosen:
-        row = kinds[key]
-        short = row["name"].rsplit(".", 1)[-1]
-        theirs = await asyncio.to_thread(_jedi_sites, root, row["path"], row["line"], short)
+    for key, theirs in zip(chosen, theirs_all, strict=True):
         if theirs is None:
             continue
-        settled = {
-            (edge["path"], line)
-            for edge in await rt.store.graph_edges("calls", "out", [symbol_entity_id(key)])
-            for line in edge["lines"]
-        }
-        guessed = set(settled)
-        for ref in await rt.store.refs_named(project_id, [short], "calls"):
-            candidates = await rt.store.symbols_named(project_id, [short])
-            allowed = {
-                c["key"] for c in candidates if not ref["paths"] or c["path"] in ref["paths"]
-            }
-            if key in allowed and len(allowed) == 1:
-                guessed |= {(ref["path"], line) for line in ref["lines"]}
-        for name, ours in (("settled", settled), ("with guesses", guessed)):
-            found[name][0] += len(ours & theirs)
-            found[name][1] += len(ours)
-            found[name][2] += len(theirs)
+        for name, (hits, ours_n, theirs_n) in found.items():
+            ours = ours_by_key.get(key, {}).get(name, set())
+            found[name] = [hits + len(ours & theirs), ours_n + len(ours), theirs_n + len(theirs)]
+            if show and name == "with guesses":
+                for site in sorted(theirs - ours):
+                    print(f"    miss {key.split(':', 1)[1]} <- {site[0]}:{site[1]}")
+                for site in sorted(ours - theirs):
+                    print(f"    extra {key.split(':', 1)[1]} <- {site[0]}:{site[1]}")
     out = []
-    for name, (hits, ours, theirs) in found.items():
+    for name, (hits, ours_n, theirs_n) in found.items():
         out.append(
-            f"(d) callers vs jedi, {len(chosen)} functions, {name}: precision "
-            f"{hits / max(ours, 1):.3f} ({hits}/{ours}), recall {hits / max(theirs, 1):.3f} "
-            f"({hits}/{theirs}) (targets 0.9, 0.8)"
+            f"(d) {language} callers vs {tool}, {len(chosen)} functions, {name}: precision "
+            f"{hits / max(ours_n, 1):.3f} ({hits}/{ours_n}), recall "
+            f"{hits / max(theirs_n, 1):.3f} ({hits}/{theirs_n}) (targets 0.9, 0.8)"
         )
     return out
 
@@ -304,22 +433,35 @@ def cochange(root: Path, settings: Settings) -> list[str]:
     ]
 
 
-async def bench(root: Path, data_dir: Path, sample: int) -> None:
+async def bench(root: Path, data_dir: Path, args: argparse.Namespace) -> None:
     settings = load_settings(data_dir=data_dir)
-    rt = Runtime(settings)
-    await rt.start_queue(exclusive=True)
-    await rt.serve()
     project_id = projects.resolve(root).id
-    print(f"== {root.name} ({_git(root, 'rev-parse', '--short', 'HEAD').strip()})")
-    try:
-        for part in (cost, latency, incremental, accuracy, graph_bytes):
-            args = (sample,) if part is accuracy else ()
-            for line in await part(rt, root, project_id, *args):  # type: ignore[operator]
+    print(f"== {root.name} ({_git(root, 'rev-parse', '--short', 'HEAD').strip()})", flush=True)
+    if not args.only:
+        rt = Runtime(settings)
+        await rt.start_queue(exclusive=True)
+        await rt.serve()
+        try:
+            for part in (cost, latency, incremental, graph_bytes):
+                for line in await part(rt, root, project_id):
+                    print(line, flush=True)
+        finally:
+            await rt.close()
+    if not args.only or args.only == "accuracy":
+        languages = ["python"] if _git(root, "ls-files", "*.py").strip() else []
+        if args.typescript is not None and _git(root, "ls-files", "*.ts").strip():
+            languages.append("typescript")
+        for language in languages:
+            for line in accuracy(
+                project_id, root, args.sample, args.show, language, args.typescript
+            ):
                 print(line, flush=True)
-    finally:
-        await rt.close()
-    for line in cochange(root, settings):
-        print(line, flush=True)
+    if args.only == "pure-cost":
+        for line in pure_cost(project_id, root):
+            print(line, flush=True)
+    if not args.only or args.only == "cochange":
+        for line in cochange(root, settings):
+            print(line, flush=True)
 
 
 async def main() -> None:
@@ -327,11 +469,24 @@ async def main() -> None:
     parser.add_argument("repos", nargs="+", type=Path)
     parser.add_argument("--sample", type=int, default=100)
     parser.add_argument("--work", type=Path, default=None)
+    parser.add_argument(
+        "--only",
+        choices=("accuracy", "cochange", "pure-cost"),
+        help="one of the parts that need no daemon (no cold index)",
+    )
+    parser.add_argument("--show", action="store_true", help="list accuracy's misses and extras")
+    parser.add_argument(
+        "--typescript",
+        type=Path,
+        default=None,
+        help="a node_modules directory holding npm's `typescript`: also compares TypeScript "
+        "callers with its language service",
+    )
     args = parser.parse_args()
     for repo in args.repos:
         work = Path(tempfile.mkdtemp(dir=args.work, prefix="codegraph-"))
         try:
-            await bench(repo.resolve(), work, args.sample)
+            await bench(repo.resolve(), work, args)
         finally:
             shutil.rmtree(work, ignore_errors=True)
 

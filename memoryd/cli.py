@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from memoryd import metrics, projects
     from memoryd.client import Client
     from memoryd.config import Settings
+    from memoryd.results import SearchResult
     from memoryd.runtime import Runtime
     from memoryd.watch.repos import RepoWatcher
     from memoryd.watch.transcripts import TranscriptWatcher
@@ -460,6 +461,12 @@ def search(
     language: Annotated[
         str | None, typer.Option("--language", help="Only this language (python, markdown...).")
     ] = None,
+    related: Annotated[
+        bool,
+        typer.Option(
+            "--related", help="Under each code hit, files it usually changes with and callers."
+        ),
+    ] = False,
     data_dir: DataDir = None,
     redis_url: RedisUrl = None,
     surreal_url: SurrealUrl = None,
@@ -467,12 +474,15 @@ def search(
 ) -> None:
     """Hybrid search (vector k-NN + BM25, reciprocal rank fusion): `project  path:start-end  score
     name` lines."""
+    from memoryd.present_graph import hit_lines
+    from memoryd.search_related import HitGraph, related_of_hits
+
     settings = _client(data_dir, redis_url, surreal_url)
 
     when = _timestamp(as_of) if as_of else None
-    results = _with_client(
-        settings,
-        lambda memoryd: memoryd.search(
+
+    async def work(memoryd: Client) -> tuple[list[SearchResult], dict[str, HitGraph]]:
+        results = await memoryd.search(
             query,
             kind=kind,
             limit=limit,
@@ -480,15 +490,22 @@ def search(
             as_of=when,
             path=path,
             language=language,
-        ),
-    )
+        )
+        return results, await related_of_hits(memoryd, results) if related else {}
+
+    results, graphs = _with_client(settings, work)
     if as_json:
-        print(json.dumps({"query": query, "results": [r.as_dict() for r in results]}, indent=2))
+        rows = [
+            r.as_dict() | ({"related": graphs[r.id]} if r.id in graphs else {}) for r in results
+        ]
+        print(json.dumps({"query": query, "results": rows}, indent=2))
         return
     if not results:
         _err().print("no results")
     for r in results:
         print(r.line())
+        for line in hit_lines(graphs[r.id]) if r.id in graphs else []:
+            print(line)
 
 
 @app.command()

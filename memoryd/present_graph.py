@@ -3,9 +3,14 @@ then one line per neighbour, cut to the budget the way every tool's answer is (p
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from memoryd.agent import fit, one_line
 from memoryd.present import LINE_CHARS, _day
 from memoryd.results import GraphLink, Impact, Related
+
+if TYPE_CHECKING:
+    from memoryd.search_related import HitGraph
 
 SECTIONS = (
     ("definitions", "defines"),
@@ -76,3 +81,10 @@ def impact_text(doc: Impact, max_chars: int) -> str:
         for f in doc["failures"]
     ]
     return fit(head, lines, max_chars, "lines")
+
+
+def hit_lines(graph: HitGraph) -> list[str]:
+    """The lines under a search hit (`search --related`), indented: the files its file
+    usually changes with, then the callers."""
+    lines = [f"  changes with {c['path']} ({c['count']:g} commits)" for c in graph["changes_with"]]
+    return lines + ["  " + _link_line("called by", link) for link in graph["callers"]]

@@ -324,9 +324,14 @@ class Lines:
         return "".join(self.lines)
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
+def cli_env() -> dict[str, str]:
+    """The environment the CLI runs in for a test: no config or transcripts of the machine."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
-    env |= {"MEMORYD_CONFIG": "/nonexistent/memoryd.toml", "MEMORYD_TRANSCRIPTS": "[]"}
+    return env | {"MEMORYD_CONFIG": "/nonexistent/memoryd.toml", "MEMORYD_TRANSCRIPTS": "[]"}
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = cli_env()
     done = subprocess.run([MEMORYD, *args], capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr
     return done

@@ -3,6 +3,8 @@ back by `related` and `impact` through the typed client and the MCP tools."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
 import shutil
 from datetime import UTC, datetime
@@ -12,11 +14,14 @@ from typing import Any
 import pytest
 from mcp import Client as McpClient
 
-from memoryd import client
+from memoryd import client, projects
 from memoryd.mcp_server import build_server
 from memoryd.migrate import migrate
+from memoryd.present_graph import hit_lines
 from memoryd.runtime import Runtime
-from tests.conftest import git, git_init, index_tree
+from memoryd.search_related import related_of_hits
+from tests.conftest import MEMORYD, cli_env, git, git_init, index_tree
+from tests.test_codegraph_cochange import _counted
 
 pytestmark = pytest.mark.e2e
 
@@ -192,3 +197,43 @@ async def test_migration_29_fills_the_graph_of_a_database_indexed_before_it(
     assert await _related(stack, arq_repo, "arq/connections.py") == indexed
     after = await store.table_counts()
     assert {t: after[t] for t in tables} == {t: counts[t] for t in tables}
+
+
+async def test_search_hits_with_their_co_changed_files_and_callers(
+    stack: Runtime, arq_repo: Path
+) -> None:
+    """`search --related`: under a code hit, the files its file changed with and the callers
+    of its symbol, through the typed client and the CLI."""
+    for name in ("arq/connections.py", "arq/worker.py"):
+        (arq_repo / name).write_text((arq_repo / name).read_text() + "\n# changed together\n")
+    git(arq_repo, "commit", "-q", "-am", "connections and worker")
+    await index_tree(stack, arq_repo)
+    assert (await _counted(stack, arq_repo))["commits"] == 2
+    # A call on an instance keeps its class (code_ref.owner): `job.result_info()` of `job = Job(…)`.
+    assert stack.store is not None
+    refs = await stack.store.refs_named(projects.resolve(arq_repo).id, ["result_info"], "calls")
+    assert [(r["path"], r["line"], r["owner"]) for r in refs] == [
+        ("arq/connections.py", 186, "Job")
+    ]
+    async with client.connect(stack.settings) as memoryd:
+        results = await memoryd.search("create a redis connection pool", limit=20)
+        hit = next(r for r in results if r.name == "create_pool")  # its first chunk found
+        graphs = await related_of_hits(memoryd, results)
+    assert hit_lines(graphs[hit.id]) == [
+        # the import of 12 source files counts each pair 4/12; the commit of two, 1
+        "  changes with arq/worker.py (1.333 commits)",
+        "  changes with arq/__init__.py (0.333 commits)",
+        "  changes with arq/__main__.py (0.333 commits)",
+        "  called by arq/worker.py#Worker.main at arq/worker.py:351",
+        "  called by arq/worker.py#async_check_health at arq/worker.py:907",
+    ]
+    # The CLI beside the daemon this event loop serves (a blocking run would starve it).
+    proc = await asyncio.create_subprocess_exec(
+        MEMORYD, "search", "create a redis connection pool", "--limit", "20", "--related",
+        "--json", "--data-dir", str(stack.settings.data_dir), env=cli_env(),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, errors = await asyncio.wait_for(proc.communicate(), 600)
+    assert proc.returncode == 0, errors.decode()
+    rows = {row["id"]: row for row in json.loads(out)["results"]}
+    assert rows[hit.id]["related"] == graphs[hit.id]

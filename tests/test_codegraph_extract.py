@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workers.codegraph import DiskTree, file_graph
+from workers.codegraph import DiskTree, file_graph, file_graph_of
 from workers.codegraph.extract import extract
-from workers.codegraph.resolve import GraphRows, resolve
+from workers.codegraph.resolve import GraphRows, guess, resolve
 
 NODE_PTY = Path(__file__).parent / "data" / "node-pty"
 
@@ -116,7 +116,7 @@ def test_go_package_imports_and_methods() -> None:
     ]
     assert _edges(rows, "inherits") == [("store.Base", "internal/store/store.go#Base", 9)]
     # A name of the file's own package is guessed among its other files when read.
-    assert [(r["name"], r["paths"]) for r in rows.refs] == [("helper", ["server/util.go"])]
+    assert [(r["name"], r["paths"]) for r in rows.refs] == [("helper", ["server/*"])]
     assert [d["key"] for d in rows.symbols] == [
         "p:server/server.go#Server",
         "p:server/server.go#Server.Run",
@@ -175,14 +175,22 @@ def test_java_packages_and_inheritance() -> None:
         ("listen", "src/main/java/com/acme/app/Server.java#Server.listen", 8),
         ("open", "src/main/java/com/acme/store/Store.java#Store.open", 8),
     ]
-    same_package = [
-        "src/main/java/com/acme/app/Base.java",
-        "src/main/java/com/acme/app/Helper.java",
-    ]
+    same_package = ["src/main/java/com/acme/app/*"]
     assert [(r["verb"], r["name"], r["paths"]) for r in rows.refs] == [
         ("calls", "Helper", same_package),
         ("inherits", "Base", same_package),
         ("inherits", "Runnable", same_package),
+    ]
+    # `dir/*` takes in the files of that directory, not of its subdirectories.
+    symbols = [
+        {"key": f"p:{path}#Helper", "path": path, "name": "Helper"}
+        for path in (
+            "src/main/java/com/acme/app/Helper.java",
+            "src/main/java/com/acme/app/x/Helper.java",
+        )
+    ]
+    assert [c["path"] for c in guess(rows.refs[0], symbols)] == [
+        "src/main/java/com/acme/app/Helper.java"
     ]
 
 
@@ -215,3 +223,88 @@ def test_python_module_names_and_disk_layout(tmp_path: Path) -> None:
         "pkg/jobs.py",
         "pkg/typing.py",
     ]
+
+
+def test_python_calls_on_instances_packages_and_super(tmp_path: Path) -> None:
+    """A method called on an instance the file types plainly (a parameter's annotation,
+    `x = Cls()`, `with Cls() as x`, `super()`), and a name a package's __init__ re-exports:
+    guesses by name that `guess` narrows to the one symbol meant."""
+    files = {
+        "pkg/__init__.py": "from ._client import Client\nfrom ._api import get\n",
+        "pkg/_client.py": (
+            "class Base:\n    def close(self): ...\n\n"
+            "class Client(Base):\n    def send(self): ...\n\n    def get(self): ...\n"
+        ),
+        "pkg/_api.py": (
+            "from ._client import Client\n\n"
+            "def get(url):\n    with Client() as c:\n        return c.get()\n"
+        ),
+        "pkg/_sub.py": (
+            "from ._client import Client\n\n"
+            "class Sub(Client):\n    def send(self):\n        return super().send()\n"
+        ),
+        "tests/test_x.py": (
+            "import pkg\nfrom pathlib import Path\n\n"
+            "def test_it(client: pkg.Client, p: Path | None):\n"
+            "    pkg.get('u')\n    c = pkg.Client()\n    c.send()\n    c.close()\n"
+            "    client.get()\n    return p.read_text()\n"
+        ),
+    }
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    graph = file_graph_of("p", tmp_path, sorted(files))
+    symbols = [
+        {"key": e["target"], "path": rows.path, "name": e["name"]}
+        for rows in graph
+        for e in rows.edges
+        if e["table"] == "defines"
+    ]
+    meant = {
+        (rows.path, ref["line"], ref["name"], ref.get("owner")): [
+            c["key"].split(":", 1)[1]
+            for c in guess(ref, [s for s in symbols if s["name"].endswith(ref["name"])])
+        ]
+        for rows in graph
+        for ref in rows.refs
+    }
+    assert meant == {
+        ("pkg/_api.py", 5, "get", "Client"): ["pkg/_client.py#Client.get"],
+        ("pkg/_sub.py", 5, "send", "Client"): ["pkg/_client.py#Client.send"],
+        ("tests/test_x.py", 5, "get", ""): ["pkg/_api.py#get"],
+        ("tests/test_x.py", 6, "Client", ""): ["pkg/_client.py#Client"],
+        ("tests/test_x.py", 7, "send", "Client"): ["pkg/_client.py#Client.send"],
+        # inherited: no Client.close, the one close under the package
+        ("tests/test_x.py", 8, "close", "Client"): ["pkg/_client.py#Base.close"],
+        ("tests/test_x.py", 9, "get", "Client"): ["pkg/_client.py#Client.get"],
+    }
+    # `Client()` in pkg/_api.py is settled by its import; `p.read_text()` is pathlib's.
+    api = next(rows for rows in graph if rows.path == "pkg/_api.py")
+    assert _edges(api, "calls") == [("Client", "pkg/_client.py#Client", 4)]
+
+
+def test_typescript_barrels_and_builtin_methods() -> None:
+    """`z.number()` through `import * as z from "./v4/index.js"` may be any module-level
+    `number` under v4/ (a barrel re-exports); `x.toString()`, `this.m.has()` on values the file
+    does not type are no guess."""
+    text = (
+        'import * as z from "./v4/index.js";\n'
+        'import { union } from "./v4/index.js";\n'
+        "export function f(x: unknown) {\n"
+        "  return z.number() && union() && x.toString() && this.m.has(x) && x.parse();\n"
+        "}\n"
+    )
+    files = Files("src/main.ts", "src/v4/index.ts", "src/v4/schemas.ts")
+    rows = _resolved("typescript", "src/main.ts", text, files)
+    assert _edges(rows, "calls") == []
+    assert [(r["name"], r["paths"], r.get("owner"), r["line"]) for r in rows.refs] == [
+        ("number", ["src/v4/"], "", 4),
+        ("union", ["src/v4/"], "", 4),
+        ("parse", [], None, 4),
+    ]
+    symbols = [
+        {"key": "p:src/v4/schemas.ts#number", "path": "src/v4/schemas.ts", "name": "number"},
+        {"key": "p:src/v4/schemas.ts#Z.number", "path": "src/v4/schemas.ts", "name": "Z.number"},
+        {"key": "p:src/other.ts#number", "path": "src/other.ts", "name": "number"},
+    ]
+    assert [c["key"] for c in guess(rows.refs[0], symbols)] == ["p:src/v4/schemas.ts#number"]

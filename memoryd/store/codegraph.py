@@ -141,7 +141,7 @@ class CodeGraphQueries(StoreBase):
         if not names:
             return []
         rows = await self.query(
-            "SELECT name, path, line, lines, paths, source.key AS source_key, "
+            "SELECT name, owner, path, line, lines, paths, source.key AS source_key, "
             "record::id(source) AS source FROM code_ref WITH INDEX code_ref_name "
             f"WHERE project = $p AND name IN $names AND verb = $verb AND {_valid(as_of)} "
             "ORDER BY path, line",
@@ -156,7 +156,7 @@ class CodeGraphQueries(StoreBase):
         if not sources:
             return []
         rows = await self.query(
-            "SELECT name, path, line, paths, record::id(source) AS source FROM code_ref "
+            "SELECT name, owner, path, line, paths, record::id(source) AS source FROM code_ref "
             f"WITH INDEX code_ref_source WHERE source IN $ids AND verb = $verb AND {_valid(as_of)} "
             "ORDER BY name, line",
             {"ids": [rid("entity", i) for i in sources], "verb": verb, "as_of": as_of},

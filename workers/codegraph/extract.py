@@ -10,6 +10,7 @@ function is not a symbol: its calls count as calls of the symbol around it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
@@ -53,6 +54,9 @@ class Call:
     name: str
     receiver: str | None
     line: int
+    # The class the receiver is an instance of, when the file says (Python: a parameter's
+    # annotation, `x = Cls(...)`, `with Cls(...) as x`, `self.x = Cls(...)`), as written.
+    instance_of: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,10 +111,13 @@ class _Scopes:
 
 def _python(root: Node, graph: FileGraph) -> None:
     scopes = _Scopes(graph)
+    typing = _PythonTypes()
 
     def visit(node: Node, cls: str | None, scope: str | None, top: bool) -> None:
         for child in node.children:
             kind = child.type
+            if kind in ("assignment", "as_pattern") and scope is not None:
+                typing.note(child, cls, scope)
             if kind == "decorated_definition":
                 inner = child.child_by_field_name("definition")
                 for deco in child.children:
@@ -155,7 +162,7 @@ def _python(root: Node, graph: FileGraph) -> None:
                         if left is not None and left.type == "identifier":
                             scopes.define(_text(left), cls, "name", left)
                 visit(child, cls, scope, False)
-            else:
+            elif child.child_count:  # a leaf (half the nodes) holds nothing: no call for it
                 visit(child, cls, scope, top and kind in ("block", "if_statement", "else_clause"))
 
     def visit_def(node: Node, cls: str | None, scope: str | None, top: bool) -> None:
@@ -179,6 +186,8 @@ def _python(root: Node, graph: FileGraph) -> None:
             sub = node.child_by_field_name(part)
             if sub is not None:
                 visit(sub, cls, scope, False)
+        if not is_class:
+            typing.parameters(node.child_by_field_name("parameters"), qualified)
         body = node.child_by_field_name("body")
         if body is not None:
             if is_class and top:
@@ -198,6 +207,99 @@ def _python(root: Node, graph: FileGraph) -> None:
             graph.calls.append(Call(scope, attr, _receiver(receiver), _line(node)))
 
     visit(root, None, None, True)
+    graph.calls = [typing.typed(call, _class_of(call.scope, graph)) for call in graph.calls]
+
+
+def _class_of(scope: str | None, graph: FileGraph) -> str | None:
+    """The class a method's `self` is: the parent of the scope's definition."""
+    if not scope or "." not in scope:
+        return None
+    return scope.rsplit(".", 1)[0]
+
+
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def _class_name(text: str) -> str | None:
+    """The class an annotation names, if one (`Auth`, `"Auth"`, `Optional[x.Auth]`,
+    `Auth | None`); None for anything else (a union of classes, a generic container)."""
+    text = text.strip().strip("'\"")
+    if text.startswith(("Optional[", "typing.Optional[")) and text.endswith("]"):
+        text = text[text.index("[") + 1 : -1].strip().strip("'\"")
+    parts = [p.strip() for p in text.split("|") if p.strip() != "None"]
+    if len(parts) != 1 or not _DOTTED.fullmatch(parts[0]):
+        return None
+    return parts[0]
+
+
+def _constructed(node: Node | None) -> str | None:
+    """`Cls(...)`/`mod.Cls(...)`: the class, by the convention that classes are capitalised."""
+    if node is None or node.type != "call":
+        return None
+    func = node.child_by_field_name("function")
+    if func is None or func.type not in ("identifier", "attribute"):
+        return None
+    text = _text(func)
+    return text if _DOTTED.fullmatch(text) and text.rsplit(".", 1)[-1][:1].isupper() else None
+
+
+class _PythonTypes:
+    """What class a local name or a `self` attribute holds, where the file says it plainly;
+    a name given two different classes holds none (no flow analysis)."""
+
+    def __init__(self) -> None:
+        self.local: dict[tuple[str, str], str | None] = {}  # (scope, name) -> class
+        self.attrs: dict[tuple[str, str], str | None] = {}  # (class, attribute) -> class
+
+    def _set(self, into: dict[tuple[str, str], str | None], key: tuple[str, str], cls: str) -> None:
+        into[key] = cls if into.get(key, cls) == cls else None
+
+    def parameters(self, node: Node | None, scope: str) -> None:
+        for param in node.named_children if node is not None else []:
+            if param.type not in ("typed_parameter", "typed_default_parameter"):
+                continue
+            name = param.child_by_field_name("name") or next(
+                (c for c in param.named_children if c.type == "identifier"), None
+            )
+            found = _class_name(_text(param.child_by_field_name("type")))
+            if name is not None and found:
+                self._set(self.local, (scope, _text(name)), found)
+
+    def note(self, node: Node, cls: str | None, scope: str) -> None:
+        if node.type == "as_pattern":  # `with Cls(...) as x`
+            left = node.child_by_field_name("alias")
+            left = left.named_children[0] if left is not None and left.named_children else None
+            value = node.named_children[0] if node.named_children else None
+        else:
+            left, value = node.child_by_field_name("left"), node.child_by_field_name("right")
+        if left is None:
+            return
+        annotation = node.child_by_field_name("type") if node.type == "assignment" else None
+        found = _class_name(_text(annotation)) if annotation is not None else None
+        if found is None:
+            found = _constructed(value)
+        if found is None and value is not None and value.type == "identifier":
+            found = self.local.get((scope, _text(value)))  # `self.x = x` of a typed parameter
+        if found is None:
+            return
+        if left.type == "identifier":
+            self._set(self.local, (scope, _text(left)), found)
+        elif left.type == "attribute" and cls is not None:
+            obj = left.child_by_field_name("object")
+            if obj is not None and _text(obj) == "self":
+                self._set(self.attrs, (cls, _text(left.child_by_field_name("attribute"))), found)
+
+    def typed(self, call: Call, cls: str | None) -> Call:
+        receiver = call.receiver
+        if not receiver or receiver == COMPUTED or not call.scope:
+            return call
+        if "." not in receiver:
+            found = self.local.get((call.scope, receiver))
+        elif receiver.count(".") == 1 and receiver.startswith("self.") and cls is not None:
+            found = self.attrs.get((cls, receiver[5:]))
+        else:
+            return call
+        return replace(call, instance_of=found) if found else call
 
 
 # The receiver of a call on a computed value (`f().g()`, `x[0].g()`): never a name in scope.
@@ -215,6 +317,8 @@ def _receiver(node: Node | None) -> str | None:
         return text if all(part.isidentifier() for part in text.split(".")) else COMPUTED
     if node.type in ("scoped_identifier", "scoped_type_identifier"):
         return _text(node)
+    if node.type == "call" and _text(node.child_by_field_name("function")) == "super":
+        return "super"  # Python's `super().m()`
     return COMPUTED
 
 

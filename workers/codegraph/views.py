@@ -15,6 +15,7 @@ from memoryd.errors import InvalidRequest, NotFound
 from memoryd.ids import file_entity_id, split_file_key, symbol_entity_id
 from memoryd.store import Store, key_of, plain
 from memoryd.vocabulary import CALLS, IMPORTS, INHERITS, MODIFIES
+from workers.codegraph.resolve import guess
 from workers.context import JobContext
 from workers.entities import canonical_file
 
@@ -106,8 +107,7 @@ async def _guessed_callers(
     candidates = await store.symbols_named(project_id, [short], as_of)
     out = []
     for ref in refs:
-        allowed = [c for c in candidates if not ref["paths"] or c["path"] in ref["paths"]]
-        keys = {c["key"] for c in allowed}
+        keys = {c["key"] for c in guess(ref, candidates)}
         if symbol_key in keys:
             out.append(_link(ref["source_key"], ref["path"], ref["line"], GUESS / len(keys)))
     return out
@@ -124,9 +124,7 @@ async def _guessed_callees(
         by_name.setdefault(c["name"].rsplit(".", 1)[-1], []).append(c)
     out = []
     for ref in refs:
-        allowed = [
-            c for c in by_name.get(ref["name"], []) if not ref["paths"] or c["path"] in ref["paths"]
-        ]
+        allowed = guess(ref, by_name.get(ref["name"], []))
         for c in allowed:
             out.append(_link(c["key"], ref["path"], ref["line"], GUESS / len(allowed)))
     return out
