@@ -23,6 +23,7 @@ from typing import Any
 import zstandard
 
 from memoryd import queue, vocabulary
+from memoryd.anchors import anchor_actions
 from memoryd.embedding import embed_off_loop
 from memoryd.ids import entity_id
 from memoryd.scan import not_regular
@@ -419,7 +420,12 @@ async def _ingest(ctx: JobContext, path: str) -> IngestReport:
             )
             # A failure and its fix may come in different batches: each batch looks again at
             # the sessions it acted in.
-            await resolve_sessions(store, _acting_sessions(rows))
+            acting = _acting_sessions(rows)
+            await resolve_sessions(store, acting)
+            # The hash of each file the batch's sessions read or edited, once the index has
+            # that version (memoryd/anchors.py); an edit indexed later gets it with a later
+            # batch of its session.
+            await anchor_actions(store, acting)
             report.add(rows, result, len(lines))
             offset = next_offset
             if offset < info.st_size and time.perf_counter() - started > JOB_SLICE_SECONDS:
