@@ -155,7 +155,8 @@ def before_edit(name: str, session: str, error: str) -> str:
     """The pre-edit context of `name` after `session` broke and fixed it (a pattern)."""
     return (
         f"memoryd: before you edit {name}, what earlier sessions did to it:\n"
-        f"- session {session} \\(claude-code, {WHEN}\\) edited it; goal: {GOAL}; "
+        f"- session {session} \\(claude-code, {WHEN}\\) edited it \\(code current\\); "
+        f"goal: {GOAL}; "
         f"then {re.escape(error)} \\(#\\d+\\): fixed in session {session} \\({WHEN}\\), "
         f"modified {name}, then `python3 {name}` succeeded"
     )
