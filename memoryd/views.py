@@ -56,7 +56,9 @@ async def history(
         # What the action saw or left, against the index now (memoryd/anchors.py); None for
         # a command, a failure, a file no project indexes (then `changed_since` is all).
         action["anchor"] = (anchor_text([state]) or None) if state else None
-        del action["code_hash"], action["project"]
+        # Read for the check only: the document's actions stay as documented.
+        action.pop("code_hash", None)
+        action.pop("project", None)
     by_session: dict[str, list[dict[str, Any]]] = {}
     for action in actions:
         by_session.setdefault(action.pop("session"), []).append(action)
