@@ -31,15 +31,21 @@ DECISION = "Decision: from_dsn rejects every DSN scheme but redis, rediss and un
 WHEN = r"\d{4}-\d\d-\d\d \d\d:\d\d"
 
 
+async def indexed_copy(
+    stack: Runtime, arq_tree: Path, tmp_path: Path
+) -> tuple[Path, str, client.Client]:
+    """A copy of arq's tree indexed by the daemon's jobs: its root, project and a client."""
+    repo = tmp_path / "arq"
+    shutil.copytree(arq_tree, repo)
+    await index_tree(stack, repo)
+    return repo, project_id_for(repo), client.Client(stack.redis, stack.settings)
+
+
 @pytest.mark.e2e
 async def test_a_decision_about_a_function_reads_current_then_changed_then_deleted(
     stack: Runtime, arq_tree: Path, tmp_path: Path
 ) -> None:
-    repo = tmp_path / "arq"
-    shutil.copytree(arq_tree, repo)
-    await index_tree(stack, repo)
-    project = project_id_for(repo)
-    memoryd = client.Client(stack.redis, stack.settings)
+    repo, project, memoryd = await indexed_copy(stack, arq_tree, tmp_path)
     done = await memoryd.remember(DECISION, "decision", [SYMBOL], cwd=repo, project=project)
     memory = done["id"]
     assert done["files"] == [f"{project}:{SYMBOL}"]
@@ -86,10 +92,7 @@ async def test_a_decision_about_a_function_reads_current_then_changed_then_delet
 async def test_a_symbol_the_index_does_not_keep_is_refused(
     stack: Runtime, arq_tree: Path, tmp_path: Path
 ) -> None:
-    repo = tmp_path / "arq"
-    shutil.copytree(arq_tree, repo)
-    await index_tree(stack, repo)
-    memoryd = client.Client(stack.redis, stack.settings)
+    repo, _, memoryd = await indexed_copy(stack, arq_tree, tmp_path)
     with pytest.raises(Exception, match=r"no indexed symbol .*connections.py#RedisSettings.nope"):
         await memoryd.remember(
             DECISION, "decision", ["connections.py#RedisSettings.nope"], cwd=repo
@@ -101,11 +104,7 @@ async def test_step_028_anchors_notes_written_before_at_the_code_of_their_time(
     stack: Runtime, arq_tree: Path, tmp_path: Path
 ) -> None:
     assert stack.store is not None
-    repo = tmp_path / "arq"
-    shutil.copytree(arq_tree, repo)
-    await index_tree(stack, repo)
-    project = project_id_for(repo)
-    memoryd = client.Client(stack.redis, stack.settings)
+    repo, project, memoryd = await indexed_copy(stack, arq_tree, tmp_path)
     files = [SYMBOL, "cron.py"]
     done = await memoryd.remember(DECISION, "decision", files, cwd=repo, project=project)
     memory = done["id"]
@@ -175,11 +174,7 @@ async def test_a_sessions_edit_and_a_note_read_current_then_changed_then_deleted
     recent_activity (their data and the MCP tools' text) say how the file stands against what
     the edit left and what the note saw: current, changed since (2 lines), file deleted."""
     assert stack.store is not None
-    repo = tmp_path / "arq"
-    shutil.copytree(arq_tree, repo)
-    await index_tree(stack, repo)
-    project = project_id_for(repo)
-    memoryd = client.Client(stack.redis, stack.settings)
+    repo, project, memoryd = await indexed_copy(stack, arq_tree, tmp_path)
     source = repo / "connections.py"
     check = "        conf = urlparse(dsn)\n"
     text = source.read_text()
