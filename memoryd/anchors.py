@@ -199,11 +199,14 @@ def action_version(
     return (when, chunks) if chunks else None
 
 
-async def anchor_actions(store: Any, sessions: Iterable[str]) -> int:
+async def anchor_actions(
+    store: Any, sessions: Iterable[str], reads: Sequence[str] | None = None
+) -> int:
     """Store `code_hash` on these sessions' reads and edits that have none yet and whose
     version the index now knows (an edit not yet indexed waits for a later batch of its
-    session, or migration step 031). Returns how many it stored."""
-    actions = await store.unanchored_actions(sorted(sessions))
+    session, or migration step 031). `reads`: only these reads (an ingest batch's own; every
+    read of the sessions when None). Returns how many it stored."""
+    actions = await store.unanchored_actions(sorted(sessions), reads)
     rows = await store.anchor_chunks([(FILE, a["target"], _time(a["event_time"])) for a in actions])
     hashes = []
     for action, chunks in zip(actions, rows, strict=True):

@@ -146,8 +146,8 @@ def _aider_edit(repo: Path, path: str) -> Path:
 def _shown(history: FileHistory, activity: RecentActivity) -> dict[str, str | None]:
     """What file_history and recent_activity say of the session's edit and of the note, in
     their data and in the MCP tools' text."""
-    [session] = history["sessions"]
-    [edit] = [a for a in session["actions"] if a["verb"] == "MODIFIES"]
+    # The aider session (the note's own session MENTIONS the file too).
+    [edit] = [a for s in history["sessions"] for a in s["actions"] if a["verb"] == "MODIFIES"]
     [note] = history["notes"]
     [change] = activity["files"]
     [recent] = activity["notes"]

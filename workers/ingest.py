@@ -422,10 +422,11 @@ async def _ingest(ctx: JobContext, path: str) -> IngestReport:
             # the sessions it acted in.
             acting = _acting_sessions(rows)
             await resolve_sessions(store, acting)
-            # The hash of each file the batch's sessions read or edited, once the index has
-            # that version (memoryd/anchors.py); an edit indexed later gets it with a later
+            # The hash of each file the batch read, and each its sessions edited once the index
+            # has that version (memoryd/anchors.py): an edit indexed later gets it with a later
             # batch of its session.
-            await anchor_actions(store, acting)
+            reads = [row["id"].key for row in rows.tables.get(f"edge_{vocabulary.READS.table}", [])]
+            await anchor_actions(store, acting, reads)
             report.add(rows, result, len(lines))
             offset = next_offset
             if offset < info.st_size and time.perf_counter() - started > JOB_SLICE_SECONDS:

@@ -94,22 +94,36 @@ class AnchorQueries(StoreBase):
                 {"rows": [{"id": rid("memory", k), "anchors": a} for k, a in anchors.items()]},
             )
 
-    async def unanchored_actions(self, session_keys: Sequence[str]) -> list[dict[str, Any]]:
-        """These sessions' successful reads and edits of files of a project, at a known time,
-        with no `code_hash` yet (memoryd/anchors.py:anchor_actions); by the session each edge
-        carries (schema 024 indexes it)."""
-        if not session_keys:
+    async def unanchored_actions(
+        self, session_keys: Sequence[str], read_keys: Sequence[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """Successful reads and edits of files of a project, at a known time, with no
+        `code_hash` yet (memoryd/anchors.py:anchor_actions): these sessions' edits (by the
+        session each edge carries, schema 024 indexes it), and their reads, or (`read_keys`)
+        only these READS edges: a read's version is known when it is stored or never, while an
+        edit's comes with the indexer's next write, so only edits are looked for again."""
+        where = (
+            "outcome = 'ok' AND code_hash IS NONE AND event_time IS NOT NONE "
+            "AND out.kind = $file AND out.project IS NOT NONE"
+        )
+        fields = "id, string::uppercase(meta::tb(id)) AS verb, out.key AS target, event_time"
+        tables = (MODIFIES.table,) if read_keys is not None else _ANCHORED_TABLES
+        statements = [
+            f"SELECT {fields} FROM {table} WHERE session = $s{i} AND {where}"
+            for i in range(len(session_keys))
+            for table in tables
+        ]
+        if read_keys:
+            statements.append(f"SELECT {fields} FROM $reads WHERE {where}")
+        if not statements:
             return []
         rows = await self.query(
-            "; ".join(
-                "SELECT id, string::uppercase(meta::tb(id)) AS verb, out.key AS target, "
-                f"event_time FROM {table} WHERE session = $s{i} AND outcome = 'ok' "
-                "AND code_hash IS NONE AND event_time IS NOT NONE AND out.kind = $file "
-                "AND out.project IS NOT NONE"
-                for i in range(len(session_keys))
-                for table in _ANCHORED_TABLES
-            ),
-            {"file": FILE, **{f"s{i}": rid("session", s) for i, s in enumerate(session_keys)}},
+            "; ".join(statements),
+            {
+                "file": FILE,
+                "reads": [rid(READS.table, k) for k in read_keys or []],
+                **{f"s{i}": rid("session", s) for i, s in enumerate(session_keys)},
+            },
         )
         return [row for result in rows for row in result or []]
 
