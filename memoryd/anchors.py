@@ -126,8 +126,9 @@ def state_of(
         anchor,
         DELETED if file_gone else CHANGED,
         min(times).isoformat() if times else None,
-        # The old chunks are gone once pruned: then how much changed is not known.
-        _changed_lines(replaced, added) if then else None,
+        # The old chunks are gone once pruned (or the index holds no change after the anchor's
+        # time): then how much changed is not known.
+        _changed_lines(replaced, added) if then and times else None,
     )
 
 
@@ -260,9 +261,9 @@ def anchor_text(states: Sequence[AnchorState]) -> str:
     parts = []
     for s in known:
         if s["state"] == CHANGED:
-            when = (s["since"] or "?")[:16].replace("T", " ")
+            when = f" since {s['since'][:16].replace('T', ' ')}" if s["since"] else ""
             lines = f" ({s['lines']} lines)" if s["lines"] is not None else ""
-            text = f"changed since {when}{lines}"
+            text = f"changed{when}{lines}"
         else:
             text = "file deleted" if s["state"] == DELETED else CURRENT
         parts.append(f"{_short(s)} {text}" if len(known) > 1 else text)
