@@ -202,11 +202,11 @@ def action_version(
 
 async def anchor_actions(
     store: Any, sessions: Iterable[str], reads: Sequence[str] | None = None
-) -> int:
+) -> None:
     """Store `code_hash` on these sessions' reads and edits that have none yet and whose
     version the index now knows (an edit not yet indexed waits for a later batch of its
     session, or migration step 031). `reads`: only these reads (an ingest batch's own; every
-    read of the sessions when None). Returns how many it stored."""
+    read of the sessions when None)."""
     actions = await store.unanchored_actions(sorted(sessions), reads)
     rows = await store.anchor_chunks([(FILE, a["target"], _time(a["event_time"])) for a in actions])
     hashes = []
@@ -215,7 +215,6 @@ async def anchor_actions(
         if version is not None:
             hashes.append({"id": action["id"], "hash": chunks_digest(version[1])})
     await store.set_code_hashes(hashes)
-    return len(hashes)
 
 
 def action_state(action: dict[str, Any], rows: Sequence[dict[str, Any]]) -> AnchorState:

@@ -10,6 +10,7 @@ import asyncio
 import os
 import re
 import shutil
+import time
 from asyncio.subprocess import PIPE
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -195,6 +196,11 @@ async def test_a_sessions_edit_and_a_note_read_current_then_changed_then_deleted
         )
         return list(found[0] or [])
 
+    # Ingest writes anchors after its batch, without holding the job up: wait for it.
+    deadline = time.monotonic() + 300
+    while (await edit_hashes()) == [None]:
+        assert time.monotonic() < deadline, "the edit's anchor was never stored"
+        await asyncio.sleep(0.5)
     [stored] = await edit_hashes()
     assert isinstance(stored, str) and len(stored) == 64
     await memoryd.remember(NOTE, "decision", ["connections.py"], cwd=repo, project=project)
