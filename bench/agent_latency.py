@@ -175,11 +175,11 @@ def measure_hooks(data: Path, cwd: Path, samples: int) -> list[float]:
     return times
 
 
-def action_scenario(data: Path, root: Path, copies: int) -> tuple[list[str], list[str]]:
-    """The fixture's sessions `copies` times over in `root` (indexed as a project): the files
-    they edited and the outputs of their failures, as the hooks will be given them."""
+def fixture_tree(root: Path) -> tuple[str, list[str], list[str]]:
+    """The fixture transcript recorded in `root` instead, and `root` made a repository holding
+    the files it edits: (its text, those files, the outputs of its failures in order, as the
+    hooks are given them)."""
     text = ACTION_TRANSCRIPT.read_text().replace(ACTION_ROOT, str(root))
-    session = ACTION_TRANSCRIPT.stem
     files: set[str] = set()
     failures: list[str] = []
     for line in text.splitlines():
@@ -194,14 +194,26 @@ def action_scenario(data: Path, root: Path, copies: int) -> tuple[list[str], lis
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text("# bench\n")
     subprocess.run(["git", "init", "-q", str(root)], check=True)  # a repository, as users have
-    subprocess.run([MEMORYD, "index", str(root)], env=env(data), check=True, capture_output=True)
-    folder = root.parent / "transcripts"
-    folder.mkdir(exist_ok=True)
+    return text, sorted(files), failures
+
+
+def fixture_copies(text: str, folder: Path, copies: int) -> None:
+    """`copies` transcripts of the fixture in `folder`, each a session of its own."""
+    folder.mkdir(parents=True, exist_ok=True)
     for _ in range(copies):
         fresh = str(uuid.uuid4())
-        (folder / f"{fresh}.jsonl").write_text(text.replace(session, fresh))
+        (folder / f"{fresh}.jsonl").write_text(text.replace(ACTION_TRANSCRIPT.stem, fresh))
+
+
+def action_scenario(data: Path, root: Path, copies: int) -> tuple[list[str], list[str]]:
+    """The fixture's sessions `copies` times over in `root` (indexed as a project): the files
+    they edited and the outputs of their failures, as the hooks will be given them."""
+    text, files, failures = fixture_tree(root)
+    subprocess.run([MEMORYD, "index", str(root)], env=env(data), check=True, capture_output=True)
+    folder = root.parent / "transcripts"
+    fixture_copies(text, folder, copies)
     subprocess.run([MEMORYD, "ingest", str(folder)], env=env(data), check=True, capture_output=True)
-    return sorted(files), failures
+    return files, failures
 
 
 def measure_action_hooks(

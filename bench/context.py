@@ -1,8 +1,8 @@
 """Does the hooks' context help? What memoryd injects at the start of a session, replayed from
 real repositories' histories, against a code-only search of the same budget and against nothing.
 
-    .venv/bin/python -m bench.context GIT_DIR [GIT_DIR...] [--name OWNER/NAME...] [--work DIR]
-        [--sessions 10]
+    .venv/bin/python -m bench.context [GIT_DIR...] [--name OWNER/NAME...] [--work DIR]
+        [--sessions 10] [--earlier 2]
 
 GIT_DIR: a repository with real history (a bare git dir or a working tree), fetched outside
 this repository. The rule, fixed before any result was seen:
@@ -33,6 +33,17 @@ file name when that name is unique in the tree); precision, the share of injecte
 in items (`- ` lines with what follows them) that name a file k changes (reconstructed
 sessions have no errors or decisions of their own to name). Target: memoryd's recall ahead of
 the code-only baseline by >= 0.10.
+
+Before session k's first edit (of a file there before it), in the same session: what the
+pre-edit hook (PreToolUse on Edit) says, printed, with its recall of the other files k changes
+and its precision, measured the same way (the edited file itself is named by the hook's head).
+
+After a failure: the histories reconstructed from commits have no failures, so the real
+Claude Code fixture of bench/agent_latency.py (21 failures) is replayed: `--earlier` copies of
+its session as sessions 1..k-1, then its failures in order as session k's, each given to the
+post-tool hook. Resolution recall: of the failures whose signature an earlier session saw and
+resolved (RESOLVED_BY), the share whose earlier resolution is in what the hook injected in
+session k by then. Target >= 0.8.
 """
 
 from __future__ import annotations
@@ -47,16 +58,22 @@ import statistics
 import subprocess
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from bench.agent_latency import fixture_copies, fixture_tree
 from bench.task_queries import git, repo_name
 from memoryd import client, hooks, projects, queue
 from memoryd.agent import qualified
 from memoryd.config import load_settings
+from memoryd.ids import entity_id
 from memoryd.runtime import Runtime
+from memoryd.store import plain
+from memoryd.vocabulary import ERROR
 from memoryd.watch.transcripts import AIDER_LOG
+from workers.entities import canonical_error
 
 REPLAY = 40
 MAX_FILES = 20
@@ -64,6 +81,7 @@ HOOK_CHARS = 1000
 BUDGET = 2 * HOOK_CHARS
 CODE_HITS = 20
 TARGET = 0.10
+RESOLUTION_TARGET = 0.8
 TIME = "%Y-%m-%d %H:%M:%S"
 # A commit's fields in `git log` output, split on these marks.
 _COMMIT, _FIELD = "\x1e", "\x1f"
@@ -245,14 +263,28 @@ async def evaluate(
             brief = await hook_text(memoryd, "session-start", base | {"source": "startup"})
             prompt = await hook_text(memoryd, "user-prompt-submit", base | {"prompt": s.prompt})
             injected = "\n".join(t for t in (brief, prompt) if t)
+            # Before its first edit (of a file there before it), in the same session.
+            first = next(f for f in s.files if f in relevant)
+            edit = await hook_text(
+                memoryd,
+                "pre-tool-use",
+                base | {"tool_name": "Edit", "tool_input": {"file_path": str(tree / first)}},
+            )
             baseline = await code_only(memoryd, s.prompt, project)
             (m_recall, m_precision), (c_recall, c_precision) = (
                 measure(injected, relevant, unique),
                 measure(baseline, relevant, unique),
             )
             p_recall = measure(prompt, relevant, unique)[0]
+            # The files besides the one edited (which the hook's head names anyway).
+            others = relevant - {first}
+            e_recall, e_precision = measure(edit, others, unique) if others else (None, None)
+            pre_edit = {"pre-edit chars": float(len(edit))}
+            if e_recall is not None and e_precision is not None:
+                pre_edit |= {"pre-edit recall": e_recall, "pre-edit precision": e_precision}
             rows.append(
-                {
+                pre_edit
+                | {
                     "memoryd": m_recall,
                     "memoryd prompt hook only": p_recall,
                     "code only": c_recall,
@@ -268,25 +300,79 @@ async def evaluate(
                 f"{m_precision:.2f} vs {c_precision:.2f}; {len(injected)} chars "
                 f"({time.perf_counter() - started:.0f} s)"
             )
+            said = "\n".join("      " + line for line in edit.splitlines()) or "      (nothing)"
+            scored = (
+                f"recall {e_recall:.2f} of {len(others)} other files, precision {e_precision:.2f}"
+                if e_recall is not None and e_precision is not None
+                else "no other file changed"
+            )
+            print(f"    pre-edit hook before editing {first} ({scored}):\n{said}")
     finally:
         await rt.close()
     report(label, rows)
     return rows
 
 
+async def resolution_recall(work: Path, earlier: int) -> dict[str, int]:
+    """Sessions 1..k-1: the Claude Code fixture's session `earlier` times over (each a session
+    of its own, ingested); session k: the same session once more, its failures given to the
+    post-tool hook in order, as Claude Code gives them (PostToolUseFailure's `error`). For each
+    failure whose signature an earlier session saw, and that an earlier session resolved
+    (RESOLVED_BY), is one of those resolutions in what the hook injected so far in session k
+    (the hook says an item once per session: the first time is the one the agent reads)?"""
+    place = work / "resolutions"
+    shutil.rmtree(place, ignore_errors=True)
+    root = place / "claude-code-log"
+    text, _, failures = fixture_tree(root)
+    fixture_copies(text, place / "transcripts", earlier)
+    rt = Runtime(load_settings(data_dir=place / "data"))
+    await rt.start_queue(exclusive=True)
+    await rt.serve()
+    counts = {"failures": len(failures), "seen before": 0, "resolved before": 0, "recalled": 0}
+    try:
+        assert rt.redis is not None and rt.store is not None
+        memoryd = client.Client(rt.redis, rt.settings)
+        await index(rt, root)
+        await memoryd.ingest([str(p) for p in sorted((place / "transcripts").iterdir())])
+        session = f"bench-{uuid.uuid4()}"
+        context = ""
+        for output in failures:
+            key = entity_id(ERROR, canonical_error(output).key)
+            if not await rt.store.error_occurrences(key):
+                continue
+            counts["seen before"] += 1
+            payload = {"session_id": session, "cwd": str(root), "tool_name": "Bash"}
+            payload["error"] = output
+            context += await hook_text(memoryd, "post-tool-use-failure", payload)
+            fixes = [plain(r) for r in await rt.store.resolutions_of([key])]
+            if fixes:
+                counts["resolved before"] += 1
+                said = (f"fixed in session {f['session']}" in context for f in fixes)
+                counts["recalled"] += any(said)
+    finally:
+        await rt.close()
+    return counts
+
+
 def report(label: str, rows: list[dict[str, float]]) -> None:
+    """The mean of each measure over the sessions that have it (the pre-edit hook's recall
+    only where the session changed another file)."""
     if not rows:
         return
     print(f"-- {label}: {len(rows)} sessions")
-    for key in rows[0]:
-        print(f"  {key:<28} {statistics.fmean(r[key] for r in rows):.3f}")
+    for key in dict.fromkeys(k for r in rows for k in r):
+        have = [r[key] for r in rows if key in r]
+        print(f"  {key:<28} {statistics.fmean(have):.3f}  ({len(have)} sessions)")
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("repos", nargs="+", type=Path)
+    parser.add_argument("repos", nargs="*", type=Path)
     parser.add_argument("--work", type=Path, help="keep trees and data dirs here")
     parser.add_argument("--sessions", type=int, default=10)
+    parser.add_argument(
+        "--earlier", type=int, default=2, help="earlier sessions of the failure fixture"
+    )
     parser.add_argument("--name", action="append", help="a name to print per repo, in order")
     args = parser.parse_args()
     # This machine's own memoryd config and transcripts stay out of the measurement; the hooks
@@ -305,6 +391,7 @@ async def main() -> None:
         for i, repo in enumerate(args.repos):
             name = names[i] if i < len(names) else None
             rows += await evaluate(repo, name, args.sessions, work)
+        resolutions = await resolution_recall(work, args.earlier)
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
@@ -313,6 +400,19 @@ async def main() -> None:
         gain = statistics.fmean(r["memoryd"] - r["code only"] for r in rows)
         verdict = "met" if gain >= TARGET else "NOT met"
         print(f"file recall, memoryd minus code only: {gain:+.3f} (target >= {TARGET}: {verdict})")
+    got = resolutions
+    share = got["recalled"] / got["resolved before"] if got["resolved before"] else 0.0
+    verdict = "met" if share >= RESOLUTION_TARGET else "NOT met"
+    print(
+        f"\n== failures replayed (Claude Code fixture, session k after {args.earlier} earlier "
+        f"ones): {got['failures']} failures, {got['seen before']} seen before, "
+        f"{got['resolved before']} resolved before"
+    )
+    print(
+        f"resolution recall: {share:.3f} ({got['recalled']} of {got['resolved before']}; "
+        f"target >= {RESOLUTION_TARGET}: {verdict})"
+    )
+    print(f"load average: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

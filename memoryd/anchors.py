@@ -11,17 +11,32 @@ difference between the chunks valid when the memory was made and those valid now
 
 :func:`anchor_states` is the one call that says how a memory's anchors stand (the hooks, the
 MCP tools, `get` and search use it); :func:`anchor_text` is how they print it.
+
+Actions anchor too: a tool call's successful READS or MODIFIES of a file carries, on its edge,
+`code_hash`, the hash of the file as the call saw or left it (:func:`anchor_actions`, at
+ingest and in migration step 031), and :func:`action_states` says how that stands now. The
+transcripts do not reliably hold the whole file a call read or left (a read may be a window,
+an edit holds only the replaced lines, and each agent's transcript differs), so the hash comes
+from the indexer's chunks valid at the call's time: for a read, those valid when it was made;
+for an edit, the first version the indexer wrote at or after the call (the call's time is when
+it was made, before the file changed), i.e. what the edit left. That hash is a digest of the
+chunks' own `content_hash`es, not the chunks' `file_hash`: a chunk that outlives a change of
+its file has its `file_hash` rewritten to the new file's, so `file_hash` cannot say what the
+file was at an earlier time; the chunks' own hashes can.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any, TypedDict
 
+import blake3
+
 from memoryd.results import AnchorState, State
-from memoryd.vocabulary import FILE
+from memoryd.vocabulary import FILE, MODIFIES, READS
 
 CURRENT: State = "current"
 CHANGED: State = "changed"
@@ -50,6 +65,14 @@ def code_hash(kind: str, chunks: Sequence[dict[str, Any]]) -> str | None:
     if kind == FILE:
         return str(chunks[0]["file_hash"])
     return ",".join(sorted(str(c["content_hash"]) for c in chunks))
+
+
+def chunks_digest(chunks: Sequence[dict[str, Any]]) -> str | None:
+    """An action's hash of a file: one digest of the content hashes of its chunks."""
+    if not chunks:
+        return None
+    joined = ",".join(sorted(str(c["content_hash"]) for c in chunks))
+    return blake3.blake3(joined.encode()).hexdigest()
 
 
 def _valid_now(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -81,14 +104,19 @@ def _time(value: datetime | str) -> datetime:
     return value if isinstance(value, datetime) else datetime.fromisoformat(value)
 
 
-def state_of(anchor: Anchor, rows: Sequence[dict[str, Any]]) -> AnchorState:
-    """How `anchor` stands, from its chunks valid now and at its time (`anchor_chunks`)."""
+def state_of(
+    anchor: Anchor,
+    rows: Sequence[dict[str, Any]],
+    digest: Callable[[Sequence[dict[str, Any]]], str | None] | None = None,
+) -> AnchorState:
+    """How `anchor` stands, from its chunks valid now and at its time (`anchor_chunks`).
+    `digest`: how its hash was made from chunks (a memory's: `code_hash` of its kind)."""
     at = _time(anchor["at"])
     now = _valid_now(rows)
     file_gone = not now if anchor["kind"] == FILE else not rows[-1].get("file_chunks")
     if anchor["hash"] is None:
         return _state(anchor, DELETED if file_gone else UNKNOWN)
-    if code_hash(anchor["kind"], now) == anchor["hash"]:
+    if (digest or partial(code_hash, anchor["kind"]))(now) == anchor["hash"]:
         return _state(anchor, CURRENT)
     then = _at(rows, at)
     replaced = [r for r in then if r.get("valid_until") is not None]
@@ -98,8 +126,9 @@ def state_of(anchor: Anchor, rows: Sequence[dict[str, Any]]) -> AnchorState:
         anchor,
         DELETED if file_gone else CHANGED,
         min(times).isoformat() if times else None,
-        # The old chunks are gone once pruned: then how much changed is not known.
-        _changed_lines(replaced, added) if then else None,
+        # The old chunks are gone once pruned (or the index holds no change after the anchor's
+        # time): then how much changed is not known.
+        _changed_lines(replaced, added) if then and times else None,
     )
 
 
@@ -137,6 +166,89 @@ async def anchor_states(store: Any, memory_keys: Sequence[str]) -> dict[str, lis
     return states
 
 
+def _acted_on(action: dict[str, Any]) -> bool:
+    """A successful read or edit of a file of a project at a known time: what has an anchor."""
+    return (
+        action.get("verb") in (READS.name, MODIFIES.name)
+        and action.get("outcome") == "ok"
+        and action.get("target_kind", FILE) == FILE
+        and bool(action.get("project"))
+        and bool(action.get("event_time"))
+    )
+
+
+def action_version(
+    verb: str, rows: Sequence[dict[str, Any]], at: datetime
+) -> tuple[datetime, list[dict[str, Any]]] | None:
+    """The time and chunks of the file as an action at `at` saw it (a read: the chunks valid
+    then) or left it (an edit: the first version the indexer wrote at or after the call, where
+    chunks were added or retired). None when the index does not know it: the file was not
+    indexed then, or the edit is not indexed yet."""
+    when = at
+    if verb == MODIFIES.name:
+        bounds = [
+            _time(t)
+            for r in rows
+            if "content" in r
+            for t in (r["valid_from"], r.get("valid_until"))
+            if t is not None and _time(t) >= at
+        ]
+        if not bounds:
+            return None
+        when = min(bounds)
+    chunks = _at(rows, when)
+    return (when, chunks) if chunks else None
+
+
+async def anchor_actions(
+    store: Any, sessions: Iterable[str], reads: Sequence[str] | None = None
+) -> None:
+    """Store `code_hash` on these sessions' reads and edits that have none yet and whose
+    version the index now knows (an edit not yet indexed waits for a later batch of its
+    session, or migration step 031). `reads`: only these reads (an ingest batch's own; every
+    read of the sessions when None)."""
+    actions = await store.unanchored_actions(sorted(sessions), reads)
+    rows = await store.anchor_chunks([(FILE, a["target"], _time(a["event_time"])) for a in actions])
+    hashes = []
+    for action, chunks in zip(actions, rows, strict=True):
+        version = action_version(action["verb"], chunks, _time(action["event_time"]))
+        if version is not None:
+            hashes.append({"id": action["id"], "hash": chunks_digest(version[1])})
+    await store.set_code_hashes(hashes)
+
+
+def action_state(action: dict[str, Any], rows: Sequence[dict[str, Any]]) -> AnchorState:
+    """How the file an action read or edited stands now against what it saw or left: its
+    stored `code_hash`, or (not stored yet) the same hash worked out from the index now."""
+    at = _time(action["event_time"])
+    version = action_version(action["verb"], rows, at)
+    stored = action.get("code_hash")
+    anchor = Anchor(
+        kind=FILE,
+        key=action["target"],
+        hash=stored or (chunks_digest(version[1]) if version else None),
+        at=version[0] if version else at,
+    )
+    if version is None and action["verb"] == MODIFIES.name and _valid_now(rows) and not stored:
+        # Nothing indexed since the edit: what the index holds is what the edit left, or the
+        # indexer has not read it yet (seconds); either way nothing later replaced it.
+        return _state(anchor, CURRENT)
+    return state_of(anchor, rows, chunks_digest)
+
+
+async def action_states(store: Any, actions: Sequence[dict[str, Any]]) -> list[AnchorState | None]:
+    """For each action (a READS/MODIFIES edge as the views read it: `verb`, `outcome`,
+    `target` (file key), `target_kind`, `project`, `event_time`, `code_hash`), how its file
+    stands now; None for an action with no anchor (a command, a failed call, a file outside
+    every project). One query for all."""
+    anchored = [a for a in actions if _acted_on(a)]
+    rows = await store.anchor_chunks(
+        [(FILE, a["target"], _time(a["event_time"])) for a in anchored]
+    )
+    states = iter([action_state(a, r) for a, r in zip(anchored, rows, strict=True)])
+    return [next(states) if _acted_on(a) else None for a in actions]
+
+
 def is_stale(states: Sequence[AnchorState]) -> bool:
     return any(s["state"] in (CHANGED, DELETED) for s in states)
 
@@ -148,9 +260,9 @@ def anchor_text(states: Sequence[AnchorState]) -> str:
     parts = []
     for s in known:
         if s["state"] == CHANGED:
-            when = (s["since"] or "?")[:16].replace("T", " ")
+            when = f" since {s['since'][:16].replace('T', ' ')}" if s["since"] else ""
             lines = f" ({s['lines']} lines)" if s["lines"] is not None else ""
-            text = f"changed since {when}{lines}"
+            text = f"changed{when}{lines}"
         else:
             text = "file deleted" if s["state"] == DELETED else CURRENT
         parts.append(f"{_short(s)} {text}" if len(known) > 1 else text)

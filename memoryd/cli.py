@@ -579,10 +579,17 @@ def history(
         print(f"\n{s['session']}  {s['agent']}  {s['started_at'] or '?'} .. {s['ended_at'] or '?'}")
         print(f"  goal: {_one_line(s['goal'])}")
         print("  did:  " + ", ".join(f"{k} ×{v}" for k, v in verbs.items()))
+        # How the file stands against what the session's last read or edit of it saw or left.
+        anchored = [a for a in s["actions"] if a.get("anchor")]
+        if anchored:
+            print(f"  code: {anchored[-1]['anchor']} (after its last {anchored[-1]['verb']})")
         for e in s["errors"]:
             times = f" (×{e['count']})" if e["count"] > 1 else ""
             message = re.sub(r"(?i)^error:\s*", "", e["message"] or e["error"])
             print(f"  error{times}: {_one_line(message)}")
+    for n in doc["notes"]:
+        code = f" (code {n['anchor']})" if n["anchor"] else ""
+        print(f"\n{n['kind']} {n['id']}  {n['event_time'] or '?'}{code}\n  {_one_line(n['text'])}")
     if doc["chunks"]:
         print("\ncurrent chunks:")
         for c in doc["chunks"]:

@@ -53,7 +53,7 @@ from memoryd.config import Settings
 from memoryd.errors import MemorydError
 from memoryd.hook_client import ACTION_EVENTS, CAPTURE_EVENTS, EVENTS, MAX_CHARS_RANGE
 from memoryd.ids import stable_id
-from memoryd.present import activity_blocks
+from memoryd.present import activity_blocks, code_state
 from memoryd.results import RecentActivity, Record, SearchResult
 from memoryd.vocabulary import INJECTABLE_MEMORY_KINDS
 
@@ -437,15 +437,19 @@ def file_items(context: dict[str, Any]) -> list[Item]:
         after = "; ".join(outcome) or "no failure followed"
         text = (
             f"- session {s['session']} ({s.get('agent') or '?'}, {_when(s['last_edit'])}) "
-            f"edited it{goal}; {after}"
+            f"edited it{code_state(s.get('anchor'))}{goal}; {after}"
         )
         # Clipped, not dropped: a long session's line must still fit the small budget.
         items.append(Item(f"edit:{s['session']}:{context['file']}", one_line(text, ITEM_CHARS)))
     for n in context.get("notes", []):
-        # Whether the note still matches the code (item 6 of issue 32: current / changed
-        # since / file deleted, from the note's anchor) is to be said here, after its kind.
-        head = f"- [{n['id']}] {n['kind']} ({_when(n.get('event_time'))}):"
+        code = code_state(n.get("anchor"))
+        head = f"- [{n['id']}] {n['kind']} ({_when(n.get('event_time'))}){code}:"
         items.append(Item(n["id"], one_line(f"{head} {n['text']}", ITEM_CHARS)))
+    usually = context.get("changes_with") or []
+    if usually:
+        # Last: the least about this file itself, so the first to stay out of a full budget.
+        files = ", ".join(f"{c['path']} ({c['count']:g} commits)" for c in usually)
+        items.append(Item(f"usually:{context['file']}", f"- usually changes with {files}"))
     return items
 
 
@@ -487,6 +491,8 @@ async def _before_edit(
             files.append(context["file"])
             items += file_items(context)
     head = f"memoryd: before you edit {', '.join(files)}, what earlier sessions did to it:"
+    if all(item.key.startswith("usually:") for item in items):
+        head = f"memoryd: before you edit {', '.join(files)}:"
     return head, items
 
 

@@ -257,7 +257,8 @@ def build_server(
         structured_output=False,
         description="The history of one file: every session that touched it (read, modified or "
         "ran commands on it; newest first, with their goal, outcomes and errors, and whether "
-        "the file changed since), plus the file's current code chunks. Use it before editing a "
+        "the code they saw is still current), the notes agents left on it, plus the file's "
+        "current code chunks. Use it before editing a "
         f"file others worked on, or to learn why it is the way it is. {budget}",
     )
     async def file_history(path: str, max_chars: int = DEFAULT_BUDGET) -> str:
@@ -306,7 +307,8 @@ def build_server(
     @server.tool(
         structured_output=False,
         description="What happened lately in this repository: recent sessions and their goals, "
-        "files modified, and failures not followed by a success (still open). Use it at the "
+        "files modified (is the code the last edit left still current), agents' notes, and "
+        "failures not followed by a success (still open). Use it at the "
         f"start of a task to pick up where others left off. days: how far back. {scope} "
         f"{budget}",
     )

@@ -56,6 +56,8 @@ class DataStep:
 
 
 _PAGE = 500
+# Sessions whose actions one query reads (two statements each).
+_SESSIONS_PER_BATCH = 50
 # The database engine merges its table files on every fourth reopen or so; the old versions of
 # rewritten rows (secrets, in the scrub) are gone from disk only after such a merge.
 _REOPENS_TO_MERGE = 5
@@ -182,6 +184,17 @@ async def _anchor_notes(store: Store, _: Settings) -> None:
         after = key_of(notes[-1]["id"])
 
 
+async def _anchor_actions(store: Store, _: Settings) -> None:
+    """Reads and edits stored before actions had anchors (memoryd/anchors.py) get their
+    `code_hash`: the file's version the index kept of their time (none when it holds none).
+    Resumable: an action given its hash is not read again."""
+    from memoryd.anchors import anchor_actions
+
+    sessions = await store.session_keys()
+    for start in range(0, len(sessions), _SESSIONS_PER_BATCH):
+        await anchor_actions(store, sessions[start : start + _SESSIONS_PER_BATCH])
+
+
 async def _resolve_errors(store: Store, _: Settings) -> None:
     """RESOLVED_BY edges (schema 018) for the failures stored before ingest wrote them, by
     the rule ingest uses (workers/resolutions.py). Resumable: the edges are upserts."""
@@ -229,6 +242,7 @@ DATA_STEPS: tuple[DataStep, ...] = (
         _backfill_code_graph,
         changes=("entity", *CODE_GRAPH_TABLES),
     ),
+    DataStep(31, "anchor_actions", _anchor_actions, changes=()),
 )
 
 

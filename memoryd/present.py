@@ -9,6 +9,7 @@ from typing import Any
 from memoryd.agent import MIN_BUDGET, Scope, clip, fit, one_line, qualified
 from memoryd.results import (
     FileHistory,
+    Note,
     RecentActivity,
     Record,
     SearchResult,
@@ -105,7 +106,11 @@ def get_text(records: Sequence[Record], max_chars: int) -> str:
 def _action_line(action: Mapping[str, Any]) -> str:
     outcome = action.get("outcome") or action.get("reason") or ""
     code = f" exit {action['exit_code']}" if action.get("exit_code") not in (None, 0) else ""
-    changed = " (file changed since)" if action.get("changed_since") else ""
+    # What the index says of the file against what this call saw or left; without an
+    # anchor (a file no project indexes), whether a later edit was seen.
+    changed = code_state(action.get("anchor")) or (
+        " (file changed since)" if action.get("changed_since") else ""
+    )
     detail = f" — {action['detail']}" if action.get("detail") else ""
     return "  " + one_line(
         f"{action['verb']} {outcome}{code} via {action.get('tool') or '?'} at "
@@ -134,6 +139,7 @@ def history_text(history: FileHistory, max_chars: int) -> str:
             for e in s.get("errors", [])[:3]
         ]
         blocks.append("\n".join(lines))
+    blocks += [note_line(n) for n in history.get("notes", [])]
     chunks = history["chunks"]
     if chunks:
         blocks.append(
@@ -180,6 +186,15 @@ def timeline_text(timeline: Timeline, max_chars: int) -> str:
     return fit(head, lines, max_chars, "events")
 
 
+def note_line(note: Note) -> str:
+    """An agent's note or decision, with whether the code it names still stands."""
+    return one_line(
+        f"{note['kind']} [{note['id']}] (agent note, {_day(note.get('event_time'))})"
+        f"{code_state(note.get('anchor'))}: {note['text']}",
+        LINE_CHARS,
+    )
+
+
 def activity_blocks(activity: RecentActivity) -> list[str]:
     """One line per session (with goals), per changed file, per open failure; with provenance
     (which session, which tool, when)."""
@@ -193,17 +208,11 @@ def activity_blocks(activity: RecentActivity) -> list[str]:
                 LINE_CHARS,
             )
         )
-    for n in activity["notes"]:
-        lines.append(
-            one_line(
-                f"{n['kind']} [{n['id']}] (agent note, {_day(n.get('event_time'))}): {n['text']}",
-                LINE_CHARS,
-            )
-        )
+    lines += [note_line(n) for n in activity["notes"]]
     for f in activity["files"]:
         lines.append(
             f"modified {f['file']} ×{f['edits']} (last {_day(f.get('last_at'))}, "
-            f"session {f['last_session']})"
+            f"session {f['last_session']}){code_state(f.get('anchor'))}"
         )
     for x in activity["failures"]:
         msg = x.get("message") or x.get("detail") or ""

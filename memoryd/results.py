@@ -5,7 +5,7 @@ model, no database SDK), so the CLI, the MCP server and the hooks can hold these
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +72,9 @@ class Action(TypedDict):
     tool: str | None
     detail: str | None
     event_time: str | None
+    # History only: how the file a read or edit saw or left stands now (memoryd/anchors.py:
+    # `current`, `changed since … (n lines)`, `file deleted`); None when nothing to check.
+    anchor: NotRequired[str | None]
 
 
 class SessionError(TypedDict):
@@ -123,6 +126,7 @@ class FileHistory(TypedDict):
 
     file: FileRef
     sessions: list[SessionSummary]
+    notes: list[Note]
     chunks: list[ChunkRef]
 
 
@@ -246,6 +250,8 @@ class FileChange(TypedDict):
     sessions: int
     last_at: str | None
     last_session: str
+    # How the file stands now against what that last edit left (memoryd/anchors.py).
+    anchor: str | None
 
 
 class OpenFailure(TypedDict):
@@ -269,6 +275,8 @@ class Note(TypedDict):
     kind: str
     text: str
     event_time: str | None
+    # How the code it names stands now (memoryd/anchors.py); None when it names none.
+    anchor: str | None
 
 
 class RecentActivity(TypedDict):

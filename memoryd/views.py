@@ -9,10 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from memoryd.agent import qualified
+from memoryd.anchors import action_states, anchor_states, anchor_text
 from memoryd.errors import InvalidRequest, NotFound
 from memoryd.ids import entity_id
 from memoryd.store import Store, key_of, plain
-from memoryd.vocabulary import MODIFIES, READS, SPAWNED
+from memoryd.vocabulary import AGENT_MEMORY_KINDS, MODIFIES, READS, SPAWNED
 
 # Content shown per event in a session replay; the full text stays in the database.
 REPLAY_CHARS = 400
@@ -40,7 +42,9 @@ async def history(
     store: Store, kind: str, key: str, project_id: str | None, rel_path: str | None
 ) -> dict[str, Any]:
     """Every session that read, modified or was denied this file, newest first, with its goal,
-    its actions on the file and its errors; then the file's current chunks."""
+    its actions on the file (each read or edit with how the file stands now against what it
+    saw or left: `anchor`) and its errors; the notes and decisions agents linked to the file
+    (with theirs); then the file's current chunks."""
     actions = [plain(a) for a in await store.file_actions(entity_id(kind, key))]
     retired = (
         plain(await store.last_retired(project_id, rel_path))
@@ -48,6 +52,13 @@ async def history(
         else None
     )
     mark_changed_since(actions, retired)
+    for action, state in zip(actions, await action_states(store, actions), strict=True):
+        # What the action saw or left, against the index now (memoryd/anchors.py); None for
+        # a command, a failure, a file no project indexes (then `changed_since` is all).
+        action["anchor"] = (anchor_text([state]) or None) if state else None
+        # Read for the check only: the document's actions stay as documented.
+        action.pop("code_hash", None)
+        action.pop("project", None)
     by_session: dict[str, list[dict[str, Any]]] = {}
     for action in actions:
         by_session.setdefault(action.pop("session"), []).append(action)
@@ -63,9 +74,21 @@ async def history(
         if project_id and rel_path is not None
         else []
     )
+    notes = [plain(n) for n in await store.file_notes(entity_id(kind, key), AGENT_MEMORY_KINDS)]
+    states = await anchor_states(store, [n["id"] for n in notes])
     return {
         "file": {"kind": kind, "key": key, "project": project_id, "path": rel_path},
         "sessions": sessions,
+        "notes": [
+            {
+                "id": qualified("memory", n["id"]),
+                "kind": n["kind"],
+                "text": n["content"],
+                "event_time": n.get("event_time"),
+                "anchor": anchor_text(states.get(n["id"], [])) or None,
+            }
+            for n in notes
+        ],
         "chunks": chunks,
     }
 

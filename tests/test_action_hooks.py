@@ -151,11 +151,13 @@ async def resolved(daemon: Daemon, output: str, session: str) -> dict:
             await asyncio.sleep(1)
 
 
-def before_edit(name: str, session: str, error: str) -> str:
-    """The pre-edit context of `name` after `session` broke and fixed it (a pattern)."""
+def before_edit(name: str, session: str, error: str, code: str = "current") -> str:
+    """The pre-edit context of `name` after `session` broke and fixed it (a pattern); `code`:
+    how the file stands against what the session left (a pattern)."""
     return (
         f"memoryd: before you edit {name}, what earlier sessions did to it:\n"
-        f"- session {session} \\(claude-code, {WHEN}\\) edited it; goal: {GOAL}; "
+        f"- session {session} \\(claude-code, {WHEN}\\) edited it \\(code {code}\\); "
+        f"goal: {GOAL}; "
         f"then {re.escape(error)} \\(#\\d+\\): fixed in session {session} \\({WHEN}\\), "
         f"modified {name}, then `python3 {name}` succeeded"
     )
@@ -316,7 +318,10 @@ async def test_gemini_cli_is_told_with_its_edit_and_after_its_failure(
 
     requests = server.main_requests
     [before] = told(requests[1])
-    assert re.fullmatch(before_edit("mean.py", first, error), before), before
+    # Said after Gemini's own edit: the file is what the earlier session left, or (once the
+    # indexer has read Gemini's edit) changed since.
+    changed = rf"(current|changed since {WHEN} \(\d+ lines\))"
+    assert re.fullmatch(before_edit("mean.py", first, error, changed), before), before
     [_, after] = told(requests[2])
     assert re.fullmatch(after_failure("mean.py", first, error), after), after
     assert told(requests[3]) == [before, after]

@@ -1,37 +1,52 @@
 """Memories checked against the code (memoryd/anchors.py): a decision remembered about a
 function of a real tree (arq's), then the function edited, then the file deleted, each
-re-indexed by the daemon's own jobs; what `anchors`, `get`, search and the MCP text say; and
-migration step 028 anchoring notes written before anchors."""
+re-indexed by the daemon's own jobs; what `anchors`, `get`, search and the MCP text say; the
+same for a session's edit and a note as file_history, recent_activity and the CLI's history
+show them; and migration steps 028 and 031 anchoring notes and actions stored before."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import re
 import shutil
+import time
+from asyncio.subprocess import PIPE
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from surrealdb import RecordID
 
-from memoryd import client
+from memoryd import client, present
+from memoryd.agent import Scope
 from memoryd.migrate import migrate
 from memoryd.present import get_text, hit_line
+from memoryd.results import FileHistory, RecentActivity
 from memoryd.runtime import Runtime
 from memoryd.scan import project_id_for
-from tests.conftest import index_tree
+from tests.conftest import MEMORYD, index_tree
 
 SYMBOL = "connections.py#RedisSettings.from_dsn"
 DECISION = "Decision: from_dsn rejects every DSN scheme but redis, rediss and unix."
 WHEN = r"\d{4}-\d\d-\d\d \d\d:\d\d"
 
 
+async def indexed_copy(
+    stack: Runtime, arq_tree: Path, tmp_path: Path
+) -> tuple[Path, str, client.Client]:
+    """A copy of arq's tree indexed by the daemon's jobs: its root, project and a client."""
+    repo = tmp_path / "arq"
+    shutil.copytree(arq_tree, repo)
+    await index_tree(stack, repo)
+    return repo, project_id_for(repo), client.Client(stack.redis, stack.settings)
+
+
 @pytest.mark.e2e
 async def test_a_decision_about_a_function_reads_current_then_changed_then_deleted(
     stack: Runtime, arq_tree: Path, tmp_path: Path
 ) -> None:
-    repo = tmp_path / "arq"
-    shutil.copytree(arq_tree, repo)
-    await index_tree(stack, repo)
-    project = project_id_for(repo)
-    memoryd = client.Client(stack.redis, stack.settings)
+    repo, project, memoryd = await indexed_copy(stack, arq_tree, tmp_path)
     done = await memoryd.remember(DECISION, "decision", [SYMBOL], cwd=repo, project=project)
     memory = done["id"]
     assert done["files"] == [f"{project}:{SYMBOL}"]
@@ -78,10 +93,7 @@ async def test_a_decision_about_a_function_reads_current_then_changed_then_delet
 async def test_a_symbol_the_index_does_not_keep_is_refused(
     stack: Runtime, arq_tree: Path, tmp_path: Path
 ) -> None:
-    repo = tmp_path / "arq"
-    shutil.copytree(arq_tree, repo)
-    await index_tree(stack, repo)
-    memoryd = client.Client(stack.redis, stack.settings)
+    repo, _, memoryd = await indexed_copy(stack, arq_tree, tmp_path)
     with pytest.raises(Exception, match=r"no indexed symbol .*connections.py#RedisSettings.nope"):
         await memoryd.remember(
             DECISION, "decision", ["connections.py#RedisSettings.nope"], cwd=repo
@@ -93,11 +105,7 @@ async def test_step_028_anchors_notes_written_before_at_the_code_of_their_time(
     stack: Runtime, arq_tree: Path, tmp_path: Path
 ) -> None:
     assert stack.store is not None
-    repo = tmp_path / "arq"
-    shutil.copytree(arq_tree, repo)
-    await index_tree(stack, repo)
-    project = project_id_for(repo)
-    memoryd = client.Client(stack.redis, stack.settings)
+    repo, project, memoryd = await indexed_copy(stack, arq_tree, tmp_path)
     files = [SYMBOL, "cron.py"]
     done = await memoryd.remember(DECISION, "decision", files, cwd=repo, project=project)
     memory = done["id"]
@@ -119,3 +127,132 @@ async def test_step_028_anchors_notes_written_before_at_the_code_of_their_time(
         f"{project}:{SYMBOL}": ("changed", 1),
         f"{project}:cron.py": ("current", None),
     }
+
+
+NOTE = "Decision: connections.py keeps every Redis setting in RedisSettings."
+
+
+def _aider_edit(repo: Path, path: str) -> Path:
+    """The log aider writes for a session that edited `path`, started now (aider's own format,
+    as its `.aider.chat.history.md` holds it)."""
+    log = repo / ".aider.chat.history.md"
+    started = datetime.now().strftime("%Y-%m-%d %H:%M:%S")  # aider writes local time
+    log.write_text(
+        f"\n# aider chat started at {started}\n\n#### make from_dsn refuse an empty DSN  \n\n"
+        f"> Applied edit to {path}  \n"
+    )
+    return log
+
+
+def _shown(history: FileHistory, activity: RecentActivity) -> dict[str, str | None]:
+    """What file_history and recent_activity say of the session's edit and of the note, in
+    their data and in the MCP tools' text."""
+    # The aider session (the note's own session MENTIONS the file too).
+    [edit] = [a for s in history["sessions"] for a in s["actions"] if a["verb"] == "MODIFIES"]
+    [note] = history["notes"]
+    [change] = activity["files"]
+    [recent] = activity["notes"]
+    assert (recent["id"], recent["anchor"]) == (note["id"], note["anchor"])
+    scope = Scope(activity["project"], None)
+    history_lines = present.history_text(history, 100_000).splitlines()
+    activity_lines = present.activity_text(activity, scope, 100_000).splitlines()
+    for anchor, lines, marker in (
+        (edit["anchor"], history_lines, "MODIFIES ok via edit"),
+        (note["anchor"], history_lines, note["id"]),
+        (change["anchor"], activity_lines, "modified connections.py"),
+        (note["anchor"], activity_lines, note["id"]),
+    ):
+        [line] = [line for line in lines if marker in line]
+        assert f"(code {anchor})" in line, line
+    return {"edit": edit["anchor"], "note": note["anchor"], "recent edit": change["anchor"]}
+
+
+@pytest.mark.e2e
+async def test_a_sessions_edit_and_a_note_read_current_then_changed_then_deleted_in_history(
+    stack: Runtime, arq_tree: Path, tmp_path: Path
+) -> None:
+    """An aider session edits connections.py; a decision names the file. file_history and
+    recent_activity (their data and the MCP tools' text) say how the file stands against what
+    the edit left and what the note saw: current, changed since (2 lines), file deleted."""
+    assert stack.store is not None
+    repo, project, memoryd = await indexed_copy(stack, arq_tree, tmp_path)
+    source = repo / "connections.py"
+    check = "        conf = urlparse(dsn)\n"
+    text = source.read_text()
+    assert text.count(check) == 1
+    # The session: its log, then the edit it made, indexed, then the log ingested.
+    log = _aider_edit(repo, "connections.py")
+    source.write_text(text.replace(check, check + "        assert dsn\n"))
+    await index_tree(stack, repo)
+    [report] = await memoryd.ingest([str(log)])
+    assert report["memories"] >= 1
+    # The edit's hash is stored at ingest: the version the indexer wrote after it.
+
+    async def edit_hashes() -> list[str | None]:
+        assert stack.store is not None
+        found = await stack.store.query(
+            "SELECT VALUE code_hash FROM modifies WHERE out.project = $p",
+            {"p": RecordID("project", project)},
+        )
+        return list(found[0] or [])
+
+    # Ingest writes anchors after its batch, without holding the job up: wait for it.
+    deadline = time.monotonic() + 300
+    while (await edit_hashes()) == [None]:
+        assert time.monotonic() < deadline, "the edit's anchor was never stored"
+        await asyncio.sleep(0.5)
+    [stored] = await edit_hashes()
+    assert isinstance(stored, str) and len(stored) == 64
+    await memoryd.remember(NOTE, "decision", ["connections.py"], cwd=repo, project=project)
+    since = datetime.now(UTC) - timedelta(days=1)
+
+    async def shown() -> dict[str, str | None]:
+        history = await memoryd.history(str(source))
+        return _shown(history, await memoryd.recent_activity(project, since))
+
+    assert await shown() == {"edit": "current", "note": "current", "recent edit": "current"}
+
+    text = source.read_text()
+    source.write_text(
+        text.replace(check, check + "        if not dsn:\n            raise ValueError(dsn)\n")
+    )
+    await index_tree(stack, repo)
+    states = await shown()
+    assert set(states) == {"edit", "note", "recent edit"}
+    for state in states.values():
+        assert re.fullmatch(rf"changed since {WHEN} \(2 lines\)", state or ""), states
+    # The CLI's `history` says the same of the session's last edit.
+    done = await cli_history(stack, source)
+    assert f"  code: {states['edit']} (after its last MODIFIES)" in done.splitlines()
+    assert f"(code {states['note']})" in done
+
+    # Migration step 031 gives actions stored before anchors theirs: the same version (what
+    # the edit left, not the file changed since).
+    await stack.store.query(
+        "UPDATE modifies SET code_hash = NONE; DELETE schema_version:031_anchor_actions;"
+    )
+    backups = stack.settings.data_dir / "backups"
+    assert await migrate(stack.store, stack.settings, backups) == ["031_anchor_actions"]
+    assert await edit_hashes() == [stored]
+    assert await shown() == states
+
+    source.unlink()
+    await index_tree(stack, repo)
+    assert await shown() == {
+        "edit": "file deleted",
+        "note": "file deleted",
+        "recent edit": "file deleted",
+    }
+
+
+async def cli_history(stack: Runtime, path: Path) -> str:
+    """`memoryd history PATH`, answered by this test's worker (so run without blocking it)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
+    env |= {"MEMORYD_CONFIG": "/nonexistent/memoryd.toml", "MEMORYD_TRANSCRIPTS": "[]"}
+    data = str(stack.settings.data_dir)
+    process = await asyncio.create_subprocess_exec(
+        MEMORYD, "history", str(path), "--data-dir", data, stdout=PIPE, stderr=PIPE, env=env
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 600)
+    assert process.returncode == 0, err.decode()
+    return out.decode()

@@ -1,14 +1,15 @@
 """CHANGES_WITH from a scripted git history with known pairs, counted through the real queue,
-and counted again incrementally when HEAD moves."""
+and counted again incrementally when HEAD moves; and what the pre-edit hook says of them."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from arq.jobs import Job
 
-from memoryd import client, jobs, projects, queue
+from memoryd import client, hooks, jobs, projects, queue
 from memoryd.runtime import Runtime
 from tests.conftest import git, git_init, index_tree
 from workers.codegraph.cochange import Commit, commits_of, pairs, weight
@@ -87,3 +88,45 @@ async def test_files_that_change_together(stack: Runtime, tmp_path: Path) -> Non
         ("c.py", 1.667),
         ("d.py", 1.667),
     ]
+
+
+async def test_the_pre_edit_hook_names_files_that_usually_change_with_the_file(
+    stack: Runtime, tmp_path: Path
+) -> None:
+    """Before an edit, the hook adds the files the history changed with this one at least
+    twice (CHANGES_WITH), and nothing when none did; within its budget, once per session."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    _write(root, "a.py", "b.py", "c.py")
+    git_init(root)  # a-b, a-c, b-c: 1 each
+    _commit(root, "a.py", "b.py")
+    _commit(root, "a.py", "b.py")
+    _commit(root, "a.py", "c.py")
+    _commit(root, "d.py")  # alone: changes with nothing
+    await index_tree(stack, root)
+    assert await _counted(stack, root) == {"commits": 5, "pairs": 3}
+    memoryd = client.Client(stack.redis, stack.settings)
+
+    async def before_edit(name: str, session: str = "s1") -> str:
+        payload = {
+            "session_id": session,
+            "cwd": str(root),
+            "hook_event_name": "PreToolUse",
+            "tool_name": "Edit",
+            "tool_input": {"file_path": str(root / name), "old_string": "x", "new_string": "y"},
+        }
+        answer = await hooks.run(
+            memoryd, "claude-code", "pre-tool-use", json.dumps(payload), "", None
+        )
+        return json.loads(answer)["hookSpecificOutput"]["additionalContext"] if answer else ""
+
+    assert await before_edit("a.py") == (
+        "memoryd: before you edit a.py:\n- usually changes with b.py (3 commits), c.py (2 commits)"
+    )
+    assert await before_edit("a.py") == ""  # said once in a session
+    # b.py changed with c.py once: chance, not "usually".
+    assert await before_edit("b.py") == (
+        "memoryd: before you edit b.py:\n- usually changes with a.py (3 commits)"
+    )
+    assert await before_edit("d.py") == ""
+    assert len(await before_edit("a.py", "s2")) <= stack.settings.hook_action_max_chars

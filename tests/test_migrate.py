@@ -324,10 +324,11 @@ async def test_a_swap_cut_short_is_finished_at_the_next_open(stack: Runtime, ren
     assert sorted(p.name for p in data.iterdir() if p.name.startswith("db")) == ["db"]
 
 
-# What `session_outcomes` read before step 025: a session's actions through its CONTAINS edges.
+# What `session_outcomes` read before step 025: a session's actions through its CONTAINS edges
+# (with the fields it reads today).
 _OUTCOMES_THROUGH_CONTAINS = (
     "SELECT string::uppercase(meta::tb(id)) AS verb, out.kind AS target_kind, out.key AS target, "
-    "out.project AS project, outcome, exit_code, tool, detail, event_time, session, "
+    "out.project AS project, outcome, exit_code, tool, detail, event_time, code_hash, session, "
     "in.seq AS seq, (SELECT VALUE message FROM $parent.in->triggered LIMIT 1)[0] AS message "
     "FROM $s->contains->memory->(executes, modifies, reads)"
 )

@@ -10,9 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from memoryd import agent
+from memoryd.anchors import action_states, anchor_states, anchor_text
 from memoryd.ids import entity_id, split_file_key
 from memoryd.store import plain
-from memoryd.vocabulary import AGENT_MEMORY_KINDS, ERROR
+from memoryd.vocabulary import AGENT_MEMORY_KINDS, ERROR, MODIFIES
+from workers.codegraph.views import co_changed
 from workers.context import JobContext
 from workers.entities import canonical_error, canonical_file
 
@@ -21,14 +23,20 @@ from workers.entities import canonical_error, canonical_file
 MAX_SESSIONS = 3
 MAX_NOTES = 3
 MAX_RESOLUTIONS = 2
+# Files changed with the edited one that the hook names at most, and how many (weighted)
+# commits changed both before it says so: once is chance, not "usually".
+MAX_CO_CHANGED = 3
+MIN_CO_CHANGES = 2.0
 
 
 async def file_context(
     ctx: JobContext, project: str, cwd: str, path: str, session: str
 ) -> dict[str, Any]:
     """The earlier sessions of `project` that edited `path` (newest first: goal, agent, when,
-    and each failure that followed the edit in that session with what fixed it, if anything
-    did), and the notes and decisions agents linked to the file. Empty when there are none."""
+    how the file stands against what the session's last edit left, and each failure that
+    followed the edit in that session with what fixed it, if anything did), the notes and
+    decisions agents linked to the file (with how the code they name stands), and the files
+    the history usually changes with it. Empty when there are none."""
     store = ctx["store"]
     projects = [(p["id"], p["root"]) for p in await store.projects()]
     entity = canonical_file(path, cwd, projects)
@@ -38,10 +46,13 @@ async def file_context(
     edits = [plain(e) for e in await store.file_modifications(key)]
     first_edit: dict[str, int] = {}
     last_edit: dict[str, str] = {}
+    last_ok: dict[str, dict[str, Any]] = {}
     for e in edits:
         if e["session"] != session:
             first_edit.setdefault(e["session"], e["seq"])
             last_edit[e["session"]] = e.get("event_time") or ""
+            if e.get("outcome") == "ok":
+                last_ok[e["session"]] = e
     rows = {
         r["session"]: r
         for r in map(plain, await store.session_goals(sorted(first_edit)))
@@ -58,12 +69,23 @@ async def file_context(
         for r in await store.resolutions_of(sorted({f["error"] for f in failures}))
         if r.get("project") == project
     ]
+    # How the file stands against what each session's last successful edit left.
+    left = [
+        {**last_ok[s], "verb": MODIFIES.name, "target": entity.key, "project": project}
+        for s in newest
+        if s in last_ok
+    ]
+    code = {
+        a["session"]: anchor_text([state]) if state else ""
+        for a, state in zip(left, await action_states(store, left), strict=True)
+    }
     sessions = [
         {
             "session": s,
             "agent": rows[s].get("agent"),
             "goal": rows[s].get("goal"),
             "last_edit": last_edit[s],
+            "anchor": code.get(s) or None,
             "failures": [
                 {
                     "name": f["name"],
@@ -77,19 +99,35 @@ async def file_context(
         }
         for s in newest
     ]
+    found = [
+        n
+        for n in map(plain, await store.file_notes(key, AGENT_MEMORY_KINDS))
+        if n.get("project") == project
+    ][:MAX_NOTES]
+    states = await anchor_states(store, [n["id"] for n in found])
     notes = [
         {
             "id": agent.qualified("memory", n["id"]),
             "kind": n["kind"],
             "text": n["content"],
             "event_time": n.get("event_time"),
+            "anchor": anchor_text(states.get(n["id"], [])) or None,
         }
-        for n in map(plain, await store.file_notes(key, AGENT_MEMORY_KINDS))
-        if n.get("project") == project
-    ][:MAX_NOTES]
-    if not sessions and not notes:
+        for n in found
+    ]
+    # Files the repository's history changes together with this one, often enough to say
+    # "usually" (CHANGES_WITH, workers/codegraph/cochange.py).
+    usually = [
+        c for c in await co_changed(store, [key], MAX_CO_CHANGED) if c["count"] >= MIN_CO_CHANGES
+    ]
+    if not sessions and not notes and not usually:
         return {}
-    return {"file": split_file_key(entity.key)[1], "sessions": sessions, "notes": notes}
+    return {
+        "file": split_file_key(entity.key)[1],
+        "sessions": sessions,
+        "notes": notes,
+        "changes_with": usually,
+    }
 
 
 async def error_context(ctx: JobContext, project: str, text: str, session: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import Any
 from memoryd import agent, hooks, metrics, queue, views
 from memoryd import search as search_module
 from memoryd.agent import check_budget
-from memoryd.anchors import anchor_states, anchor_text
+from memoryd.anchors import action_states, anchor_states, anchor_text
 from memoryd.client import Client, remembered
 from memoryd.compact import DB_DIR, size
 from memoryd.errors import InvalidRequest, NotFound
@@ -473,6 +473,12 @@ async def recent_activity(ctx: JobContext, project: str | None, since: str) -> d
         if project
         else []
     )
+    files = file_changes(outcomes)
+    # How each file stands against what its last edit left, and each note against its code.
+    edits = [f.pop("last_edit") for f in files]
+    for change, state in zip(files, await action_states(store, edits), strict=True):
+        change["anchor"] = (anchor_text([state]) or None) if state else None
+    states = await anchor_states(store, [n["id"] for n in notes])
     return {
         "project": project,
         "since": plain(start),
@@ -484,7 +490,7 @@ async def recent_activity(ctx: JobContext, project: str | None, since: str) -> d
             | {"goals": s.get("goals") or []}
             for s in sessions
         ],
-        "files": file_changes(outcomes),
+        "files": files,
         "failures": open_failures(outcomes),
         "notes": [
             {
@@ -492,6 +498,7 @@ async def recent_activity(ctx: JobContext, project: str | None, since: str) -> d
                 "kind": n["kind"],
                 "text": n["content"],
                 "event_time": n.get("event_time"),
+                "anchor": anchor_text(states.get(n["id"], [])) or None,
             }
             for n in notes
         ],
@@ -504,7 +511,7 @@ def _order(action: dict[str, Any]) -> tuple[str, str, int]:
 
 def file_changes(actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Files successfully modified, the most recently changed first; `sessions`: how many
-    sessions modified each."""
+    sessions modified each; `last_edit`: the action of the last edit."""
     changes: dict[str, dict[str, Any]] = {}
     sessions: dict[str, set[str]] = {}
     for a in sorted(actions, key=_order):
@@ -519,6 +526,7 @@ def file_changes(actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
         entry["sessions"] = len(sessions[a["target"]])
         entry["last_at"] = a.get("event_time")
         entry["last_session"] = a["session"]
+        entry["last_edit"] = a
     return sorted(changes.values(), key=lambda c: (c["last_at"] or "", c["file"]), reverse=True)
 
 

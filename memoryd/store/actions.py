@@ -61,7 +61,8 @@ class ActionQueries(StoreBase):
     async def file_modifications(self, entity_key: str) -> list[dict[str, Any]]:
         """Every edit of one file (successful or not), oldest first."""
         rows = await self.query(
-            "SELECT record::id(session) AS session, in.seq AS seq, outcome, event_time "
+            "SELECT record::id(session) AS session, in.seq AS seq, outcome, event_time, "
+            "code_hash "
             "FROM $e<-modifies ORDER BY event_time",
             {"e": rid("entity", entity_key)},
         )

@@ -10,23 +10,25 @@ from typing import Any
 from memoryd.ids import entity_id, split_file_key
 from memoryd.store.base import StoreBase, key_of, rid
 from memoryd.store.code import BY_PATH
-from memoryd.vocabulary import AGENT_MEMORY_KINDS, FILE, MENTIONS, SYMBOL
+from memoryd.vocabulary import AGENT_MEMORY_KINDS, FILE, MENTIONS, MODIFIES, READS, SYMBOL
 
 _CHUNK_FIELDS = "content, content_hash, file_hash, start_line, valid_from, valid_until"
+_ANCHORED_TABLES = (MODIFIES.table, READS.table)
 
 
 class AnchorQueries(StoreBase):
     async def anchor_chunks(
         self, targets: Sequence[tuple[str, str, datetime | None]]
     ) -> list[list[dict[str, Any]]]:
-        """For each (entity kind, entity key, time): the chunks of that file or symbol valid now
-        and those valid at the time (None: now only), in line order; for a symbol, then the
-        file's valid chunk count as one row `{file_chunks: n}` (is the file still there?)."""
+        """For each (entity kind, entity key, time): the chunks of that file or symbol valid at
+        the time or since (None: now only), in line order; for a symbol, then the file's valid
+        chunk count as one row `{file_chunks: n}` (is the file still there?). Every version
+        since, not only then and now: an edit's anchor is the first version after it."""
         if not targets:
             return []
         statements, params = [], {}
         for i, (kind, key, at) in enumerate(targets):
-            when = f"valid_until IS NONE OR (valid_from <= $at{i} AND valid_until > $at{i})"
+            when = f"valid_until IS NONE OR valid_until > $at{i}"
             params[f"at{i}"] = at
             if kind == SYMBOL:
                 file = key.partition("#")[0]
@@ -90,4 +92,45 @@ class AnchorQueries(StoreBase):
             await self.query(
                 "FOR $m IN $rows { UPDATE $m.id SET anchors = $m.anchors RETURN NONE; };",
                 {"rows": [{"id": rid("memory", k), "anchors": a} for k, a in anchors.items()]},
+            )
+
+    async def unanchored_actions(
+        self, session_keys: Sequence[str], read_keys: Sequence[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """Successful reads and edits of files of a project, at a known time, with no
+        `code_hash` yet (memoryd/anchors.py:anchor_actions): these sessions' edits (by the
+        session each edge carries, schema 024 indexes it), and their reads, or (`read_keys`)
+        only these READS edges: a read's version is known when it is stored or never, while an
+        edit's comes with the indexer's next write, so only edits are looked for again."""
+        where = (
+            "outcome = 'ok' AND code_hash IS NONE AND event_time IS NOT NONE "
+            "AND out.kind = $file AND out.project IS NOT NONE"
+        )
+        fields = "id, string::uppercase(meta::tb(id)) AS verb, out.key AS target, event_time"
+        tables = (MODIFIES.table,) if read_keys is not None else _ANCHORED_TABLES
+        statements = [
+            f"SELECT {fields} FROM {table} WHERE session = $s{i} AND {where}"
+            for i in range(len(session_keys))
+            for table in tables
+        ]
+        if read_keys:
+            statements.append(f"SELECT {fields} FROM $reads WHERE {where}")
+        if not statements:
+            return []
+        rows = await self.query(
+            "; ".join(statements),
+            {
+                "file": FILE,
+                "reads": [rid(READS.table, k) for k in read_keys or []],
+                **{f"s{i}": rid("session", s) for i, s in enumerate(session_keys)},
+            },
+        )
+        return [row for result in rows for row in result or []]
+
+    async def set_code_hashes(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Store each action edge's `code_hash` (`{id, hash}` rows, the id a record id)."""
+        if rows:
+            await self.query(
+                "FOR $r IN $rows { UPDATE $r.id SET code_hash = $r.hash RETURN NONE; };",
+                {"rows": list(rows)},
             )

@@ -121,7 +121,9 @@ class CodeQueries(StoreBase):
         graph: Sequence[Any] = (),
     ) -> FileIndexWrite:
         """One transaction: upsert chunks, retire the chunks of `retire_paths` not in `chunks`,
-        record file states, upsert file and symbol entities and DEFINED_IN edges (chunk -> its
+        record file states (a retired chunk whose text comes back is valid again from now:
+        its validity says when the file held it, which memoryd/anchors.py reads), upsert file
+        and symbol entities and DEFINED_IN edges (chunk -> its
         file; chunk -> the symbol it defines, for chunks with a `symbol_id`), and bump the
         search generation. Retired chunks keep their edges: readers filter on `valid_until`.
         `graph`: the code graph rows of these files (memoryd/store/codegraph.py), replaced
@@ -157,6 +159,7 @@ class CodeQueries(StoreBase):
                 project: $project, valid_from: $at, indexed_at: $at }});
             LET $keep = $chunks.map(|$c| $c.id);
             INSERT INTO code_chunk $chunks ON DUPLICATE KEY UPDATE
+                valid_from = IF valid_until IS NONE THEN valid_from ELSE $input.valid_from END,
                 valid_until = NONE, start_line = $input.start_line, end_line = $input.end_line,
                 name = $input.name, parent_name = $input.parent_name,
                 file_hash = $input.file_hash, indexed_at = $input.indexed_at,

@@ -108,7 +108,7 @@ class RecallQueries(StoreBase):
             "; ".join(
                 "SELECT string::uppercase(meta::tb(id)) AS verb, out.kind AS target_kind, "
                 "out.key AS target, out.project AS project, outcome, exit_code, tool, detail, "
-                "event_time, session, in.seq AS seq, "
+                "event_time, code_hash, session, in.seq AS seq, "
                 "(SELECT VALUE message FROM $parent.in->triggered LIMIT 1)[0] AS message "
                 f"FROM {table} WHERE session = $s{i}"
                 for i in range(len(sessions))

@@ -22,7 +22,7 @@ class ViewQueries(StoreBase):
     async def file_actions(self, entity_key: str) -> list[dict[str, Any]]:
         """Edges of sessions' actions on one entity (by its record key), newest first."""
         rows = await self.query(
-            f"SELECT {_EDGE_FIELDS}, session, in.seq AS seq "
+            f"SELECT {_EDGE_FIELDS}, code_hash, out.project AS project, session, in.seq AS seq "
             f"FROM $e<-({_HISTORY}) "
             "ORDER BY event_time DESC",
             {"e": rid("entity", entity_key)},

@@ -157,7 +157,8 @@ async def _sessions(store: Store, file_keys: list[str], limit: int) -> list[dict
     return out[:limit]
 
 
-async def _changes_with(store: Store, ids: list[str], limit: int) -> list[dict[str, Any]]:
+async def co_changed(store: Store, ids: list[str], limit: int) -> list[dict[str, Any]]:
+    """The files CHANGES_WITH pairs with these entities, the most often changed with first."""
     rows = await store.graph_edges("changes_with", "in", ids, limit=limit * 4)
     rows += await store.graph_edges("changes_with", "out", ids, limit=limit * 4)
     best: dict[str, dict[str, Any]] = {}
@@ -223,7 +224,7 @@ async def related(
         _link(row["other_key"], row["path"], row["line"])
         for row in await store.graph_edges(INHERITS.table, "out", ids, as_of, limit * 4)
     ]
-    changes_with = await _changes_with(store, [file_id], limit)
+    changes_with = await co_changed(store, [file_id], limit)
     neighbours = sorted({_path_of(x["key"]) for x in callers + importers} | {path})
     keys = [f"{project_id}:{p}" for p in neighbours]
     return {
