@@ -297,6 +297,20 @@ class SearchIndex:
     def __len__(self) -> int:
         return self._lexical.count()
 
+    def vectors_held(self) -> dict[str, int]:
+        """Vectors per ANN index (`part`, `first_part`): how far each pass has come."""
+        return {name: len(vectors) for name, vectors in self._vectors.items()}
+
+    def vector_of(self, table: str, ids: Sequence[str]) -> dict[str, str]:
+        """Which vector each of these rows has: "full" or "first" (rows with none left out)."""
+        labels = {label_of(table, i): i for i in ids}
+        held: dict[str, str] = {}
+        for which, names in (("first", FIRST_PARTS), ("full", PARTS)):
+            for name in names:
+                found, _ = self._vectors[name].get(list(labels))
+                held.update((labels[label], which) for label in found.tolist())
+        return held
+
     # -- writes -----------------------------------------------------------------------------
 
     def upsert(self, docs: Iterable[Doc], model: str | None = None) -> None:
