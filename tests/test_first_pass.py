@@ -18,14 +18,19 @@ from memoryd import jobs, queue, static_embedding
 from memoryd.config import DEFAULT_MODEL
 from memoryd.embedding import Embedder
 from memoryd.indexsync import SEARCH_DIR
-from memoryd.jobs import JOBS_QUEUE
 from memoryd.runtime import Runtime
 from memoryd.scan import read_source, walk
 from memoryd.searchindex import Doc, Filters, SearchIndex
 from memoryd.searchindex.index import FIRST_PARTS, PARTS
 from memoryd.searchindex.index import STAMP as INDEX_STAMP
 from tests.conftest import settings_for
-from tests.test_index_phases import EVERY_KIND, first_phase, model_held, stored_chunks
+from tests.test_index_phases import (
+    EVERY_KIND,
+    first_phase,
+    model_held,
+    stopped_between_the_phases,
+    stored_chunks,
+)
 from workers.indexing import plan_file
 
 pytestmark = pytest.mark.e2e
@@ -127,23 +132,7 @@ async def test_a_kill_between_the_passes_heals_at_the_next_start(
     kill between the database's write and the index's commit leaves the stamp behind the
     database): the next start rebuilds every chunk's first-pass vector from the records, and
     the full model then reaches every chunk."""
-    first = Runtime(settings_for(data_dir), embedder)
-    closed = False
-    try:
-        await first.start_queue(exclusive=True)
-        await first.serve()
-        assert first.redis is not None
-        with model_held(embedder):
-            reports = await first_phase(first, arq_tree)
-            embed_jobs = [r["embed_job"] for r in reports if r["embed_job"]]
-            assert embed_jobs and len(embed_jobs) == len(reports)
-            assert await first.redis.zrem(JOBS_QUEUE, *embed_jobs) == len(embed_jobs)
-            ids = chunk_ids(await stored_chunks(first))
-            await first.close()
-            closed = True
-    finally:
-        if not closed:
-            await first.close()
+    ids = chunk_ids(await stopped_between_the_phases(data_dir, embedder, arq_tree))
     assert len(ids) > 50
     (data_dir / SEARCH_DIR / INDEX_STAMP).unlink()
 
