@@ -40,6 +40,9 @@ first-pass vector (memoryd/static_embedding.py; the search indexes rebuilt as if
 model had reached no chunk yet), the query embedded the same way. Target: within
 FIRST_PASS_MARGIN R@5 of the memoryd row (what a search finds before the full model's vectors).
 
+--no-windows leaves out the vec-window baseline (it embeds every file again with the model:
+on a loaded machine as long as the index itself), for a run that only compares memoryd's rows.
+
 --without-redaction indexes with secret redaction turned off, in this process only and into a
 data dir of its own: run once with it and once without to see what redaction costs retrieval
 (hashes, lockfiles and base64 fixtures look like secrets to a detector).
@@ -279,7 +282,12 @@ async def first_pass_hits(rt: Runtime, texts: Sequence[str]) -> list[list[str]]:
 
 
 async def evaluate(
-    git_dir: Path, name: str | None, work: Path, data: str = "data", first: bool = False
+    git_dir: Path,
+    name: str | None,
+    work: Path,
+    data: str = "data",
+    first: bool = False,
+    windows: bool = True,
 ) -> dict[str, np.ndarray]:
     git_dir = Path(git(git_dir, "rev-parse", "--absolute-git-dir").strip())
     label = repo_name(git_dir, name)
@@ -314,26 +322,28 @@ async def evaluate(
             f"{len(rt.search.index)} rows"
         )
         bm25 = FileBM25(files)
-        windows = WindowVectors(files, rt.embedder.embed, place)
+        near_windows = WindowVectors(files, rt.embedder.embed, place) if windows else None
         code = {p for p in files if chunk_kind(p, language_for_path(p)) == "code"}
         # Per method, each query's recall at each k.
         results: dict[str, np.ndarray] = {}
         for kind, queries in (("task", tasks), ("docstring", docstrings)):
-            vectors = rt.embedder.embed([q.text for q in queries])
+            texts = [q.text for q in queries]
+            vectors = rt.embedder.embed(texts) if near_windows else [[]] * len(texts)
             rows: dict[str, list[list[float]]] = {}
             for q, vector in zip(queries, vectors, strict=True):
                 hits = await search(
                     rt.store, rt.embedder, rt.search.index, q.text, limit=SEARCH_LIMIT
                 )
                 lexical = bm25.rank(q.text, len(files))
-                near = windows.rank(vector, len(files))
                 ranked = {
                     "memoryd": unique(h.path for h in hits if h.path),
                     "bm25-file all": lexical,
                     "bm25-file code": [p for p in lexical if p in code],
-                    "vec-window all": near,
-                    "vec-window code": [p for p in near if p in code],
                 }
+                if near_windows is not None:
+                    near = near_windows.rank(vector, len(files))
+                    ranked["vec-window all"] = near
+                    ranked["vec-window code"] = [p for p in near if p in code]
                 for method, files_ranked in ranked.items():
                     rows.setdefault(f"{kind} {method}", []).append(
                         [recall(files_ranked, q.relevant, k) for k in KS]
@@ -398,6 +408,7 @@ async def main() -> None:
     parser.add_argument(
         "--first-pass", action="store_true", help="add the first pass's row (see above)"
     )
+    parser.add_argument("--no-windows", action="store_true", help="no vec-window (see above)")
     args = parser.parse_args()
     data = "data"
     if args.without_redaction:
@@ -410,7 +421,7 @@ async def main() -> None:
     try:
         for i, repo in enumerate(args.repos):
             name = names[i] if i < len(names) else None
-            await evaluate(repo, name, work, data, args.first_pass)
+            await evaluate(repo, name, work, data, args.first_pass, not args.no_windows)
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
