@@ -67,6 +67,7 @@ import blake3
 import numpy as np
 import tantivy
 
+from bench.incremental import load
 from memoryd import projects, queue
 from memoryd.config import load_settings
 from memoryd.runtime import Runtime
@@ -366,6 +367,7 @@ def report(label: str, results: dict[str, np.ndarray]) -> None:
     """Mean recalls, then per kind of query and k the margin over the best baseline with a
     95% interval (paired bootstrap over the queries: how much the margin owes to which
     queries were drawn)."""
+    print(f"load average {load()}")
     print(f"{'':26}" + "".join(f"{f'R@{k}':>8}" for k in KS))
     for method, recalls in results.items():
         print(f"{method:26}" + "".join(f"{m:8.3f}" for m in recalls.mean(axis=0)))
