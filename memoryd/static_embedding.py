@@ -9,7 +9,8 @@ The model2vec recipe, computed once from the installed int8 ONNX model (model2ve
 (`[CLS] token [SEP]`, mean-pooled as the model pools a text), the table is reduced by PCA, and
 each token is weighted by SIF over a Zipf estimate of its frequency (the vocabulary is ordered
 roughly by frequency). A text's vector is then the mean of its tokens' rows, unit length: a
-tokenisation and a sum, no network.
+tokenisation and a sum, no network: 0.43 s of CPU for 560 chunk texts of click, where the model
+took 87 s (200x cheaper per chunk; measured on a shared machine at load 41).
 
 The table ships in the package (`static_table.npy`, float16, 15.6 MB; derived from
 all-MiniLM-L6-v2, Apache-2.0, see static_table.NOTICE), made by `python -m
@@ -27,10 +28,14 @@ import functools
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from memoryd.embedding import packaged_model_files
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 # The name stored with first-pass vectors; a change of the recipe below takes a new name, so
 # an index of the old table's vectors is rebuilt rather than compared with the new.
@@ -46,7 +51,7 @@ MAX_TOKENS = 1024
 TABLE = Path(__file__).with_name("static_table.npy")
 
 
-def _tokenizer(path: Path):  # type: ignore[no-untyped-def]
+def _tokenizer(path: Path) -> Tokenizer:
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(path))
