@@ -30,6 +30,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from memoryd import static_embedding
 from memoryd.searchindex import Doc, SearchIndex, chunk_kind, micros
 from memoryd.store import Ref, Store
 from memoryd.store.code import FileIndexWrite
@@ -135,15 +136,21 @@ class IndexSync:
     ) -> IndexSync:
         """Open the indexes in the data dir; rebuild them when missing or stale (in server
         mode: catch up when the changes since are kept)."""
-        index = await asyncio.to_thread(SearchIndex, data_dir / SEARCH_DIR)
+        # Code chunks not yet embedded by the full model get a first-pass vector as they are
+        # indexed.
+        first_pass = await asyncio.to_thread(static_embedding.load)
+        index = await asyncio.to_thread(SearchIndex, data_dir / SEARCH_DIR, first_pass=first_pass)
         sync = cls(store, index, model, follow)
         generation = await store.search_generation()
+        # Vectors of another model (the configured one changed; `reembed` replaces them): a
+        # rebuild gives their rows first-pass vectors, so they stay found by meaning meanwhile.
+        other_model = index.model not in (None, model)
         if follow and not index.fresh:
             await sync.catch_up()
-        elif index.fresh or index.generation != generation:
+        elif index.fresh or index.generation != generation or other_model:
             log.info(
                 "search indexes %s (generation %s, records %d): rebuilding",
-                "missing" if index.fresh else "stale",
+                "missing" if index.fresh else f"of model {index.model}" if other_model else "stale",
                 index.generation,
                 generation,
             )

@@ -118,10 +118,12 @@ async def test_found_by_words_before_the_vectors_and_by_meaning_after(
     )
 
 
-async def test_a_stop_between_the_phases_heals_at_the_next_start(
-    data_dir: Path, embedder: Embedder, arq_tree: Path
-) -> None:
-    pid, model = projects.resolve(arq_tree).id, embedder.model
+async def stopped_between_the_phases(
+    data_dir: Path, embedder: Embedder, root: Path
+) -> list[dict[str, Any]]:
+    """A runtime that wrote the tree's chunks and stopped before the second phase was queued
+    (a kill right after the write): its jobs are taken off the queue, as if never enqueued.
+    Returns the chunks stored."""
     first = Runtime(settings_for(data_dir), embedder)
     closed = False
     try:
@@ -129,18 +131,25 @@ async def test_a_stop_between_the_phases_heals_at_the_next_start(
         await first.serve()
         assert first.redis is not None
         with model_held(embedder):
-            reports = await first_phase(first, arq_tree)
-            chunks = sum(r["chunks"] for r in reports)
-            # The stop comes before the second phase was queued (a kill right after the
-            # write): its jobs are taken off the queue, as if never enqueued.
+            reports = await first_phase(first, root)
             embed_jobs = [r["embed_job"] for r in reports if r["embed_job"]]
             assert embed_jobs and len(embed_jobs) == len(reports)
             assert await first.redis.zrem(JOBS_QUEUE, *embed_jobs) == len(embed_jobs)
+            rows = await stored_chunks(first)
             await first.close()
             closed = True
     finally:
         if not closed:
             await first.close()
+    assert len(rows) == sum(r["chunks"] for r in reports)
+    return rows
+
+
+async def test_a_stop_between_the_phases_heals_at_the_next_start(
+    data_dir: Path, embedder: Embedder, arq_tree: Path
+) -> None:
+    pid, model = projects.resolve(arq_tree).id, embedder.model
+    chunks = len(await stopped_between_the_phases(data_dir, embedder, arq_tree))
     assert chunks > 50
 
     second = Runtime(settings_for(data_dir), embedder)

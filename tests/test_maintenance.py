@@ -320,9 +320,15 @@ async def test_a_model_of_another_dimension_is_reembedded_into_the_vector_index(
         # At start every row that had a vector waits for the new model; the k-NN compares no
         # vector of the old one with the new model's.
         assert await second.store.count_stale_vectors(TRUNCATED_MODEL) == embedded
-        # Meanwhile BM25 still finds the code.
+        # Meanwhile BM25 still finds the code, and every chunk is found by meaning too: the
+        # start rebuilt the indexes, giving each its first-pass vector (or, once reembed
+        # reached it, the new model's).
         hits = await _search_code(second, "from_dsn")
         assert any(h["name"] == "RedisSettings.from_dsn" for h in hits)
+        assert second.search is not None
+        chunks = [str(r["id"].id) for r in (await second.store.dump())["code_chunk"]]
+        held = second.search.index.vector_of("code_chunk", chunks)
+        assert set(held) == set(chunks) and set(held.values()) <= {"first", "full"}
         runs = 0
         while True:
             job = await second.redis.enqueue_job("reembed", _queue_name=jobs.JOBS_QUEUE)
@@ -347,6 +353,8 @@ async def test_a_model_of_another_dimension_is_reembedded_into_the_vector_index(
             TRUNCATED_DIM,
         )
         assert (await _search_code(second, query))[0]["name"] == "RedisSettings.from_dsn"
+        held = second.search.index.vector_of("code_chunk", chunks)
+        assert held == dict.fromkeys(chunks, "full")
     finally:
         await second.close()
 

@@ -494,9 +494,14 @@ def test_each_kind_has_its_own_vectors_and_a_search_merges_them(
     }
     assert searches(ix) == expected
     assert sorted(p.name for p in (tmp_path / "search").glob("*.journal")) == sorted(
-        f"vectors-{kind}{past}.journal"
-        for kind in ("code", "docs", "goal", "memory")
-        for past in ("", "-past")
+        f"vectors-{kind}{part}.journal"
+        for kind, parts in (
+            ("code", ("", "-past", "-first", "-first-past")),
+            ("docs", ("", "-past", "-first", "-first-past")),
+            ("goal", ("", "-past")),
+            ("memory", ("", "-past")),
+        )
+        for part in parts
     )
     del ix
     gc.collect()

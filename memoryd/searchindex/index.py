@@ -5,6 +5,13 @@ retired (kept for `as_of`): a kind filter then costs nothing, the rows of a kind
 vectors (most memories have none) are not sought among the many of another, and a search of
 what is valid now never wades through the history of every edited file.
 
+Rows that always get a vector (code chunks) have, until the full model's reaches them, a
+first-pass vector (memoryd.static_embedding, given as `first_pass`), computed here from the
+row's text as it is written. Those live in ANN indexes of their own (`first_part`): the two
+models' vectors are never compared. A search embeds the query both ways and fuses the two
+k-NN rankings, each weighted by the share of rows it covers; a row's full vector replaces its
+first-pass one within one write, so no row is ever without one.
+
 SurrealDB is the system of record; this directory can be rebuilt from it at any time. The
 stamp (`stamp.json`) holds the generation of the records the indexes reflect, the embedding
 model and dimension of the vectors, and how much of the vector journal is committed. It is
@@ -22,11 +29,11 @@ import json
 import os
 import shutil
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import blake3
 import numpy as np
@@ -38,8 +45,8 @@ from .text import code_text, memory_text, named_files, query_terms
 from .vectors import CHECKPOINT_SUFFIX, DTYPE, JOURNAL_SUFFIX, Vectors
 
 # An index of another format is rebuilt from the database at the next open. 4: a long
-# memory's search text holds the words of its middle.
-FORMAT = 4
+# memory's search text holds the words of its middle. 5: first-pass vectors.
+FORMAT = 5
 STAMP = "stamp.json"
 LEXICAL_DIR = "lexical"
 RRF_K = 60
@@ -70,14 +77,37 @@ def part(kind: str, now: bool) -> str:
 
 PARTS = tuple(part(kind.name, now) for kind in SEARCH_KINDS for now in (True, False))
 # Kinds whose every row gets a vector (a memory only when its kind is embedded): while some
-# still wait for theirs (a cold index embeds after it writes), the k-NN counts in a hybrid
+# still wait for theirs (a cold index embeds after it writes), each k-NN counts in a hybrid
 # search by the share that has one, so a few hundred vectors do not fill half the results.
+# Their rows get a first-pass vector until the full model's.
 ALWAYS_EMBEDDED = KINDS_OF_TABLE["code_chunk"]
+
+
+def first_part(kind: str, now: bool) -> str:
+    """The ANN index of first-pass vectors of a kind's rows valid now, or retired."""
+    return f"{kind}-first" if now else f"{kind}-first-past"
+
+
+FIRST_PARTS = tuple(first_part(kind, now) for kind in ALWAYS_EMBEDDED for now in (True, False))
 # The ANN indexes that hold rows of each table.
 PARTS_OF_TABLE = {
-    table: tuple(part(kind, now) for kind in kinds for now in (True, False))
+    table: tuple(
+        name(kind, now)
+        for kind in kinds
+        for now in (True, False)
+        for name in ((part, first_part) if kind in ALWAYS_EMBEDDED else (part,))
+    )
     for table, kinds in KINDS_OF_TABLE.items()
 }
+
+
+class FirstPass(Protocol):
+    """A first-pass embedder (memoryd.static_embedding.StaticEmbedder)."""
+
+    model: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
 def micros(at: datetime) -> int:
@@ -191,14 +221,17 @@ def _private(path: Path) -> None:
 
 
 class SearchIndex:
-    def __init__(self, directory: Path, dtype: str = DTYPE) -> None:
+    def __init__(
+        self, directory: Path, dtype: str = DTYPE, first_pass: FirstPass | None = None
+    ) -> None:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(directory, 0o700)
         self.directory = directory
         self._write = threading.Lock()
+        self._first = first_pass
         stamp = self._read_stamp()
-        # Opened with no stamp (or one of another format): the indexes were unknown and start
-        # empty; the caller rebuilds them.
+        # Opened with no stamp (or one of another format, or of first-pass vectors of another
+        # model): the indexes were unknown and start empty; the caller rebuilds them.
         self.fresh = stamp is None
         stamp = stamp or {}
         self._generation: int | None = stamp.get("generation")
@@ -211,9 +244,10 @@ class SearchIndex:
         # ANN indexes whose vectors `forget` erased: the next commit checkpoints them (their
         # journal holds the vectors).
         self._erased: set[str] = set()
-        # Per kind of ALWAYS_EMBEDDED: the share of its rows valid now that have a vector, as
-        # of the last commit.
+        # Per kind of ALWAYS_EMBEDDED: the share of its rows valid now that have a vector of
+        # the full model, and of the first pass, as of the last commit.
         self._coverage: dict[str, float] = {}
+        self._first_coverage: dict[str, float] = {}
         if self.fresh:
             # Whatever is there (a crash before the first stamp, an older format) goes.
             shutil.rmtree(directory / LEXICAL_DIR, ignore_errors=True)
@@ -221,7 +255,9 @@ class SearchIndex:
                 for old in directory.glob("*" + suffix):
                     old.unlink()
         self._lexical = Lexical(directory / LEXICAL_DIR)
-        self._vectors = {name: Vectors(directory, f"vectors-{name}", dtype) for name in PARTS}
+        self._vectors = {
+            name: Vectors(directory, f"vectors-{name}", dtype) for name in PARTS + FIRST_PARTS
+        }
         self._pending: dict[str, Row] = {}
         if self.fresh:
             self._commit_locked()
@@ -237,7 +273,13 @@ class SearchIndex:
             stamp = json.loads((self.directory / STAMP).read_text())
         except (FileNotFoundError, ValueError):
             return None
+        if stamp.get("first_model") != self._first_model:
+            return None
         return stamp if stamp.get("format") == FORMAT else None
+
+    @property
+    def _first_model(self) -> str | None:
+        return None if self._first is None else self._first.model
 
     @property
     def generation(self) -> int | None:
@@ -255,6 +297,20 @@ class SearchIndex:
     def __len__(self) -> int:
         return self._lexical.count()
 
+    def vectors_held(self) -> dict[str, int]:
+        """Vectors per ANN index (`part`, `first_part`): how far each pass has come."""
+        return {name: len(vectors) for name, vectors in self._vectors.items()}
+
+    def vector_of(self, table: str, ids: Sequence[str]) -> dict[str, str]:
+        """Which vector each of these rows has: "full" or "first" (rows with none left out)."""
+        labels = {label_of(table, i): i for i in ids}
+        held: dict[str, str] = {}
+        for which, names in (("first", FIRST_PARTS), ("full", PARTS)):
+            for name in names:
+                found, _ = self._vectors[name].get(list(labels))
+                held.update((labels[label], which) for label in found.tolist())
+        return held
+
     # -- writes -----------------------------------------------------------------------------
 
     def upsert(self, docs: Iterable[Doc], model: str | None = None) -> None:
@@ -262,22 +318,39 @@ class SearchIndex:
         row is found by BM25 only until `set_vectors`)."""
         with self._write:
             rows, vectors, dropped = [], _ByPart(), _ByPart()
+            first: list[tuple[str, int, str]] = []
             for doc in docs:
                 row = doc.row()
                 rows.append(row)
                 now = row.valid_until is None
-                # Out of the other index of its kind, where it may have been till now.
+                firsts = row.kind in ALWAYS_EMBEDDED
+                # Out of the other indexes of its kind, where it may have been till now.
                 dropped.add(part(row.kind, not now), row.label)
+                if firsts:
+                    dropped.add(first_part(row.kind, not now), row.label)
                 if doc.vector is None:
                     dropped.add(part(row.kind, now), row.label)
+                    if firsts and self._first is not None:
+                        first.append((first_part(row.kind, now), row.label, doc.content))
+                    elif firsts:
+                        dropped.add(first_part(row.kind, now), row.label)
                 else:
                     vectors.add(part(row.kind, now), row.label, doc.vector)
+                    if firsts:
+                        dropped.add(first_part(row.kind, now), row.label)
             self._lexical.put(rows)
             self._pending.update((row.key, row) for row in rows)
             for name, (labels, _) in dropped.items():
                 self._vectors[name].remove(labels)
             if vectors:
                 self._set_vectors(vectors, model)
+            if first:
+                assert self._first is not None
+                matrix = self._first.embed([text for _, _, text in first])
+                by_part = _ByPart()
+                for (name, label, _), vector in zip(first, matrix, strict=True):
+                    by_part.add(name, label, vector)
+                self._set_first(by_part)
 
     def retire(self, table: str, ids: Sequence[str], at: int) -> int:
         """Close the validity of rows valid now (they stay for `as_of`); returns how many."""
@@ -288,16 +361,22 @@ class SearchIndex:
             closed = [replace(r, valid_until=at) for r in rows.values() if r.valid_until is None]
             self._lexical.put(closed)
             self._pending.update((row.key, row) for row in closed)
-            # Their vectors move to the index of retired rows.
-            moved = _ByPart()
+            # Their vectors move to the indexes of retired rows.
+            moved, moved_first = _ByPart(), _ByPart()
             for kind in {row.kind for row in closed}:
-                now = self._vectors[part(kind, True)]
-                labels, matrix = now.get([row.label for row in closed if row.kind == kind])
-                now.remove(labels)
-                for label, vector in zip(labels.tolist(), matrix, strict=True):
-                    moved.add(part(kind, False), label, vector)
+                retiring = [row.label for row in closed if row.kind == kind]
+                pairs = [(part, moved)]
+                if kind in ALWAYS_EMBEDDED:
+                    pairs.append((first_part, moved_first))
+                for name, into in pairs:
+                    now = self._vectors[name(kind, True)]
+                    labels, matrix = now.get(retiring)
+                    now.remove(labels)
+                    for label, vector in zip(labels.tolist(), matrix, strict=True):
+                        into.add(name(kind, False), label, vector)
             if moved:
                 self._set_vectors(moved, self._model)
+            self._set_first(moved_first)
             return len(closed)
 
     def delete(self, table: str, ids: Sequence[str]) -> None:
@@ -333,12 +412,17 @@ class SearchIndex:
             keys = {row_key(table, i): i for i in vectors}
             rows = self._lexical.rows([k for k in keys if k not in self._pending])
             rows.update((k, self._pending[k]) for k in keys if k in self._pending)
-            by_part = _ByPart()
+            by_part, superseded = _ByPart(), _ByPart()
             # Rows the index does not hold get no vector: no search could find them.
             for key, row in rows.items():
-                name = part(row.kind, row.valid_until is None)
-                by_part.add(name, row.label, vectors[keys[key]])
+                now = row.valid_until is None
+                by_part.add(part(row.kind, now), row.label, vectors[keys[key]])
+                if row.kind in ALWAYS_EMBEDDED:
+                    superseded.add(first_part(row.kind, now), row.label)
             self._set_vectors(by_part, model)
+            # Only once the full vectors are in: a search meanwhile finds the row by either.
+            for name, (labels, _) in superseded.items():
+                self._vectors[name].remove(labels)
 
     def _set_vectors(self, vectors: _ByPart, model: str | None) -> None:
         if model is None:
@@ -347,11 +431,20 @@ class SearchIndex:
             matrix = np.asarray(rows, np.float32)
             dim = matrix.shape[1]
             if model != self._model or dim != self._dim:
-                for every in self._vectors.values():
-                    every.reset(dim)
+                for every in PARTS:
+                    self._vectors[every].reset(dim)
                 self._model, self._dim = model, dim
             elif self._vectors[name].dim != dim:
                 self._vectors[name].reset(dim)  # its first vectors
+            self._vectors[name].set(labels, matrix)
+
+    def _set_first(self, vectors: _ByPart) -> None:
+        for name, (labels, rows) in vectors.items():
+            if not labels:
+                continue
+            matrix = np.asarray(rows, np.float32)
+            if self._vectors[name].dim != matrix.shape[1]:
+                self._vectors[name].reset(matrix.shape[1])
             self._vectors[name].set(labels, matrix)
 
     def clear(self) -> None:
@@ -376,6 +469,8 @@ class SearchIndex:
         for kind in ALWAYS_EMBEDDED:
             rows = self._lexical.count(self._lexical.filter_query(Filters(kinds=(kind,))))
             self._coverage[kind] = len(self._vectors[part(kind, True)]) / rows if rows else 1.0
+            first = len(self._vectors[first_part(kind, True)])
+            self._first_coverage[kind] = first / rows if rows else 0.0
 
     def invalidate(self) -> None:
         """Stamp the indexes as reflecting no generation (a write reached them in part), so
@@ -405,6 +500,7 @@ class SearchIndex:
             "model": self._model,
             "dim": self._dim,
             "journal": self._journal,
+            "first_model": self._first_model,
         }
         tmp = self.directory / (STAMP + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -454,21 +550,27 @@ class SearchIndex:
         rows of a file the query names come first, then the few rows that hold every word.
         The k-NN takes part only when the index holds vectors of `model` (BM25 alone while a
         re-embedding is under way), weighted by the share of the rows it searches that have
-        their vector (`ALWAYS_EMBEDDED`).
+        their vector (`ALWAYS_EMBEDDED`); so does the k-NN of first-pass vectors, over the
+        rows that have no full vector yet, with the query embedded by the first pass.
 
         The order comes from the fused ranks, which say nothing across queries (the first
         hit of any query scores about the same). Each hit's `relevance` does: the cosine
         similarity of the row's vector and the query's (clipped at 0), 1.0 for a row of a
-        file the query names, 0.0 for a row with no vector of `model` (found by words alone)."""
+        file the query names, 0.0 for a row with no vector of `model` (found by words alone);
+        a row with a first-pass vector only has the first pass's cosine."""
         where = self._lexical.filter_query(filters)
         candidates = max(limit * CANDIDATES_PER_RESULT, MIN_CANDIDATES)
-        files, terms = named_files(query), query_terms(query)
+        text, files, terms = query, named_files(query), query_terms(query)
         rankings = [(1.0, self._lexical.bm25(terms, files, where, candidates))]
         query = None if vector is None else np.asarray(vector, np.float32)
         if query is not None and model == self._model:
             weight = min((self._coverage.get(k, 1.0) for k in filters.kinds), default=1.0)
             near = self._near(query, filters, candidates)
             rankings.append((min(weight, 1.0), near))
+        first = self._first_query(text, filters)
+        if first is not None:
+            weight, first_query = first
+            rankings.append((weight, self._near(first_query, filters, candidates, first_part)))
         fused: dict[int, float] = {}
         priors: dict[int, float] = {}
         for weight, ranking in rankings:
@@ -490,6 +592,9 @@ class SearchIndex:
             key=lambda pair: (-pair[0], pair[1]),
         )[:limit]
         near = self._cosines(query, model, filters, [label for _, label in scored])
+        if first is not None:
+            unseen = [label for _, label in scored if label not in near]
+            near |= self._first_cosines(first[1], filters, unseen)
         relevance = {label: 1.0 if label in named else near.get(label, 0.0) for _, label in scored}
         return self._hits([(label, score) for score, label in scored], relevance)
 
@@ -509,16 +614,48 @@ class SearchIndex:
                 found.update(zip(keys.tolist(), np.maximum(cosines, 0.0).tolist(), strict=True))
         return found
 
-    def _near(self, vector: np.ndarray, filters: Filters, k: int) -> list[Ranked]:
+    def _first_query(self, query: str, filters: Filters) -> tuple[float, np.ndarray] | None:
+        """The weight of the first-pass k-NN (the least share of rows it covers among the
+        kinds searched) and the query's first-pass vector; None when it has no part."""
+        kinds = [kind for kind in filters.kinds if kind in ALWAYS_EMBEDDED]
+        if self._first is None or not kinds:
+            return None
+        weight = min(self._first_coverage.get(kind, 0.0) for kind in kinds)
+        if weight <= 0.0:
+            return None
+        return min(weight, 1.0), self._first.embed([query])[0]
+
+    def _first_cosines(
+        self, query: np.ndarray, filters: Filters, labels: list[int]
+    ) -> dict[int, float]:
+        """Cosine similarity (at least 0) of the query's first-pass vector and each row of
+        `labels` that has a first-pass vector."""
+        found: dict[int, float] = {}
+        for kind in filters.kinds:
+            if kind not in ALWAYS_EMBEDDED:
+                continue
+            for now in (True, False) if filters.as_of is not None else (True,):
+                keys, matrix = self._vectors[first_part(kind, now)].get(labels)
+                if len(keys):
+                    cosines = matrix @ query / np.maximum(np.linalg.norm(matrix, axis=1), 1e-12)
+                    found.update(zip(keys.tolist(), np.maximum(cosines, 0.0).tolist(), strict=True))
+        return found
+
+    def _near(
+        self, vector: np.ndarray, filters: Filters, k: int, name: Callable[[str, bool], str] = part
+    ) -> list[Ranked]:
         """(label, cosine distance, prior) of the `k` nearest rows that pass `filters`: the
-        nearest of each kind's index, merged (and of its retired rows' for `as_of`)."""
-        if self._dim != len(vector):
-            return []
+        nearest of each kind's index, merged (and of its retired rows' for `as_of`). `name`
+        says which ANN indexes: the full model's (`part`) or the first pass's (`first_part`)."""
         found: list[Ranked] = []
         for kind in filters.kinds:
+            if name is first_part and kind not in ALWAYS_EMBEDDED:
+                continue
             where = self._lexical.filter_query(replace(filters, kinds=(kind,)))
             for now in (True, False) if filters.as_of is not None else (True,):
-                found += self._near_in(self._vectors[part(kind, now)], vector, where, k)
+                vectors = self._vectors[name(kind, now)]
+                if vectors.dim == len(vector):
+                    found += self._near_in(vectors, vector, where, k)
         return sorted(found, key=lambda ranked: ranked[1])[:k]
 
     def _near_in(self, vectors: Vectors, vector: np.ndarray, where: Where, k: int) -> list[Ranked]:
