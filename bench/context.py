@@ -55,6 +55,7 @@ from bench.task_queries import git, repo_name
 from memoryd import client, hooks, projects, queue
 from memoryd.agent import qualified
 from memoryd.config import load_settings
+from memoryd.results import SearchRequest
 from memoryd.runtime import Runtime
 from memoryd.watch.transcripts import AIDER_LOG
 
@@ -156,7 +157,8 @@ async def hook_text(memoryd: client.Client, command: str, payload: dict[str, obj
 
 
 async def code_only(memoryd: client.Client, prompt: str, project: str) -> str:
-    hits = await memoryd.search(prompt, kind="code", limit=CODE_HITS, project=project)
+    request = SearchRequest(prompt, limit=CODE_HITS, project=project)
+    hits = (await memoryd.search(request)).hits
     if not hits:
         return ""
     records = await memoryd.get(

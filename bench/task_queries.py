@@ -61,6 +61,7 @@ import tantivy
 
 from memoryd import projects, queue
 from memoryd.config import load_settings
+from memoryd.results import SearchRequest
 from memoryd.runtime import Runtime
 from memoryd.scan import read_source, walk
 from memoryd.search import search
@@ -294,9 +295,8 @@ async def evaluate(
             vectors = rt.embedder.embed([q.text for q in queries])
             rows: dict[str, list[list[float]]] = {}
             for q, vector in zip(queries, vectors, strict=True):
-                hits = await search(
-                    rt.store, rt.embedder, rt.search.index, q.text, limit=SEARCH_LIMIT
-                )
+                request = SearchRequest(q.text, limit=SEARCH_LIMIT)
+                hits = (await search(rt.store, rt.embedder, rt.search.index, request)).hits
                 lexical = bm25.rank(q.text, len(files))
                 near = windows.rank(vector, len(files))
                 ranked = {

@@ -21,6 +21,7 @@ import typer
 # Each command imports the rest where it uses it.
 from memoryd import agent_cli, jobs, logs
 from memoryd.errors import MemorydError
+from memoryd.results import SearchRequest
 from memoryd.version import version
 from memoryd.vocabulary import SEARCH_KINDS_BY_NAME
 
@@ -469,19 +470,16 @@ def search(
     name` lines."""
     settings = _client(data_dir, redis_url, surreal_url)
 
-    when = _timestamp(as_of) if as_of else None
-    results = _with_client(
-        settings,
-        lambda memoryd: memoryd.search(
-            query,
-            kind=kind,
-            limit=limit,
-            project=project,
-            as_of=when,
-            path=path,
-            language=language,
-        ),
+    request = SearchRequest(
+        query,
+        (kind,),
+        limit=limit,
+        project=project,
+        path=path,
+        language=language,
+        as_of=_timestamp(as_of) if as_of else None,
     )
+    results = _with_client(settings, lambda memoryd: memoryd.search(request)).hits
     if as_json:
         print(json.dumps({"query": query, "results": [r.as_dict() for r in results]}, indent=2))
         return
