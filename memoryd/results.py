@@ -56,7 +56,7 @@ class SearchRequest:
             return self.kinds
         kept = tuple(k for k in self.kinds if k in FILE_KINDS)
         if not kept:
-            raise InvalidRequest("--path and --language apply to code and docs search")
+            raise InvalidRequest("path and language apply to code and docs search")
         return kept
 
     def wire(self) -> dict[str, Any]:
