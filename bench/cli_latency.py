@@ -42,6 +42,7 @@ from memoryd.config import load_settings
 from memoryd.errors import DaemonUnavailable
 from memoryd.ids import file_state_id
 from memoryd.migrate import migrate
+from memoryd.results import SearchRequest
 from memoryd.store import Store
 from workers.indexing import plan_file
 
@@ -130,7 +131,7 @@ async def in_process(data_dir: Path, runs: int, file: Path) -> dict[str, list[fl
     settings = load_settings(data_dir=data_dir)
     async with client.connect(settings) as memoryd:
         calls = {
-            "search (client API)": lambda: memoryd.search(next(ASKED), limit=10),
+            "search (client API)": lambda: memoryd.search(SearchRequest(next(ASKED), limit=10)),
             "status (client API)": memoryd.status,
             "history (client API)": lambda: memoryd.history(str(file)),
         }

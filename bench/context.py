@@ -69,6 +69,7 @@ from memoryd import client, hooks, projects, queue
 from memoryd.agent import qualified
 from memoryd.config import load_settings
 from memoryd.ids import entity_id
+from memoryd.results import SearchRequest
 from memoryd.runtime import Runtime
 from memoryd.store import plain
 from memoryd.vocabulary import ERROR
@@ -174,7 +175,8 @@ async def hook_text(memoryd: client.Client, command: str, payload: dict[str, obj
 
 
 async def code_only(memoryd: client.Client, prompt: str, project: str) -> str:
-    hits = await memoryd.search(prompt, kind="code", limit=CODE_HITS, project=project)
+    request = SearchRequest(prompt, limit=CODE_HITS, project=project)
+    hits = (await memoryd.search(request)).hits
     if not hits:
         return ""
     records = await memoryd.get(

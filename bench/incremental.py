@@ -44,6 +44,7 @@ from typing import Any
 import workers.indexing
 from memoryd import jobs, projects, queue
 from memoryd.config import load_settings
+from memoryd.results import SearchRequest
 from memoryd.runtime import Runtime
 from memoryd.scan import read_source, wanted
 from memoryd.store import Store
@@ -289,12 +290,16 @@ async def part_b(redis: Any, daemon: Daemon, root: Path, data_dir: Path, edits: 
         query = " ".join(words)
         while True:
             asked = time.perf_counter()
-            hits = await queue.call(redis, jobs.SEARCH, query, 5, None, "code")
+            hits = (await queue.call(redis, jobs.SEARCH, SearchRequest(query, limit=5).wire()))[
+                "hits"
+            ]
             searches.append(time.perf_counter() - asked)
             if any(h["path"] == rel and h["start_line"] <= line <= h["end_line"] for h in hits):
                 break
             if time.perf_counter() - written > 120:
-                hits = await queue.call(redis, jobs.SEARCH, query, 200, None, "code")
+                hits = (
+                    await queue.call(redis, jobs.SEARCH, SearchRequest(query, limit=200).wire())
+                )["hits"]
                 rank = next(
                     (
                         n

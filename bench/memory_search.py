@@ -35,6 +35,7 @@ from pathlib import Path
 from bench.fixture_rows import whole_file_rows
 from memoryd import queue
 from memoryd.config import load_settings
+from memoryd.results import SearchRequest
 from memoryd.runtime import Runtime
 from memoryd.search import search
 from memoryd.searchindex import index as search_index
@@ -115,10 +116,9 @@ async def ask(rt: Runtime, asked: list[Question], limit: int) -> dict[str, list[
     assert rt.store is not None and rt.embedder is not None and rt.search is not None
     found: dict[str, list[list[bool]]] = {}
     for q in asked:
-        hits = await search(
-            rt.store, rt.embedder, rt.search.index, q.text, limit=limit, kind="memory"
-        )
-        ids = [hit.id for hit in hits]
+        request = SearchRequest(q.text, ("memory",), limit=limit)
+        answer = await search(rt.store, rt.embedder, rt.search.index, request)
+        ids = [hit.id for hit in answer.hits]
         found.setdefault(f"{q.group}, {q.part}", []).append(
             [bool(q.answers & set(ids[:k])) for k in KS]
         )

@@ -47,6 +47,7 @@ from bench.index_throughput import chunk_texts
 from memoryd import jobs, queue, static_embedding
 from memoryd.config import load_settings
 from memoryd.embedding import Embedder
+from memoryd.results import SearchRequest
 from memoryd.scan import read_source, walk
 from memoryd.searchindex.kinds import role
 from workers.chunking import language_for_path
@@ -112,7 +113,7 @@ def sample_targets(root: Path, count: int, max_chars: int) -> list[Target]:
 
 
 async def found(redis: Any, query: str, path: str, symbol: str | None) -> bool:
-    hits = await queue.call(redis, jobs.SEARCH, query, 10, None, "code")
+    hits = (await queue.call(redis, jobs.SEARCH, SearchRequest(query, limit=10).wire()))["hits"]
     return any(
         h["path"] == path and (symbol is None or (h["name"] or "").split(".")[-1] == symbol)
         for h in hits

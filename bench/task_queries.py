@@ -70,6 +70,7 @@ import tantivy
 from bench.incremental import load
 from memoryd import projects, queue
 from memoryd.config import load_settings
+from memoryd.results import SearchRequest
 from memoryd.runtime import Runtime
 from memoryd.scan import read_source, walk
 from memoryd.search import search
@@ -270,9 +271,14 @@ async def first_pass_hits(rt: Runtime, texts: Sequence[str]) -> list[list[str]]:
         return [
             unique(
                 h.path
-                for h in await search(
-                    rt.store, rt.embedder, rt.search.index, text, limit=SEARCH_LIMIT
-                )
+                for h in (
+                    await search(
+                        rt.store,
+                        rt.embedder,
+                        rt.search.index,
+                        SearchRequest(text, limit=SEARCH_LIMIT),
+                    )
+                ).hits
                 if h.path
             )
             for text in texts
@@ -332,9 +338,8 @@ async def evaluate(
             vectors = rt.embedder.embed(texts) if near_windows else [[]] * len(texts)
             rows: dict[str, list[list[float]]] = {}
             for q, vector in zip(queries, vectors, strict=True):
-                hits = await search(
-                    rt.store, rt.embedder, rt.search.index, q.text, limit=SEARCH_LIMIT
-                )
+                request = SearchRequest(q.text, limit=SEARCH_LIMIT)
+                hits = (await search(rt.store, rt.embedder, rt.search.index, request)).hits
                 lexical = bm25.rank(q.text, len(files))
                 ranked = {
                     "memoryd": unique(h.path for h in hits if h.path),

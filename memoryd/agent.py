@@ -10,11 +10,15 @@ from pathlib import Path
 
 from memoryd.errors import InvalidRequest
 from memoryd.results import ProjectInfo
+from memoryd.vocabulary import SEARCH_KINDS
 
 # The table of each id prefix an agent sees (`code:…` or `docs:…` from a hit of code or prose,
 # `memory:…`, `goal:…`), and the prefix a row of each table gets.
-ID_TABLES = {"code": "code_chunk", "docs": "code_chunk", "memory": "memory", "goal": "goal"}
-TABLE_PREFIXES = {"code_chunk": "code", "memory": "memory", "goal": "goal"}
+ID_TABLES = {kind.name: kind.table for kind in SEARCH_KINDS}
+# A table's prefix is its first kind's (a code chunk's id says `code`, docs or not).
+TABLE_PREFIXES = {
+    table: next(k for k, t in ID_TABLES.items() if t == table) for table in ID_TABLES.values()
+}
 DEFAULT_BUDGET = 8000
 # The smallest budget a caller may ask for: room for one line and the note that more exists.
 MIN_BUDGET = 200

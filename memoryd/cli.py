@@ -21,6 +21,7 @@ import typer
 # Each command imports the rest where it uses it.
 from memoryd import agent_cli, jobs, logs
 from memoryd.errors import MemorydError
+from memoryd.results import SearchRequest
 from memoryd.version import version
 from memoryd.vocabulary import SEARCH_KINDS_BY_NAME
 
@@ -479,18 +480,18 @@ def search(
 
     settings = _client(data_dir, redis_url, surreal_url)
 
-    when = _timestamp(as_of) if as_of else None
+    request = SearchRequest(
+        query,
+        (kind,),
+        limit=limit,
+        project=project,
+        path=path,
+        language=language,
+        as_of=_timestamp(as_of) if as_of else None,
+    )
 
     async def work(memoryd: Client) -> tuple[list[SearchResult], dict[str, HitGraph]]:
-        results = await memoryd.search(
-            query,
-            kind=kind,
-            limit=limit,
-            project=project,
-            as_of=when,
-            path=path,
-            language=language,
-        )
+        results = list((await memoryd.search(request)).hits)
         return results, await related_of_hits(memoryd, results) if related else {}
 
     results, graphs = _with_client(settings, work)

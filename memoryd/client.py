@@ -21,7 +21,7 @@ from typing import IO, TYPE_CHECKING, Any
 from memoryd import channel, jobs
 from memoryd.agent import DEFAULT_BUDGET, Scope, resolve_scope
 from memoryd.config import Settings
-from memoryd.errors import NOT_RUNNING, DaemonUnavailable, InvalidRequest, value_of
+from memoryd.errors import NOT_RUNNING, DaemonUnavailable, value_of
 from memoryd.export import read_jsonl, write_jsonl
 from memoryd.liveness import SERVING_WAIT_SECONDS, holder
 from memoryd.paths import config_file, daemon_lock_path, default_transcripts, serving_lock_path
@@ -37,7 +37,8 @@ from memoryd.results import (
     Record,
     Related,
     Remembered,
-    SearchResult,
+    SearchAnswer,
+    SearchRequest,
     SessionReplay,
     Timeline,
 )
@@ -114,33 +115,10 @@ class Client:
             await self._redis.aclose()
             self._redis, self._own_redis = None, False
 
-    async def search(
-        self,
-        query: str,
-        *,
-        kind: str = "code",
-        limit: int = 10,
-        project: str | None = None,
-        as_of: datetime | None = None,
-        path: str | None = None,
-        language: str | None = None,
-    ) -> list[SearchResult]:
-        """Hybrid search over what is valid now (or was valid `as_of`). `path`: a glob over
-        paths within their project (`src/**/*.py`; without a `/`, the file name anywhere);
-        `language`: the chunker's language name (python, typescript, markdown...)."""
-        if not query.strip():
-            raise InvalidRequest("an empty query finds nothing")
-        rows = await self._call(
-            jobs.SEARCH,
-            query,
-            limit,
-            project,
-            kind,
-            as_of.isoformat() if as_of else None,
-            path,
-            language,
-        )
-        return [SearchResult(**row) for row in rows]
+    async def search(self, request: SearchRequest) -> SearchAnswer:
+        """Hybrid search over what is valid now (or was valid `as_of`), in one query of the
+        daemon whatever the kinds asked (see SearchRequest)."""
+        return SearchAnswer.from_wire(await self._call(jobs.SEARCH, request.wire()))
 
     async def history(self, path: str) -> FileHistory:
         """Every session that touched the file, newest first, and its current chunks. A
@@ -272,12 +250,6 @@ class Client:
         """The project a call is about: `project` (id, name, root or "all"), else the watched
         project containing `cwd` (default: this process's working directory)."""
         return resolve_scope(await self.projects(), cwd or Path.cwd(), project)
-
-    async def session_projects(self, session_ids: list[str]) -> dict[str, str | None]:
-        if not session_ids:
-            return {}
-        result: dict[str, str | None] = await self._call(jobs.SESSION_PROJECTS, session_ids)
-        return result
 
     async def get(self, ids: list[str], max_chars: int = DEFAULT_BUDGET) -> list[Record]:
         """Full records (code chunks with path and lines, memories with session and seq) by

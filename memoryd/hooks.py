@@ -54,7 +54,7 @@ from memoryd.errors import MemorydError
 from memoryd.hook_client import ACTION_EVENTS, CAPTURE_EVENTS, EVENTS, MAX_CHARS_RANGE
 from memoryd.ids import stable_id
 from memoryd.present import activity_blocks, code_state
-from memoryd.results import RecentActivity, Record, SearchResult
+from memoryd.results import RecentActivity, Record, SearchRequest, SearchResult
 from memoryd.vocabulary import INJECTABLE_MEMORY_KINDS
 
 # SessionStart sources after which the agent's earlier context is gone.
@@ -63,10 +63,8 @@ MAX_RECORDED = 1000
 SHOWN_RECORDED = 10
 # The share of the hook's budget its work may take in the daemon.
 ANSWER_SHARE = 0.8
-# Hits looked at per search of a prompt hook, and items it injects at most.
-PROMPT_MEMORY_HITS = 20
-PROMPT_CODE_HITS = 8
-PROMPT_DOCS_HITS = 4
+# Hits looked at per kind by a prompt hook's search, and items it injects at most.
+PROMPT_HITS = (("memory", 20), ("code", 8), ("docs", 4))
 PROMPT_ITEMS = 5
 ITEM_CHARS = 400
 # The failures after an edit one session's line names at most (the latest distinct ones).
@@ -286,23 +284,13 @@ async def _relevant(
         return []
     session_id = str(payload.get("session_id") or "")
     floor = memoryd.settings.hook_min_relevance
-    memories, code, docs = await asyncio.gather(
-        memoryd.search(prompt, kind="memory", limit=PROMPT_MEMORY_HITS),
-        memoryd.search(prompt, kind="code", limit=PROMPT_CODE_HITS, project=project),
-        memoryd.search(prompt, kind="docs", limit=PROMPT_DOCS_HITS, project=project),
-    )
-    projects = await memoryd.session_projects(sorted({h.session for h in memories if h.session}))
-    hits = (
-        [
-            h
-            for h in memories
-            if h.name in INJECTABLE_MEMORY_KINDS
-            and h.session != session_id
-            and projects.get(h.session or "") == project
-        ]
-        + code
-        + docs
-    )
+    kinds = tuple(kind for kind, _ in PROMPT_HITS)
+    found = await memoryd.search(SearchRequest(prompt, kinds, project=project, limits=PROMPT_HITS))
+    hits = [
+        h
+        for h in found.hits
+        if h.kind != "memory" or (h.name in INJECTABLE_MEMORY_KINDS and h.session != session_id)
+    ]
     # Stable: among equals the search's own order (a stale memory after a current one).
     hits = sorted(
         (h for h in hits if h.score >= floor and _key(h) not in seen), key=lambda h: -h.score

@@ -14,7 +14,6 @@ tool's answer is cut to `max_chars` characters (default 8000) the same way every
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import os
 import secrets
@@ -29,23 +28,20 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 
 from memoryd import client, present, present_graph
-from memoryd.agent import DEFAULT_BUDGET, Scope, check_budget
+from memoryd.agent import DEFAULT_BUDGET, check_budget
 from memoryd.config import Settings
 from memoryd.errors import MemorydError
-from memoryd.results import SearchResult
-from memoryd.vocabulary import AGENT_MEMORY_KINDS
+from memoryd.results import SearchRequest
+from memoryd.vocabulary import AGENT_MEMORY_KINDS, SEARCH_KINDS_BY_NAME
 
 INSTRUCTIONS = """memoryd remembers what coding agents did on this machine (sessions, goals, the
 files they read and edited, commands and their errors) joined to the code as it is now.
 Start with search or recent_activity (short answers with ids), then get the ids you need.
 Use file_history before changing a file someone worked on; remember decisions worth keeping."""
 
-SearchKind = Literal["all", "code", "docs", "memory", "goal"]
-# Kinds the engine filters by project, path and language itself (rows of a project's files).
-FILE_KINDS = ("code", "docs")
-# Hits asked of the engine per hit shown when memories are kept to one project here (a
-# memory's project is its session's): enough that the filter still leaves `limit`.
-OVERSAMPLE = 3
+# `search`'s kinds: each search kind of the vocabulary, or all of them.
+ALL_KINDS = "all"
+SearchKindName = Literal[(ALL_KINDS, *SEARCH_KINDS_BY_NAME)]  # type: ignore[valid-type]
 MAX_LIMIT = 100
 TOKEN_FILE = "mcp-token"
 
@@ -76,53 +72,29 @@ class Tools:
     async def search(
         self,
         query: str,
-        kind: SearchKind,
+        kind: SearchKindName,
         project: str | None,
         path: str | None,
         language: str | None,
         limit: int,
         max_chars: int,
     ) -> str:
-        limit = max(1, min(limit, MAX_LIMIT))
+        request = SearchRequest(
+            query,
+            tuple(SEARCH_KINDS_BY_NAME) if kind == ALL_KINDS else (kind,),
+            limit=max(1, min(limit, MAX_LIMIT)),
+            project=project,
+            cwd=str(self.cwd),
+            # They narrow files: a search of every kind keeps to code and docs with them.
+            path=path,
+            language=language,
+        )
 
         async def work(memoryd: client.Client) -> str:
-            scope = await memoryd.scope(self.cwd, project)
-            kinds = ["code", "docs", "memory", "goal"] if kind == "all" else [kind]
-            if path or language:  # they narrow files: memories and goals have none
-                kinds = [k for k in kinds if k in FILE_KINDS] or kinds
-            found = await asyncio.gather(
-                *(self._search_kind(memoryd, query, k, scope, path, language, limit) for k in kinds)
-            )
-            hits = [hit for hits in found for hit in hits]
-            return present.search_text(query, scope, hits, max_chars)
+            answer = await memoryd.search(request)
+            return present.search_text(query, answer, max_chars)
 
         return await self._with(work, max_chars)
-
-    async def _search_kind(
-        self,
-        memoryd: client.Client,
-        query: str,
-        kind: str,
-        scope: Scope,
-        path: str | None,
-        language: str | None,
-        limit: int,
-    ) -> list[tuple[SearchResult, str | None]]:
-        if kind in FILE_KINDS:
-            hits = await memoryd.search(
-                query, kind=kind, limit=limit, project=scope.project, path=path, language=language
-            )
-            return [(h, h.project) for h in hits]
-        # Memories and goals know their session; the session knows its project.
-        asked = limit * OVERSAMPLE if scope.project else limit
-        hits = await memoryd.search(query, kind=kind, limit=asked)
-        projects = await memoryd.session_projects(sorted({h.session for h in hits if h.session}))
-        scoped = [
-            (h, projects.get(h.session or ""))
-            for h in hits
-            if scope.project is None or projects.get(h.session or "") == scope.project
-        ]
-        return scoped[:limit]
 
     async def get(self, ids: list[str], max_chars: int) -> str:
         async def work(memoryd: client.Client) -> str:
@@ -235,7 +207,7 @@ def build_server(
     )
     async def search(
         query: str,
-        kind: SearchKind = "all",
+        kind: SearchKindName = ALL_KINDS,
         project: str | None = None,
         path: str | None = None,
         language: str | None = None,

@@ -12,6 +12,7 @@ from memoryd.results import (
     Note,
     RecentActivity,
     Record,
+    SearchAnswer,
     SearchResult,
     SessionReplay,
     Timeline,
@@ -36,9 +37,9 @@ def scope_head(scope: Scope, what: str) -> list[str]:
     return head
 
 
-def hit_line(hit: SearchResult, project: str | None) -> str:
+def hit_line(hit: SearchResult) -> str:
     ident = qualified(hit.kind, hit.id)
-    proj = project or NO_PROJECT
+    proj = hit.project or NO_PROJECT
     if hit.path is not None:  # code and docs: a piece of a file
         where = f"{hit.path}:{hit.start_line}-{hit.end_line}"
         return one_line(f"{ident} [{proj}] {where} {hit.name or ''}", LINE_CHARS)
@@ -56,16 +57,12 @@ def code_state(anchor: str | None) -> str:
     return f" (code {anchor})" if anchor else ""
 
 
-def search_text(
-    query: str,
-    scope: Scope,
-    hits: Sequence[tuple[SearchResult, str | None]],
-    max_chars: int,
-) -> str:
-    head = scope_head(scope, f"search {query!r}: {len(hits)} hits")
+def search_text(query: str, answer: SearchAnswer, max_chars: int) -> str:
+    hits = answer.hits
+    head = scope_head(Scope(answer.project, answer.note), f"search {query!r}: {len(hits)} hits")
     if not hits:
         head.append("nothing found")
-    lines = [hit_line(hit, project) for hit, project in hits]
+    lines = [hit_line(hit) for hit in hits]
     if hits:
         lines.append("(get(ids) returns the full text of any id above)")
     return fit(head, lines, max_chars, "hits")

@@ -1,18 +1,103 @@
-"""What the client API returns: plain typed data, the same whether it came through the queue
-from the daemon or was computed in this process. Importing this module loads nothing heavy (no
-model, no database SDK), so the CLI, the MCP server and the hooks can hold these types."""
+"""What the client API takes and returns: plain typed data, the same whether it came through
+the queue from the daemon or was computed in this process. Importing this module loads nothing
+heavy (no model, no database SDK), so the CLI, the MCP server and the hooks can hold these
+types."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
+from datetime import datetime
 from typing import Any, Literal, NotRequired, TypedDict
+
+from memoryd.errors import InvalidRequest
+from memoryd.vocabulary import SEARCH_KINDS_BY_NAME
+
+# Kinds whose rows are pieces of a project's files (code chunks): path and language narrow
+# them, and the index knows their project. Memories and goals belong to their session's.
+FILE_KINDS = tuple(k.name for k in SEARCH_KINDS_BY_NAME.values() if k.table == "code_chunk")
+
+
+@dataclass(frozen=True, slots=True)
+class SearchRequest:
+    """One search as every caller asks it (the CLI, the MCP tools, the hooks, the web page),
+    answered by the daemon in one round trip (memoryd/search.py).
+
+    ``kinds``: search kinds (memoryd.vocabulary), each ranked on its own and its hits listed
+    in turn; ``limit``: hits per kind, ``limits``: another number for some of them.
+    ``project``: an id, name or root, or "all"; when None, the watched project containing
+    ``cwd`` if one is given, else every project. Memories and goals are kept to the project of
+    their session, code and docs to their file's. ``path`` (a glob over paths within their
+    project) and ``language`` narrow code and docs: the other kinds are left out of the search
+    then. ``as_of``: what was valid at that time, else what is valid now."""
+
+    query: str
+    kinds: tuple[str, ...] = ("code",)
+    limit: int = 10
+    project: str | None = None
+    cwd: str | None = None
+    path: str | None = None
+    language: str | None = None
+    as_of: datetime | None = None
+    limits: tuple[tuple[str, int], ...] = ()
+
+    def limit_of(self, kind: str) -> int:
+        return dict(self.limits).get(kind, self.limit)
+
+    def searched_kinds(self) -> tuple[str, ...]:
+        """The kinds searched: those asked for, less the ones `path` and `language` leave out.
+        Raises InvalidRequest for an unknown kind or when nothing is left to search."""
+        unknown = [k for k in self.kinds if k not in SEARCH_KINDS_BY_NAME]
+        if unknown or not self.kinds:
+            raise InvalidRequest(
+                f"unknown kind {', '.join(map(repr, unknown)) or 'none'}; "
+                f"choose from {', '.join(SEARCH_KINDS_BY_NAME)}"
+            )
+        if (self.path, self.language) == (None, None):
+            return self.kinds
+        kept = tuple(k for k in self.kinds if k in FILE_KINDS)
+        if not kept:
+            raise InvalidRequest("path and language apply to code and docs search")
+        return kept
+
+    def wire(self) -> dict[str, Any]:
+        """The request as the queue and the channel carry it: plain values, so either side
+        may run another version of this class."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_wire(cls, given: dict[str, Any]) -> SearchRequest:
+        return cls(**given)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchAnswer:
+    """The hits of a SearchRequest, kind after kind; ``project``: the project searched (None:
+    every project), ``note``: what the asker should be told of that choice (its folder is in
+    no watched repository)."""
+
+    hits: tuple[SearchResult, ...]
+    project: str | None = None
+    note: str | None = None
+
+    def wire(self) -> dict[str, Any]:
+        return {
+            "hits": [hit.as_dict() for hit in self.hits],
+            "project": self.project,
+            "note": self.note,
+        }
+
+    @classmethod
+    def from_wire(cls, given: dict[str, Any]) -> SearchAnswer:
+        hits = tuple(SearchResult(**hit) for hit in given["hits"])
+        return cls(hits, given["project"], given["note"])
 
 
 @dataclass(frozen=True, slots=True)
 class SearchResult:
     """One hit. Code: project, path, lines and the symbol's name. Memory and goal: session,
     seq, the memory's kind as ``name`` and a one-line snippet as ``text``. ``score``: the
-    relevance in [0, 1] (memoryd/search.py). ``anchor``: for a memory that points at code,
+    relevance in [0, 1] (memoryd/search.py); ``project``: a memory's or goal's is its
+    session's. ``anchor``: for a memory that points at code,
     whether that code is current (memoryd/anchors.py)."""
 
     kind: str

@@ -9,18 +9,27 @@ scale for every query and kind, so a floor means the same thing everywhere."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 
+from memoryd.agent import Scope, resolve_scope
 from memoryd.anchors import STALE_FACTOR, anchor_states, anchor_text, is_stale
 from memoryd.embedding import Embedder
 from memoryd.errors import InvalidRequest, NotFound
-from memoryd.results import SearchResult
+from memoryd.results import FILE_KINDS, SearchAnswer, SearchRequest, SearchResult
 from memoryd.searchindex import Filters, Hit, SearchIndex, micros
 from memoryd.store import Store
-from memoryd.vocabulary import SEARCH_KINDS_BY_NAME
 
-# Kinds whose rows belong to a project (code chunks); the others are found by session.
-_PROJECT_KINDS = frozenset(k.name for k in SEARCH_KINDS_BY_NAME.values() if k.table == "code_chunk")
+# Hits ranked per hit kept when memories and goals are kept to one project (a memory's project
+# is its session's, which the index does not hold): enough that the filter still leaves
+# `limit`.
+OVERSAMPLE = 3
+# What a caller's own rules leave out of hits (workers/queries.py: the config's exclude and
+# include), and how many hits are ranked per hit kept for it.
+Narrow = Callable[[list[SearchResult]], Awaitable[list[SearchResult]]]
+NARROW_OVERSAMPLE = 2
 
 
 async def resolve_project(store: Store, given: str) -> str:
@@ -39,43 +48,70 @@ async def search(
     store: Store,
     embedder: Embedder,
     index: SearchIndex,
-    query: str,
-    *,
-    limit: int = 10,
-    project: str | None = None,
-    kind: str = "code",
-    as_of: datetime | None = None,
-    path: str | None = None,
-    language: str | None = None,
-) -> list[SearchResult]:
-    """Hybrid search over what is valid now, or over what was valid `as_of` a past time.
-    `path` is a glob over paths within their project (`*` stays in a directory, `**` does not;
-    without a `/` it matches the file name anywhere)."""
-    if kind not in SEARCH_KINDS_BY_NAME:
-        raise InvalidRequest(
-            f"unknown kind {kind!r}; choose from {', '.join(SEARCH_KINDS_BY_NAME)}"
-        )
-    if kind not in _PROJECT_KINDS and (project, path, language) != (None, None, None):
-        raise InvalidRequest("--project, --path and --language apply to code and docs search")
+    request: SearchRequest,
+    narrow: Narrow | None = None,
+) -> SearchAnswer:
+    """Hybrid search over what is valid now, or over what was valid `as_of` a past time: each
+    kind of the request ranked on its own (one embedding of the query for all), kept to its
+    project, less what `narrow` leaves out, cut to its limit."""
+    if not request.query.strip():
+        raise InvalidRequest("an empty query finds nothing")
+    kinds = request.searched_kinds()
+    scope = await _scope(store, request)
     filters = Filters(
-        kinds=(kind,),
-        project=await resolve_project(store, project) if project is not None else None,
-        path=path,
-        language=language,
-        as_of=micros(as_of) if as_of else None,
+        path=request.path,
+        language=request.language,
+        as_of=micros(request.as_of) if request.as_of else None,
     )
-    vector = await asyncio.to_thread(embedder.embed_query, query)
-    hits = await asyncio.to_thread(index.hybrid, query, vector, embedder.model, filters, limit)
-    if kind != "memory":
-        return [_result(hit) for hit in hits]
-    keys = [hit.id for hit in hits]
-    store.later(store.bump_access("memory", keys, datetime.now(UTC)), "memory reads")
-    states = await anchor_states(store, keys)
+    vector = await asyncio.to_thread(embedder.embed_query, request.query)
+    found: list[SearchResult] = []
+    for kind in kinds:
+        limit = request.limit_of(kind)
+        by_session = kind not in FILE_KINDS
+        asked = limit * (OVERSAMPLE if by_session and scope.project else 1)
+        asked *= NARROW_OVERSAMPLE if narrow else 1
+        where = replace(filters, kinds=(kind,), project=None if by_session else scope.project)
+        hits = await asyncio.to_thread(
+            index.hybrid, request.query, vector, embedder.model, where, asked
+        )
+        results = await _ranked(store, hits) if kind == "memory" else [_result(h) for h in hits]
+        if by_session:
+            results = await _in_project(store, results, scope.project)
+        if narrow:
+            results = await narrow(results)
+        found += results[:limit]
+    if memories := [r.id for r in found if r.kind == "memory"]:
+        store.later(store.bump_access("memory", memories, datetime.now(UTC)), "memory reads")
+    return SearchAnswer(tuple(found), scope.project, scope.note)
+
+
+async def _scope(store: Store, request: SearchRequest) -> Scope:
+    """The project searched: the one named, else the watched one holding `cwd` (when given),
+    else every project."""
+    if request.project is None and request.cwd is None:
+        return Scope(None)
+    return resolve_scope(await store.projects(), Path(request.cwd or "."), request.project)
+
+
+async def _ranked(store: Store, hits: Sequence[Hit]) -> list[SearchResult]:
+    """Memories with how their code stands, one whose code changed since below a current one
+    of the same score."""
+    states = await anchor_states(store, [hit.id for hit in hits])
     ranked = sorted(
         hits,
         key=lambda hit: -hit.score * (STALE_FACTOR if is_stale(states.get(hit.id, [])) else 1.0),
     )
     return [_result(hit, anchor_text(states.get(hit.id, [])) or None) for hit in ranked]
+
+
+async def _in_project(
+    store: Store, results: list[SearchResult], project: str | None
+) -> list[SearchResult]:
+    """Memories and goals with their session's project, those of another project left out
+    (when `project` is given)."""
+    projects = await store.session_projects(sorted({r.session for r in results if r.session}))
+    placed = [replace(r, project=projects.get(r.session or "")) for r in results]
+    return [r for r in placed if project is None or r.project == project]
 
 
 def _result(hit: Hit, anchor: str | None = None) -> SearchResult:

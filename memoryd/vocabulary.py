@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from memoryd.ids import stable_id
+
 # -- entity kinds ------------------------------------------------------------------------------
 
 FILE, SYMBOL, COMMAND, TOOL, URL, ERROR = "file", "symbol", "command", "tool", "url", "error"
@@ -53,6 +55,12 @@ class Edge:
     @property
     def table(self) -> str:
         return self.name.lower()
+
+    def row_id(self, source: str, *target: str) -> str:
+        """The key of this edge's row from `source` (a memory's key) to `target` (an entity's
+        kind and key, an error's key, a session): the same wherever it is written or derived
+        again (ingest, re-derivation, notes), so a second write is the same row."""
+        return stable_id(self.name, source, *target)
 
 
 # A session's memories and their order are the memory's `session` and `seq` fields (indexed

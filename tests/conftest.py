@@ -15,15 +15,17 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 from arq import ArqRedis
 
-from memoryd import projects, queue
+from memoryd import jobs, projects, queue
 from memoryd.config import DEFAULT_MODEL, Settings, load_settings
 from memoryd.embedding import Embedder
+from memoryd.results import SearchRequest
 from memoryd.runtime import Runtime
 
 VENV_BIN = Path(sys.executable).parent
@@ -343,6 +345,16 @@ def two_dirs() -> Iterator[tuple[Path, Path]]:
     yield dirs[0], dirs[1]
     for d in dirs:
         shutil.rmtree(d, ignore_errors=True)
+
+
+async def queued_search(
+    redis: ArqRedis, query: str, limit: int, kind: str = "code", as_of: str | None = None
+) -> list[dict]:
+    """A search asked as a job on the queue (a SearchRequest's wire form): its hits' dicts."""
+    when = datetime.fromisoformat(as_of) if as_of else None
+    request = SearchRequest(query, (kind,), limit=limit, as_of=when)
+    answer = await queue.call(redis, jobs.SEARCH, request.wire())
+    return answer["hits"]
 
 
 async def index_tree(rt: Runtime, root: Path) -> dict[str, int]:

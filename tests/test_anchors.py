@@ -22,7 +22,7 @@ from memoryd import client, present
 from memoryd.agent import Scope
 from memoryd.migrate import migrate
 from memoryd.present import get_text, hit_line
-from memoryd.results import FileHistory, RecentActivity
+from memoryd.results import FileHistory, RecentActivity, SearchRequest
 from memoryd.runtime import Runtime
 from memoryd.scan import project_id_for
 from tests.conftest import MEMORYD, index_tree
@@ -76,10 +76,12 @@ async def test_a_decision_about_a_function_reads_current_then_changed_then_delet
     assert (state["state"], state["lines"]) == ("changed", 2)
     [record] = await memoryd.get([memory])
     assert re.fullmatch(rf"changed since {WHEN} \(2 lines\)", record["anchor"] or "")
-    hits = await memoryd.search("which DSN schemes does from_dsn accept", kind="memory")
+    hits = (
+        await memoryd.search(SearchRequest("which DSN schemes does from_dsn accept", ("memory",)))
+    ).hits
     [hit] = [h for h in hits if f"memory:{h.id}" == memory]
     assert hit.anchor == record["anchor"]
-    assert f"(code {record['anchor']})" in hit_line(hit, project)
+    assert f"(code {record['anchor']})" in hit_line(hit)
 
     source.unlink()
     await index_tree(stack, repo)

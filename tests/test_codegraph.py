@@ -18,6 +18,7 @@ from memoryd import client, projects
 from memoryd.mcp_server import build_server
 from memoryd.migrate import migrate
 from memoryd.present_graph import hit_lines
+from memoryd.results import SearchRequest
 from memoryd.runtime import Runtime
 from memoryd.search_related import related_of_hits
 from tests.conftest import MEMORYD, cli_env, git, git_init, index_tree
@@ -216,7 +217,9 @@ async def test_search_hits_with_their_co_changed_files_and_callers(
         ("arq/connections.py", 186, "Job")
     ]
     async with client.connect(stack.settings) as memoryd:
-        results = await memoryd.search("create a redis connection pool", limit=20)
+        results = list(
+            (await memoryd.search(SearchRequest("create a redis connection pool", limit=20))).hits
+        )
         hit = next(r for r in results if r.name == "create_pool")  # its first chunk found
         graphs = await related_of_hits(memoryd, results)
     assert hit_lines(graphs[hit.id]) == [

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from memoryd import jobs, projects, queue
+from memoryd import projects
 from memoryd.runtime import Runtime
 from memoryd.store import key_of
-from tests.conftest import index_tree
+from tests.conftest import index_tree, queued_search
 
 pytestmark = pytest.mark.e2e
 
@@ -45,21 +45,14 @@ async def test_index_then_search_finds_the_one_function(stack: Runtime, arq_tree
     assert totals["embedded"] <= totals["chunks"]
 
     assert stack.redis is not None
-    hits = await queue.call(
-        stack.redis, jobs.SEARCH, "parse a redis connection DSN url", 3, None, "code"
-    )
+    hits = await queued_search(stack.redis, "parse a redis connection DSN url", 3)
     from_dsn = _def_line(arq_tree / "connections.py", r"def from_dsn")
     assert any(
         h["path"] == "connections.py" and h["start_line"] <= from_dsn <= h["end_line"] for h in hits
     ), [(h["path"], h["start_line"], h["end_line"], h["name"]) for h in hits]
 
-    hits = await queue.call(
-        stack.redis,
-        jobs.SEARCH,
-        "log redis server version, memory use and client count",
-        3,
-        None,
-        "code",
+    hits = await queued_search(
+        stack.redis, "log redis server version, memory use and client count", 3
     )
     log_info = _def_line(arq_tree / "connections.py", r"def log_redis_info")
     assert any(
@@ -67,7 +60,7 @@ async def test_index_then_search_finds_the_one_function(stack: Runtime, arq_tree
     ), [(h["path"], h["start_line"], h["end_line"], h["name"]) for h in hits]
 
     # Nothing from the gitignored directory reached the index.
-    hidden = await queue.call(stack.redis, jobs.SEARCH, "hidden_function", 10, None, "code")
+    hidden = await queued_search(stack.redis, "hidden_function", 10)
     assert all("ignored_dir" not in h["path"] for h in hidden)
 
 
@@ -101,16 +94,14 @@ async def test_changed_and_deleted_files_are_retired(
     assert totals["indexed"] == 1 and totals["removed"] == 1
     # Every old chunk of the two files is retired, the one new chunk is valid.
     assert await stack.store.valid_chunk_count() == before - totals["retired"] + 1
-    hits = await queue.call(stack.redis, jobs.SEARCH, "brand_new_marker_function", 1, None, "code")
+    hits = await queued_search(stack.redis, "brand_new_marker_function", 1)
     assert hits[0]["path"] == "constants.py"
     assert hits[0]["start_line"] == 1 and hits[0]["end_line"] == 2
     project = projects.resolve(root)
     assert "version.py" not in await stack.store.indexed_paths(project.id)
     # The deleted file is gone from search now, and still there as of before the change.
-    now = await queue.call(stack.redis, jobs.SEARCH, "package VERSION string", 10, None, "code")
+    now = await queued_search(stack.redis, "package VERSION string", 10)
     assert "version.py" not in {h["path"] for h in now}
-    then = await queue.call(
-        stack.redis, jobs.SEARCH, "package VERSION string", 10, None, "code", before_change
-    )
+    then = await queued_search(stack.redis, "package VERSION string", 10, "code", before_change)
     assert "version.py" in {h["path"] for h in then}
     assert "brand_new_marker_function" not in {h["name"] for h in then}

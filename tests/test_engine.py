@@ -13,7 +13,7 @@ from memoryd import heap, jobs, queue
 from memoryd.embedding import Embedder
 from memoryd.runtime import Runtime
 from memoryd.store import connection as engine
-from tests.conftest import settings_for
+from tests.conftest import queued_search, settings_for
 from tests.fixtures import S37
 
 
@@ -29,9 +29,7 @@ async def test_reopening_under_load_loses_nothing(data_dir: Path, embedder: Embe
         searches = reopens = 0
         # Searches keep coming and the database is reopened under them while the ingest writes.
         while not await queue.job_done(job):
-            hits = await queue.call(
-                redis, jobs.SEARCH, "render the html template", 3, None, "memory"
-            )
+            hits = await queued_search(redis, "render the html template", 3, "memory")
             assert isinstance(hits, list)
             searches += 1
             if searches % 3 == 0:

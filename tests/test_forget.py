@@ -17,6 +17,7 @@ from arq.jobs import serialize_result
 
 from memoryd.client import Client
 from memoryd.export import read_jsonl, write_backup
+from memoryd.results import SearchRequest
 from memoryd.runtime import Runtime
 from memoryd.store import Store
 from tests.conftest import MEMORYD, cli
@@ -141,7 +142,11 @@ async def _plant(stack: Runtime, tmp_path: Path) -> tuple[Client, str, Path]:
     transcript.write_text(SMALL.read_text().replace(prompt, f"{prompt} The codename is {MARK}."))
     [report] = await client.ingest([str(transcript)])
     assert report["memories"] == 22
-    [memory] = [h.id for h in await client.search(MARK, kind="memory") if MARK in (h.text or "")]
+    [memory] = [
+        h.id
+        for h in (await client.search(SearchRequest(MARK, ("memory",)))).hits
+        if MARK in (h.text or "")
+    ]
     backup = data / "backups" / "before-test.jsonl.zst"
     await write_backup(stack.store, backup)
     held = files_holding(data, MARK)
@@ -171,7 +176,9 @@ async def test_a_forgotten_memory_leaves_no_byte_in_the_data_dir(
     done = await client.forget([memory])
     assert done["removed"] == {"memory": 1, "goal": 1}
     # (Not a search for MARK: its query would be a job argument the queue logs.)
-    found = await client.search("Summarize the findings codename", kind="memory")
+    found = (
+        await client.search(SearchRequest("Summarize the findings codename", ("memory",)))
+    ).hits
     assert found and memory not in {h.id for h in found}
     assert {name.split("/")[0] for name in files_holding(data, MARK)} == {"db"}
     assert {name.split("/")[0] for name in files_holding(data, vector[0])} == {"db"}

@@ -13,6 +13,7 @@ import pytest
 
 from memoryd import projects, queue
 from memoryd.client import Client
+from memoryd.results import SearchRequest
 from memoryd.runtime import Runtime
 from tests.conftest import MEMORYD, git_init, orphaned_by
 from tests.fixtures import S37, SMALL
@@ -153,9 +154,11 @@ async def test_forget_project_takes_its_code_sessions_and_entities(
     assert {t: refs for t, refs in gone.items() if t not in expected} == _edges_of(before, doomed)
     # The other project and the other session are whole.
     assert _counts(after)["code_chunk"] == 1 and _counts(after)["memory"] == 22
-    found = await client.search("beta_function", kind="code")
+    found = (await client.search(SearchRequest("beta_function"))).hits
     assert [h.path for h in found][:1] == ["beta.py"]
-    assert {h.path for h in await client.search("generate_html", kind="code")} == {"beta.py"}
+    assert {h.path for h in (await client.search(SearchRequest("generate_html"))).hits} == {
+        "beta.py"
+    }
 
 
 async def _cli_forget(stack: Runtime, *args: str) -> tuple[str, str]:

@@ -24,7 +24,7 @@ from memoryd.embedding import Embedder
 from memoryd.jobs import JOBS_QUEUE
 from memoryd.runtime import Runtime
 from memoryd.searchindex.lexical import Filters
-from tests.conftest import settings_for
+from tests.conftest import queued_search, settings_for
 
 pytestmark = pytest.mark.e2e
 
@@ -82,9 +82,9 @@ async def test_found_by_words_before_the_vectors_and_by_meaning_after(
         assert progress["index"]["state"] == "ready"
         assert progress["index"]["chunks"] == chunks and progress["vectors_owed"] == chunks
         # Found by words (a symbol's name, then plain words), through the daemon's search...
-        hits = await queue.call(rt.redis, jobs.SEARCH, "from_dsn", 3, None, "code")
+        hits = await queued_search(rt.redis, "from_dsn", 3)
         assert (hits[0]["path"], hits[0]["name"]) == ("connections.py", "RedisSettings.from_dsn")
-        hits = await queue.call(rt.redis, jobs.SEARCH, "redis version memory", 5, None, "code")
+        hits = await queued_search(rt.redis, "redis version memory", 5)
         assert "log_redis_info" in {h["name"] for h in hits}
         # ...while the vector index holds none of them yet.
         assert all_vectors(rt, pid, query_vector) == []
@@ -109,9 +109,7 @@ async def test_found_by_words_before_the_vectors_and_by_meaning_after(
     assert progress["vectors_owed"] == 0
     # Hybrid search ranks by meaning too now: the nearest rows by vector are the fused ones'.
     near = [h.id for h in all_vectors(rt, pid, query_vector)[:3]]
-    hits = await queue.call(
-        rt.redis, jobs.SEARCH, "parse a redis connection DSN url", 10, None, "code"
-    )
+    hits = await queued_search(rt.redis, "parse a redis connection DSN url", 10)
     assert near[0] in {h["id"] for h in hits}
     assert any(
         h["path"] == "connections.py" and h["name"] == "RedisSettings.from_dsn" for h in hits[:3]

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 import workers.indexing
-from memoryd import jobs, projects, queue
+from memoryd import projects, queue
 from memoryd.runtime import Runtime
-from tests.conftest import MEMORYD, git, settle
+from tests.conftest import MEMORYD, git, queued_search, settle
 
 GOOD = "def tax_rate_for_region(region):\n    return {'north': 0.2}.get(region, 0.25)\n"
 NON_ASCII = "docs/notes with spaces/naïve café.py"
@@ -122,9 +122,9 @@ async def test_bad_files_are_skipped_with_one_line_each(
     pid = projects.resolve(root).id
     index = await settle(stack, root, pid)
     assert set(index) == {"good.py", "inside.py", "latin1.py", "pkg/mod.py", NON_ASCII}
-    hits = await queue.call(stack.redis, jobs.SEARCH, "crème brûlée recipe", 1, None, "code")
+    hits = await queued_search(stack.redis, "crème brûlée recipe", 1)
     assert hits[0]["path"] == NON_ASCII and hits[0]["name"] == "crème_brûlée_recipe"
-    hits = await queue.call(stack.redis, jobs.SEARCH, "brew latin coffee", 1, None, "code")
+    hits = await queued_search(stack.redis, "brew latin coffee", 1)
     assert hits[0]["path"] == "latin1.py"
 
     # A second look at the same tree is quiet: known skips are not logged again.

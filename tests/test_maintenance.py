@@ -14,6 +14,7 @@ from memoryd import jobs, queue
 from memoryd.embedding import Embedder
 from memoryd.runtime import Runtime
 from memoryd.store.maintenance import DECAY_STEP
+from tests.conftest import queued_search
 from tests.fixtures import SMALL
 
 
@@ -126,7 +127,7 @@ async def test_switching_model_reembeds_everything(
         waiting = (await queue.call(second.redis, jobs.STATUS))["waiting_for_reembed"]
         assert waiting["code_chunk"] > 0 and waiting["memory"] > 0 and waiting["goal"] == 1
         # Before migration only BM25 can find code (no k-NN across two models).
-        hits = await queue.call(second.redis, jobs.SEARCH, "from_dsn", 3, None, "code")
+        hits = await queued_search(second.redis, "from_dsn", 3)
         assert any(h["name"] == "RedisSettings.from_dsn" for h in hits)
         # One run with a single small batch per table is partial; runs resume until done.
         job = await second.redis.enqueue_job("reembed", 1, _queue_name=jobs.JOBS_QUEUE)
@@ -143,9 +144,7 @@ async def test_switching_model_reembeds_everything(
             for row in (await second.store.dump())[t]
         }
         assert models == {CLS_MODEL}
-        hits = await queue.call(
-            second.redis, jobs.SEARCH, "parse a redis connection DSN url", 3, None, "code"
-        )
+        hits = await queued_search(second.redis, "parse a redis connection DSN url", 3)
         assert any(
             h["path"] == "connections.py" and h["name"] == "RedisSettings.from_dsn" for h in hits
         ), hits
@@ -264,7 +263,7 @@ async def test_prune_dry_run_counts_all_that_would_go_not_one_batch(
 
 async def _search_code(rt: Runtime, text: str) -> list[dict]:
     assert rt.redis is not None
-    return await queue.call(rt.redis, jobs.SEARCH, text, 3, None, "code")
+    return await queued_search(rt.redis, text, 3)
 
 
 async def _models(rt: Runtime) -> dict[str, dict[str | None, int]]:
@@ -369,7 +368,7 @@ async def test_a_memory_search_counts_as_a_read_of_what_it_returns(
     [job] = await queue.enqueue_ingest(stack.redis, [str(transcript)])
     await queue.wait_for(job, 300)
     query = "what did the user ask for"
-    hits = await queue.call(stack.redis, jobs.SEARCH, query, 3, None, "memory")
+    hits = await queued_search(stack.redis, query, 3, "memory")
     assert len(hits) == 3
     await stack.store.settled()  # the bookkeeping write runs after the answer
     read = {k: row for k, row in (await _memories(stack)).items() if row["access_count"]}

@@ -18,6 +18,7 @@ from memoryd import projects, queue
 from memoryd.config import Settings
 from memoryd.errors import MemorydError
 from memoryd.migrate import DataStep, migrate
+from memoryd.results import SearchRequest
 from memoryd.runtime import Runtime
 from memoryd.search import search
 from memoryd.store import VECTOR_TABLES, Store
@@ -191,7 +192,9 @@ async def _seen(rt: Runtime, queries: list[tuple[str, str]]) -> dict[str, object
     results = {
         f"{kind}: {q}": [
             (r.id, r.score)
-            for r in await search(rt.store, rt.embedder, rt.search.index, q, kind=kind)
+            for r in (
+                await search(rt.store, rt.embedder, rt.search.index, SearchRequest(q, (kind,)))
+            ).hits
         ]
         for kind, q in queries
     }

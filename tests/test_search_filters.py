@@ -6,10 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from memoryd import jobs, queue
 from memoryd.runtime import Runtime
 from memoryd.searchindex import keywords
-from tests.conftest import git_init, index_tree
+from tests.conftest import git_init, index_tree, queued_search
 
 # No word of the query is in the code: only the k-NN can find it.
 QUERY = "reimburse a customer for a purchase"
@@ -32,14 +31,14 @@ async def test_valid_row_found_behind_many_retired_neighbours(
     git_init(root)
     await index_tree(stack, root)
     assert stack.redis is not None
-    before = await queue.call(stack.redis, jobs.SEARCH, QUERY, 5, None, "code")
+    before = await queued_search(stack.redis, QUERY, 5)
     assert len(before) == 5
 
     for i in range(RETIRED):
         (root / f"old_{i:03}.py").unlink()
     await index_tree(stack, root)
     # The retired chunks are the query's nearest vectors too; the one valid chunk is found.
-    hits = await queue.call(stack.redis, jobs.SEARCH, QUERY, 5, None, "code")
+    hits = await queued_search(stack.redis, QUERY, 5)
     assert [(h["path"], h["name"]) for h in hits] == [("current.py", "refund_order_now")]
 
 

@@ -26,7 +26,7 @@ from memoryd.client import Client, connect
 from memoryd.embedded import EmbeddedRedis
 from memoryd.embedding import Embedder
 from memoryd.present_graph import short_key
-from memoryd.results import Related
+from memoryd.results import Related, SearchRequest
 from memoryd.runtime import Runtime
 from memoryd.ui import UI_QUERY
 from memoryd.ui.app import COOKIE, CSP
@@ -200,7 +200,7 @@ async def test_each_page_shows_the_rows_of_the_database(
 
     # Search: the hits of the hybrid search; a hit opens its record.
     await page.goto(base + "/search?q=generate_html&kind=code")
-    hits = await client.search("generate_html", kind="code", limit=20)
+    hits = (await client.search(SearchRequest("generate_html", limit=20))).hits
     found = await _rows(page, "hits")
     assert [row[0] for row in found] == [f"code:{h.id}" for h in hits]
     assert found[0][2] == f"{RENDERER}:1-2"
@@ -290,7 +290,7 @@ async def test_forget_through_the_page_removes_what_the_preview_listed(
     for memory in [m for m in before["memory"] if m["session"].id == SMALL.stem][:5]:
         words = " ".join(str(memory.get("content") or "").split()[:8])
         if words:
-            hits = await client.search(words, kind="memory", limit=50)
+            hits = (await client.search(SearchRequest(words, ("memory",), limit=50))).hits
             assert all(h.session != SMALL.stem for h in hits)
     await _shot(page, "forgotten")
     await page.close()

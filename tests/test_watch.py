@@ -17,13 +17,13 @@ import pytest
 import pytest_asyncio
 
 import workers.indexing
-from memoryd import jobs, projects, queue
+from memoryd import projects, queue
 from memoryd.embedding import Embedder
 from memoryd.projects import Project
 from memoryd.runtime import Runtime
 from memoryd.watch.repos import RepoWatcher
 from memoryd.watch.repos import _Handler as watchdog_handler
-from tests.conftest import git, settle
+from tests.conftest import git, queued_search, settle
 
 MODELS = '''"""Accounts of the shop: users and their carts."""
 
@@ -108,7 +108,7 @@ async def watched(stack: Runtime, tmp_path: Path) -> AsyncIterator[tuple[RepoWat
 
 async def _search(rt: Runtime, text: str, limit: int = 5) -> list[dict[str, Any]]:
     assert rt.redis is not None
-    return await queue.call(rt.redis, jobs.SEARCH, text, limit, None, "code")
+    return await queued_search(rt.redis, text, limit)
 
 
 def _count_embeddings(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> list[int]:

@@ -17,7 +17,7 @@ from memoryd.compact import DB_DIR, size
 from memoryd.errors import InvalidRequest, NotFound
 from memoryd.ids import split_file_key
 from memoryd.jobs import JOBS_QUEUE, QUERY_QUEUE
-from memoryd.results import SearchResult
+from memoryd.results import SearchRequest, SearchResult
 from memoryd.store import key_of, plain
 from memoryd.vocabulary import MODIFIES
 from workers.context import JobContext
@@ -25,34 +25,23 @@ from workers.entities import canonical_file
 from workers.notes import notes_session_id
 
 
-async def search(
-    ctx: JobContext,
-    query: str,
-    limit: int,
-    project: str | None,
-    kind: str,
-    as_of: str | None = None,
-    path: str | None = None,
-    language: str | None = None,
-) -> list[dict[str, Any]]:
+async def search(ctx: JobContext, request: dict[str, Any]) -> dict[str, Any]:
+    """A SearchRequest (its `wire` form), answered with its SearchAnswer's."""
     settings = ctx["settings"]
     narrowed = bool(settings.exclude or settings.include)
     await ctx["search"].catch_up()
-    results = await search_module.search(
+
+    async def narrow(results: list[SearchResult]) -> list[SearchResult]:
+        return await _remembered(ctx, results)
+
+    answer = await search_module.search(
         ctx["store"],
         ctx["embedder"],
         ctx["search"].index,
-        query,
-        limit=limit * 2 if narrowed else limit,  # room for what the config leaves out
-        project=project,
-        kind=kind,
-        as_of=datetime.fromisoformat(as_of) if as_of else None,
-        path=path,
-        language=language,
+        SearchRequest.from_wire(request),
+        narrow if narrowed else None,  # rows stored before the config's rule was set
     )
-    if narrowed:
-        results = await _remembered(ctx, results)
-    return [r.as_dict() for r in results[:limit]]
+    return answer.wire()
 
 
 async def _remembered(ctx: JobContext, results: list[SearchResult]) -> list[SearchResult]:
@@ -289,11 +278,6 @@ async def projects(ctx: JobContext) -> list[dict[str, Any]]:
     return [
         {"id": p["id"], "name": p["name"], "root": p["root"]} for p in await ctx["store"].projects()
     ]
-
-
-async def session_projects(ctx: JobContext, session_ids: list[str]) -> dict[str, str | None]:
-    """The project of each session (search hits of memories name their project by it)."""
-    return await ctx["store"].session_projects(session_ids)
 
 
 async def get(ctx: JobContext, ids: list[str], max_chars: int) -> list[dict[str, Any]]:

@@ -567,9 +567,7 @@ class SecretMemory:
 
 # Text fields that may hold a secret, per table, as memoryd stores them.
 SCRUB_FIELDS: dict[str, tuple[str, ...]] = {
-    "code_chunk": ("content",),
-    "memory": ("content",),
-    "goal": ("intent",),
+    **{table: (field,) for table, field in SEARCHED_TABLES.items()},
     "summary": ("text",),
     "session": ("description",),
     "entity": ("name", "aliases"),

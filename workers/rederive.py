@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from memoryd import vocabulary
-from memoryd.ids import entity_id, stable_id
+from memoryd.ids import entity_id
 from memoryd.watch.transcripts import rewritten_whole
 from workers.context import JobContext
 from workers.entities import (
@@ -170,7 +170,7 @@ def rederive(call: StoredCall, projects: list[tuple[str, str]]) -> Derived:
     if denied and not any(table == _DENIED for table, *_ in out.edges):
         # Nothing left to name: the call's tool was denied, as a parser says then.
         tool = canonical_tool(str(denied[0].fields.get("tool") or "unknown"))
-        key = stable_id("DENIED", call.memory, tool.kind, tool.key)
+        key = vocabulary.DENIED.row_id(call.memory, tool.kind, tool.key)
         out.add(_DENIED, key, tool, dict(denied[0].fields))
     return out
 
@@ -183,10 +183,10 @@ def _shell(call: StoredCall, first: StoredEdge, source: Source, out: Derived) ->
         if t.verb == EXECUTES and not denied:
             continue  # the stored EXECUTES edges stay
         if denied:
-            key = stable_id("DENIED", call.memory, t.entity.kind, t.entity.key)
+            key = vocabulary.DENIED.row_id(call.memory, t.entity.kind, t.entity.key)
             out.add(_DENIED, key, t.entity, dict(first.fields))
         else:
-            key = stable_id(t.verb, call.memory, t.entity.kind, t.entity.key)
+            key = vocabulary.edge(t.verb).row_id(call.memory, t.entity.kind, t.entity.key)
             fields = {**first.fields, "via": t.via}
             out.add(vocabulary.edge(t.verb).table, key, t.entity, fields)
 
@@ -203,7 +203,7 @@ def _codex_outcome(call: StoredCall, result: tuple[str, str], out: Derived) -> N
         out.edges = [edge for edge in out.edges if edge[0] not in _ACTION_TABLES]
         message = safe_text(text, CAP_DETAIL)
         for _, _, entity, fields in actions:
-            key = stable_id("DENIED", call.memory, entity.kind, entity.key)
+            key = vocabulary.DENIED.row_id(call.memory, entity.kind, entity.key)
             reason = {"reason": PERMISSION_DENIED, "message": message}
             kept = {k: fields[k] for k in ("session", "tool", "event_time")}
             out.add(_DENIED, key, entity, {**kept, **reason})
@@ -221,7 +221,7 @@ def _codex_outcome(call: StoredCall, result: tuple[str, str], out: Derived) -> N
     error = safe_entity(canonical_error(text, code))
     fields = {k: actions[0][3][k] for k in ("session", "tool", "event_time")}
     message = error.raw or safe_text(text, CAP_DETAIL)
-    key = stable_id("TRIGGERED", call.memory, error.key)
+    key = vocabulary.TRIGGERED.row_id(call.memory, error.key)
     out.add(_TRIGGERED, key, error, {**fields, "exit_code": code, "message": message})
     out.kinds[memory] = "error"
 
@@ -241,7 +241,7 @@ def _triggered(call: StoredCall, e: StoredEdge, out: Derived) -> None:
     text = call.error_output or e.fields.get("message") or (aliases[0] if aliases else "error")
     error = safe_entity(canonical_error(text, e.fields.get("exit_code")))
     message = error.raw or safe_text(text, CAP_DETAIL)
-    key = stable_id("TRIGGERED", call.memory, error.key)
+    key = vocabulary.TRIGGERED.row_id(call.memory, error.key)
     out.add(_TRIGGERED, key, error, {**e.fields, "message": message})
 
 
@@ -255,8 +255,7 @@ def _tool_edge(call: StoredCall, e: StoredEdge, source: Source, out: Derived) ->
         if expanded is None:
             return  # a parser makes no file of `~/…` when no home is known
         target = expanded
-        verb = "DENIED" if e.table == _DENIED else e.table.upper()
-        key = stable_id(verb, call.memory, target.kind, target.key)
+        key = vocabulary.edge(e.table.upper()).row_id(call.memory, target.kind, target.key)
     out.add(e.table, key, target, fields)
 
 

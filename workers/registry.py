@@ -85,7 +85,6 @@ FUNCTIONS: dict[JobSpec, JobFunction] = {
     jobs.EXPORT_TABLES: transfer.export_tables,
     jobs.EXPORT_PAGE: transfer.export_page,
     jobs.PROJECTS: queries.projects,
-    jobs.SESSION_PROJECTS: queries.session_projects,
     jobs.GET: queries.get,
     jobs.TIMELINE: queries.timeline,
     jobs.RECENT_ACTIVITY: queries.recent_activity,

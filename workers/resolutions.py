@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from memoryd import vocabulary
-from memoryd.ids import split_file_key, stable_id
+from memoryd.ids import split_file_key
 from memoryd.store import Ref, Store
 
 _OK, _ERROR = "ok", "error"
@@ -46,7 +46,7 @@ def resolutions(
         if fix is None:
             continue
         files = _modified_between(ordered, trigger["seq"], fix["seq"])
-        key = stable_id(vocabulary.RESOLVED_BY.name, trigger["error"], fix["memory"])
+        key = vocabulary.RESOLVED_BY.row_id(trigger["error"], fix["memory"])
         rows[key] = {
             "id": Ref(vocabulary.RESOLVED_BY.table, key),
             "in": Ref("entity", trigger["error"]),

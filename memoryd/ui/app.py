@@ -36,6 +36,7 @@ from memoryd.client import Client
 from memoryd.config import Settings
 from memoryd.errors import InvalidRequest, MemorydError, NotFound
 from memoryd.ids import split_file_key
+from memoryd.results import SearchRequest
 from memoryd.ui import pages
 
 COOKIE = "memoryd_ui"
@@ -219,14 +220,16 @@ class UiApp:
             if not query:
                 return form
             found = await memoryd.search(
-                query,
-                kind=chosen.get("kind") or "code",
-                project=chosen.get("project") or None,
-                path=chosen.get("path") or None,
-                language=chosen.get("language") or None,
-                limit=20,
+                SearchRequest(
+                    query,
+                    (chosen.get("kind") or "code",),
+                    limit=20,
+                    project=chosen.get("project") or None,
+                    path=chosen.get("path") or None,
+                    language=chosen.get("language") or None,
+                )
             )
-            return form + pages.hits(found)
+            return form + pages.hits(found.hits)
 
         return await self._page("Search", "/search", body)
 

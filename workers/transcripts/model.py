@@ -434,7 +434,7 @@ def _targets_from_json(items: list[dict[str, Any]]) -> list[Target]:
 def _action(call: dict[str, Any], target: Target, outcome: str, exit_code: int | None) -> Action:
     memory_id = call["memory_id"]
     return Action(
-        id=stable_id(target.verb, memory_id, target.entity.kind, target.entity.key),
+        id=vocabulary.edge(target.verb).row_id(memory_id, target.entity.kind, target.entity.key),
         verb=target.verb,
         memory_id=memory_id,
         session_id=call["session_id"],
@@ -655,7 +655,7 @@ class Emitter:
             seen.add((e.kind, e.key))
             self.events.append(
                 Denied(
-                    id=stable_id("DENIED", call["memory_id"], e.kind, e.key),
+                    id=vocabulary.DENIED.row_id(call["memory_id"], e.kind, e.key),
                     memory_id=call["memory_id"],
                     session_id=call["session_id"],
                     entity=e,
@@ -678,7 +678,7 @@ class Emitter:
         error = safe_entity(error, self.secrets)
         self.events.append(
             Triggered(
-                id=stable_id("TRIGGERED", call["memory_id"], error.key),
+                id=vocabulary.TRIGGERED.row_id(call["memory_id"], error.key),
                 memory_id=call["memory_id"],
                 session_id=call["session_id"],
                 error=error,
@@ -721,7 +721,7 @@ class Emitter:
     ) -> None:
         self.events.append(
             Spawned(
-                id=stable_id("SPAWNED", memory_id, child_session_id),
+                id=vocabulary.SPAWNED.row_id(memory_id, child_session_id),
                 memory_id=memory_id,
                 session_id=session_id,
                 child_session_id=child_session_id,
