@@ -24,7 +24,8 @@ import subprocess
 
 from playwright.async_api import async_playwright
 
-from bench.cli_latency import MEMORYD, QUERY, fill, index_repo, wait_until_serving, workspace
+from bench.cli_latency import MEMORYD, fill, index_repo, wait_until_serving, workspace
+from bench.fresh_queries import take
 from tests.test_ui import ARGS, CHROMIUM, FIRST_PAINT
 
 TARGET_MS = 300
@@ -72,7 +73,7 @@ def main() -> None:
             "overview": "/",
             "sessions": "/sessions",
             "file": f"/file?path={repo / 'connections.py'}",
-            "search": f"/search?q={QUERY.replace(' ', '+')}&kind=code",
+            "search": f"/search?q={take(1)[0].replace(' ', '+')}&kind=code",
         }
         load_before = os.getloadavg()
         times = asyncio.run(paint_times(url.strip(), pages, args.runs))

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import redis.exceptions
 from arq import ArqRedis, Worker
 
-from memoryd import channel, heap, metrics, queue
+from memoryd import channel, heap, metrics, queue, static_embedding
 from memoryd.config import Settings
 from memoryd.embedded import (
     EmbeddedRedis,
@@ -173,8 +173,10 @@ class Runtime:
                 Embedder, s.model, s.data_dir / "models", s.embed_batch_size, s.embed_cores
             )
         metrics.instrument_embedder(self.embedder)  # embed throughput; counting costs ~nothing
-        # The model's memory is not the database's: counted as its growth, it made the first
-        # check reopen the database for nothing.
+        # The first pass's token table (loaded once per process, here rather than by the
+        # index) and the model's memory are not the database's: counted as its growth, they
+        # made the first check reopen the database for nothing.
+        await asyncio.to_thread(static_embedding.load)
         self.store.rebase_memory()
         applied = await migrate(self.store, s, s.data_dir / "backups")
         if applied:
