@@ -105,7 +105,9 @@ class ActionQueries(StoreBase):
         rows = await self.query(
             "SELECT * FROM (SELECT in.id AS id, in.kind AS kind, in.content AS content, "
             f"in.{BODY}, in.event_time AS event_time, "
-            "record::id(in.session) AS session, record::id(in.session.project) AS project "
+            # The project as a record (NONE for a session in no project: record::id would
+            # fail on it); plain() gives its key.
+            "record::id(in.session) AS session, in.session.project AS project "
             "FROM $e<-mentions) WHERE kind INSIDE $kinds ORDER BY event_time DESC",
             {"e": rid("entity", entity_key), "kinds": list(kinds)},
         )
