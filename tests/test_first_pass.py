@@ -18,6 +18,7 @@ from memoryd import jobs, queue, static_embedding
 from memoryd.config import DEFAULT_MODEL
 from memoryd.embedding import Embedder
 from memoryd.indexsync import SEARCH_DIR
+from memoryd.results import SearchRequest
 from memoryd.runtime import Runtime
 from memoryd.scan import read_source, walk
 from memoryd.searchindex import Doc, Filters, SearchIndex
@@ -61,8 +62,8 @@ async def test_a_chunk_is_found_by_meaning_before_the_full_model_reaches_it(
         assert sum(index.vectors_held()[name] for name in PARTS) == 0
         # Words find nothing; meaning finds arq's cron module, through the daemon's search.
         assert index.bm25(MEANING_ONLY, Filters(kinds=EVERY_KIND), 10) == []
-        hits = await queue.call(rt.redis, jobs.SEARCH, MEANING_ONLY, 3, None, "code")
-        assert "cron.py" in {hit["path"] for hit in hits}
+        found = await queue.call(rt.redis, jobs.SEARCH, SearchRequest(MEANING_ONLY, limit=3).wire())
+        assert "cron.py" in {hit["path"] for hit in found["hits"]}
 
     for report in reports:
         await queue.embedded_later(rt.redis, report, timeout=600)
@@ -145,8 +146,10 @@ async def test_a_kill_between_the_passes_heals_at_the_next_start(
             index = second.search.index
             assert index.vector_of("code_chunk", ids) == dict.fromkeys(ids, "first")
             assert second.redis is not None
-            hits = await queue.call(second.redis, jobs.SEARCH, MEANING_ONLY, 3, None, "code")
-            assert "cron.py" in {hit["path"] for hit in hits}
+            found = await queue.call(
+                second.redis, jobs.SEARCH, SearchRequest(MEANING_ONLY, limit=3).wire()
+            )
+            assert "cron.py" in {hit["path"] for hit in found["hits"]}
         full = dict.fromkeys(ids, "full")
         for _ in range(6000):  # the full model on a loaded machine: minutes
             if index.vector_of("code_chunk", ids) == full:
@@ -154,6 +157,7 @@ async def test_a_kill_between_the_passes_heals_at_the_next_start(
             await asyncio.sleep(0.1)
         assert index.vector_of("code_chunk", ids) == full
         assert sum(index.vectors_held()[name] for name in FIRST_PARTS) == 0
-        assert not await second.store.owed_vectors_by_project(embedder.model)
+        counts = await second.store.vectors_by_project(embedder.model)
+        assert [(c["done"], c["owed"]) for c in counts.values()] == [(len(ids), 0)]
     finally:
         await second.close()
