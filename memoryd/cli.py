@@ -21,8 +21,6 @@ import typer
 # Each command imports the rest where it uses it.
 from memoryd import agent_cli, jobs, logs
 from memoryd.errors import MemorydError
-from memoryd.results import SearchRequest
-from memoryd.version import version
 from memoryd.vocabulary import SEARCH_KINDS_BY_NAME
 
 if TYPE_CHECKING:
@@ -88,6 +86,8 @@ def _setup_logging(level: str = "INFO", fmt: str = "auto") -> None:
 
 def _print_version(asked: bool) -> None:
     if asked:
+        from memoryd.version import version  # importlib.metadata: only when asked
+
         typer.echo(f"memoryd {version()}")
         raise typer.Exit()
 
@@ -476,10 +476,10 @@ def search(
     """Hybrid search (vector k-NN + BM25, reciprocal rank fusion): `project  path:start-end  score
     name` lines."""
     from memoryd.present_graph import hit_lines
+    from memoryd.results import SearchRequest
     from memoryd.search_related import HitGraph, related_of_hits
 
     settings = _client(data_dir, redis_url, surreal_url)
-
     request = SearchRequest(
         query,
         (kind,),
