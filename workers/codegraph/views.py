@@ -96,20 +96,26 @@ async def _target(store: Store, target: str, cwd: str, project: str | None) -> t
 
 
 async def _guessed_callers(
-    store: Store, project_id: str, symbol_key: str, as_of: datetime | None
+    store: Store, project_id: str, symbol_keys: list[str], as_of: datetime | None
 ) -> list[dict[str, Any]]:
-    """Calls by name that may mean this symbol: confidence 1/number of symbols of that name
-    in the files the call could reach."""
-    short = symbol_key.rsplit("#", 1)[1].rsplit(".", 1)[-1]
-    refs = await store.refs_named(project_id, [short], CALLS.table, as_of)
+    """Calls by name that may mean these symbols: confidence 1/number of symbols of that name
+    in the files the call could reach. Two queries for all of them (a file's page asks for
+    every symbol it defines: one pair of queries each cost 40 ms for arq's connections.py)."""
+    short = {key: key.rsplit("#", 1)[1].rsplit(".", 1)[-1] for key in symbol_keys}
+    refs = await store.refs_named(project_id, sorted(set(short.values())), CALLS.table, as_of)
     if not refs:
         return []
-    candidates = await store.symbols_named(project_id, [short], as_of)
+    named = sorted({ref["name"] for ref in refs})
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for c in await store.symbols_named(project_id, named, as_of):
+        by_name.setdefault(c["name"].rsplit(".", 1)[-1], []).append(c)
+    # What each reference may mean, worked out once however many of the symbols share its name.
+    guessed = [(ref, {c["key"] for c in guess(ref, by_name.get(ref["name"], []))}) for ref in refs]
     out = []
-    for ref in refs:
-        keys = {c["key"] for c in guess(ref, candidates)}
-        if symbol_key in keys:
-            out.append(_link(ref["source_key"], ref["path"], ref["line"], GUESS / len(keys)))
+    for key in symbol_keys:
+        for ref, keys in guessed:
+            if ref["name"] == short[key] and key in keys:
+                out.append(_link(ref["source_key"], ref["path"], ref["line"], GUESS / len(keys)))
     return out
 
 
@@ -199,8 +205,9 @@ async def related(
         _link(row["other_key"], row["path"], row["line"])
         for row in await store.graph_edges(CALLS.table, "out", ids, as_of, limit * 4)
     ]
-    for sym in [key] if kind == "symbol" else [d["key"] for d in definitions]:
-        callers += await _guessed_callers(store, project_id, sym, as_of)
+    callers += await _guessed_callers(
+        store, project_id, [key] if kind == "symbol" else [d["key"] for d in definitions], as_of
+    )
     callers = [c for c in callers if kind == "symbol" or _path_of(c["key"]) != path]
     callees = [
         _link(row["other_key"], row["path"], row["line"])
