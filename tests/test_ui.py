@@ -29,7 +29,7 @@ from memoryd.present_graph import short_key
 from memoryd.results import Related, SearchRequest
 from memoryd.runtime import Runtime
 from memoryd.ui import UI_QUERY
-from memoryd.ui.app import COOKIE, CSP
+from memoryd.ui.app import COOKIE, CSP, UiApp
 from memoryd.ui.pages import RELATIONS, when
 from memoryd.vocabulary import EDGES
 from tests.conftest import MEMORYD, cli, git, git_init, index_tree, orphaned_by, settings_for
@@ -118,7 +118,8 @@ async def _shot(page: Any, name: str) -> None:
 
 
 async def _submit(page: Any, button: str) -> None:
-    """Click a form's button and wait for the page it leads to."""
+    """Click a form's button or a link and wait for the page it leads to (all of it: a file's
+    page sends its code graph after the rest)."""
     async with page.expect_navigation():
         await page.click(button)
 
@@ -423,10 +424,55 @@ async def test_the_file_page_shows_what_the_file_is_related_to(
     assert len(together) == 11
     await _shot(page, "file")
     # A link opens the other file's page, with its own links.
-    await page.click("#related a[href*='arq%2Fworker.py']")
+    await _submit(page, "#related a[href*='arq%2Fworker.py']")
     assert (await _rows(page, "file-facts"))[0][1] == "arq/worker.py"
     assert await _rows(page, "related") == _related_rows(worker)
     await page.close()
+    # The page is sent in two parts: the file's history first (the browser paints it), the
+    # code graph once the daemon has read it.
+    app = UiApp(stack.settings, lambda: connect(stack.settings), PORT)
+    first, graph, end = await _sent(app, "/file", {"path": str(target)})
+    assert 'id="file-sessions"' in first and 'id="file-chunks"' in first
+    assert first.endswith("<h2>Related in the code graph</h2>")
+    assert graph.startswith('<table id="related">') and 'id="changes-with"' in graph
+    assert graph.endswith("</main></body></html>")
+    assert end == ""
+
+
+# The port a UiApp called directly (no socket) takes its requests for.
+PORT = 8
+
+
+async def _sent(app: UiApp, path: str, query: dict[str, str]) -> list[str]:
+    """The body parts the page's app sends for a signed-in GET, as it sends them."""
+    sent: list[str] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            sent.append(message["body"].decode())
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.4"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": urlencode(query).encode(),
+        "root_path": "",
+        "headers": [
+            (b"host", f"127.0.0.1:{PORT}".encode()),
+            (b"cookie", f"{COOKIE}={app.secret}".encode()),
+        ],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", PORT),
+    }
+    await app(scope, receive, send)
+    return sent
 
 
 async def test_with_an_external_redis_and_no_daemon_here_memoryd_ui_serves_the_page(

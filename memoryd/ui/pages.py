@@ -61,11 +61,17 @@ def button_form(action: str, label: str, csrf: str, **fields: object) -> str:
 
 
 def layout(title: str, body: str, current: str) -> str:
+    top, bottom = frame(title, current)
+    return top + body + bottom
+
+
+def frame(title: str, current: str) -> tuple[str, str]:
+    """A page's HTML around its body: what goes before it, what after."""
     nav = "".join(
         f'<a href="{href}"{" class=here" if href == current else ""}>{name}</a>'
         for href, name in NAV
     )
-    return (
+    top = (
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         f"<title>{e(title)} · memoryd</title>"
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -73,8 +79,9 @@ def layout(title: str, body: str, current: str) -> str:
         f"<header><span class=brand>memoryd</span><nav>{nav}</nav>"
         '<form action="/file" method="get" class="filebox">'
         '<input name="path" placeholder="file history: /path/to/file" size=40></form></header>'
-        f"<main><h1>{e(title)}</h1>{body}</main></body></html>"
+        f"<main><h1>{e(title)}</h1>"
     )
+    return top, "</main></body></html>"
 
 
 def error_body(message: str) -> str:
@@ -277,7 +284,9 @@ def _file_action(action: Mapping[str, Any]) -> str:
     return e(f"{_did(action)}{tool} {when(action.get('event_time'))}")
 
 
-def file(history: FileHistory, graph: Related | None) -> str:
+def file(history: FileHistory) -> str:
+    """What `file_history` says: the file, the sessions that touched it, its current chunks.
+    The code graph's section (`related`) follows it, sent once the daemon has read it."""
     ref = history["file"]
     head = table(
         "file-facts",
@@ -312,12 +321,11 @@ def file(history: FileHistory, graph: Related | None) -> str:
     )
     return (
         head
-        + "<h2>Related in the code graph</h2>"
-        + related(graph)
         + "<h2>Sessions that touched it</h2>"
         + touched
         + "<h2>Current chunks</h2>"
         + chunks
+        + "<h2>Related in the code graph</h2>"
     )
 
 
