@@ -6,7 +6,8 @@ core saturated by a CPU hog.
     .venv/bin/python -m bench.agent_latency --data-dir DIR [--chunks 20000] [--memories 20000]
         [--samples 40] [--only action-hooks]
 
-The dataset is built once into DIR (keep it outside the repo; a second run reuses it): a tree of
+The dataset is built once into DIR (keep it outside the repo; a second run reuses it), the trees
+it indexes beside it (agent-latency-tree-NAME, agent-latency-action-NAME for DIR's name): a tree of
 installed packages' source (code nobody here wrote) indexed by `memoryd run`, and a Claude Code
 transcript made of the real fixtures' (tool call, result) pairs with fresh ids, ingested through
 the daemon, until the database holds `--chunks` valid chunks and `--memories` memories. Then,
@@ -309,13 +310,15 @@ async def main() -> None:
     args = parser.parse_args()
     data = args.data_dir.resolve()
     data.mkdir(parents=True, exist_ok=True)
-    tree = data.parent / "agent-latency-tree"
+    # Beside the data dir and named after it: another data dir in the same folder has its own
+    # (a shared scenario folder left a second data dir with no sessions: hooks said nothing).
+    tree = data.parent / f"agent-latency-tree-{data.name}"
     daemon = subprocess.Popen(
         [MEMORYD, "run"], env=env(data), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
         await wait_live(data)
-        root = data.parent / "agent-latency-action" / "claude-code-log"
+        root = data.parent / f"agent-latency-action-{data.name}" / "claude-code-log"
         made = root.parent / "scenario.json"
         if not made.exists():
             print(f"ingesting {args.copies} sessions that edit files and fail…", flush=True)
