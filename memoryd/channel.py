@@ -18,7 +18,6 @@ it; with an external Redis, workers elsewhere serve the queue and clients use th
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import pickle
 import socket
@@ -32,7 +31,6 @@ from memoryd.errors import DaemonUnavailable, JobFailed, MemorydError, value_of
 if TYPE_CHECKING:
     import asyncio
 
-log = logging.getLogger(__name__)
 
 _LENGTH = struct.Struct(">I")
 # A request is a query's arguments, an answer at most a page of rows: anything larger is not
@@ -128,7 +126,12 @@ async def serve(path: Path, answer: Answer, streams: Mapping[str, Stream] | None
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the asker gave up (a hook past its budget): nobody to answer
         except (ValueError, pickle.UnpicklingError, TypeError) as exc:
-            log.warning("query channel: a malformed request was refused (%s)", exc)
+            # Imported here: the hook's process, which only asks, never loads logging.
+            import logging
+
+            logging.getLogger(__name__).warning(
+                "query channel: a malformed request was refused (%s)", exc
+            )
         finally:
             writer.close()
 
