@@ -67,8 +67,6 @@ ANSWER_SHARE = 0.8
 PROMPT_HITS = (("memory", 20), ("code", 8), ("docs", 4))
 PROMPT_ITEMS = 5
 ITEM_CHARS = 400
-# The failures after an edit one session's line names at most (the latest distinct ones).
-FAILURES_PER_SESSION = 2
 RECENT_DAYS = 7
 # Files a briefing lists at most: the likeliest to be touched next, not all a long session did;
 # sessions it lists before them.
@@ -399,13 +397,6 @@ def _fix_text(fix: dict[str, Any]) -> str:
     return f"{done}`{one_line(str(fix.get('detail') or fix.get('verb') or '?'), 120)}` succeeded"
 
 
-def _distinct_failures(failures: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One failure per error (its last), in order: a test run failing five times the same
-    way is one thing to know."""
-    last = {f["name"]: f for f in failures}
-    return sorted(last.values(), key=lambda f: f["seq"])
-
-
 def file_items(context: dict[str, Any]) -> list[Item]:
     """The lines about one file, each with the key that keeps it from coming twice (a note's
     is the key its prompt hit and briefing line have)."""
@@ -420,7 +411,7 @@ def file_items(context: dict[str, Any]) -> list[Item]:
                 if f.get("fixed")
                 else "not fixed since"
             )
-            for f in _distinct_failures(s["failures"])[-FAILURES_PER_SESSION:]
+            for f in s["failures"]
         ]
         after = "; ".join(outcome) or "no failure followed"
         text = (

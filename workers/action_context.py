@@ -7,6 +7,7 @@ session, and return facts; the hook words and caps them.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from memoryd import agent
@@ -23,6 +24,8 @@ from workers.entities import canonical_error, canonical_file
 MAX_SESSIONS = 3
 MAX_NOTES = 3
 MAX_RESOLUTIONS = 2
+# The failures after an edit one session's line names at most (the latest distinct ones).
+FAILURES_PER_SESSION = 2
 # Files changed with the edited one that the hook names at most, and how many (weighted)
 # commits changed both before it says so: once is chance, not "usually".
 MAX_CO_CHANGED = 3
@@ -33,8 +36,9 @@ async def file_context(
     ctx: JobContext, project: str, cwd: str, path: str, session: str
 ) -> dict[str, Any]:
     """The earlier sessions of `project` that edited `path` (newest first: goal, agent, when,
-    how the file stands against what the session's last edit left, and each failure that
-    followed the edit in that session with what fixed it, if anything did), the notes and
+    how the file stands against what the session's last edit left, and the last few distinct
+    failures that followed the edit in that session with what fixed each, if anything did;
+    only those sessions' edits and those failures' fixes are read), the notes and
     decisions agents linked to the file (with how the code they name stands), and the files
     the history usually changes with it. Empty when there are none."""
     store = ctx["store"]
@@ -43,32 +47,35 @@ async def file_context(
     if entity is None or entity.project_id != project:
         return {}
     key = entity_id(entity.kind, entity.key)
-    edits = [plain(e) for e in await store.file_modifications(key)]
-    first_edit: dict[str, int] = {}
-    last_edit: dict[str, str] = {}
-    last_ok: dict[str, dict[str, Any]] = {}
-    for e in edits:
-        if e["session"] != session:
-            first_edit.setdefault(e["session"], e["seq"])
-            last_edit[e["session"]] = e.get("event_time") or ""
-            if e.get("outcome") == "ok":
-                last_ok[e["session"]] = e
+    last_edit = {
+        r["session"]: r.get("last_at") or ""
+        for r in map(plain, await store.file_edit_sessions(key))
+        if r["session"] != session
+    }
     rows = {
         r["session"]: r
-        for r in map(plain, await store.session_goals(sorted(first_edit)))
+        for r in map(plain, await store.session_goals(sorted(last_edit)))
         if r.get("project") == project
     }
     newest = sorted(rows, key=lambda s: last_edit[s], reverse=True)[:MAX_SESSIONS]
-    failures = [
-        plain(f)
-        for f in await store.failures_in(newest)
-        if f["seq"] > first_edit[str(plain(f["session"]))]
-    ]
-    fixes = [
-        plain(r)
-        for r in await store.resolutions_of(sorted({f["error"] for f in failures}))
-        if r.get("project") == project
-    ]
+    first_edit: dict[str, int] = {}
+    last_ok: dict[str, dict[str, Any]] = {}
+    for e in map(plain, await store.file_modifications(key, newest)):
+        first_edit.setdefault(e["session"], e["seq"])
+        if e.get("outcome") == "ok":
+            last_ok[e["session"]] = e
+    failures: dict[str, list[dict[str, Any]]] = {}
+    for f in map(plain, await store.failures_in(newest)):
+        if f["seq"] > first_edit[f["session"]]:
+            failures.setdefault(f["session"], []).append(f)
+    shown = {s: _distinct(failures.get(s, []))[-FAILURES_PER_SESSION:] for s in newest}
+    # What fixed each failure shown, if anything did: only those, each its first fix.
+    asked = [f for s in newest for f in shown[s]]
+    fixes = await store.first_fixes(
+        [(f["error"], _time(f.get("event_time"))) for f in asked], project
+    )
+    for f, fix in zip(asked, fixes, strict=True):
+        f["fixed"] = _fix(fix)
     # How the file stands against what each session's last successful edit left.
     left = [
         {**last_ok[s], "verb": MODIFIES.name, "target": entity.key, "project": project}
@@ -91,10 +98,9 @@ async def file_context(
                     "name": f["name"],
                     "seq": f["seq"],
                     "event_time": f.get("event_time"),
-                    "fixed": _first_after(fixes, f["error"], f.get("event_time") or ""),
+                    "fixed": f["fixed"],
                 }
-                for f in sorted(failures, key=lambda f: f["seq"])
-                if f["session"] == s
+                for f in shown[s]
             ],
         }
         for s in newest
@@ -157,10 +163,19 @@ async def error_context(ctx: JobContext, project: str, text: str, session: str) 
     }
 
 
-def _first_after(fixes: list[dict[str, Any]], error: str, since: str) -> dict[str, Any] | None:
-    """The first fix of `error` at or after `since` (the same session's or a later one's)."""
-    later = [f for f in fixes if f["error"] == error and (f.get("event_time") or "") >= since]
-    if not later:
+def _distinct(failures: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One failure per error (its last), in order: a test run failing five times the same
+    way is one thing to know."""
+    last = {f["name"]: f for f in failures}
+    return sorted(last.values(), key=lambda f: f["seq"])
+
+
+def _time(iso: str | None) -> datetime | None:
+    return datetime.fromisoformat(iso) if iso else None
+
+
+def _fix(found: dict[str, Any] | None) -> dict[str, Any] | None:
+    if found is None:
         return None
-    first = later[0]
-    return {k: first.get(k) for k in ("session", "files", "detail", "event_time")}
+    fix = plain(found)
+    return {k: fix.get(k) for k in ("session", "files", "detail", "event_time")}

@@ -5,6 +5,7 @@ failure; and the RESOLVED_BY edges that say the latter (workers/resolutions.py).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from memoryd.store.base import StoreBase, rid, to_records
@@ -58,13 +59,28 @@ class ActionQueries(StoreBase):
         )
         return sorted(str(row["s"]) for row in found[0] or [])
 
-    async def file_modifications(self, entity_key: str) -> list[dict[str, Any]]:
-        """Every edit of one file (successful or not), oldest first."""
+    async def file_edit_sessions(self, entity_key: str) -> list[dict[str, Any]]:
+        """The sessions that edited one file, each with its last edit's time: one row per
+        session, however often each edited it (a hook reads the edits of the newest few)."""
+        rows = await self.query(
+            "SELECT record::id(session) AS session, time::max(event_time) AS last_at "
+            "FROM $e<-modifies WHERE session IS NOT NONE GROUP BY session",
+            {"e": rid("entity", entity_key)},
+        )
+        return rows[0] or []
+
+    async def file_modifications(
+        self, entity_key: str, session_keys: Sequence[str]
+    ) -> list[dict[str, Any]]:
+        """Every edit of one file (successful or not) by these sessions, oldest first (by the
+        sessions' index: not every edit of a file many sessions edited)."""
+        if not session_keys:
+            return []
         rows = await self.query(
             "SELECT record::id(session) AS session, in.seq AS seq, outcome, event_time, "
-            "code_hash "
-            "FROM $e<-modifies ORDER BY event_time",
-            {"e": rid("entity", entity_key)},
+            "code_hash FROM modifies WITH INDEX modifies_session "
+            "WHERE session IN $s AND out = $e ORDER BY event_time",
+            {"e": rid("entity", entity_key), "s": [rid("session", k) for k in session_keys]},
         )
         return rows[0] or []
 
@@ -99,6 +115,25 @@ class ActionQueries(StoreBase):
             {"e": [rid("entity", k) for k in error_keys]},
         )
         return rows[0] or []
+
+    async def first_fixes(
+        self, asked: Sequence[tuple[str, datetime | None]], project: str
+    ) -> list[dict[str, Any] | None]:
+        """For each (error key, time): the first fix of that error in a session of `project`
+        at or after the time (None: any time), or None. One statement each, reading only
+        that error's RESOLVED_BY edges."""
+        if not asked:
+            return []
+        statements, params = [], {"p": rid("project", project)}
+        for i, (error_key, since) in enumerate(asked):
+            params |= {f"e{i}": rid("entity", error_key), f"t{i}": since}
+            statements.append(
+                f"SELECT {_RESOLUTION_FIELDS} FROM $e{i}->{RESOLVED_BY.table} "
+                f"WHERE session.project = $p AND ($t{i} IS NONE OR event_time >= $t{i}) "
+                "ORDER BY event_time, session LIMIT 1"
+            )
+        rows = await self.query("; ".join(statements), params)
+        return [(found or [None])[0] for found in rows]
 
     async def file_notes(self, entity_key: str, kinds: Sequence[str]) -> list[dict[str, Any]]:
         """Memories of these kinds that name one file (MENTIONS), newest first."""
