@@ -183,7 +183,7 @@ async def test_each_page_shows_the_rows_of_the_database(
     assert [row[0] for row in timeline] == [f"#{ev['seq']}" for ev in replay["events"]]
     assert [row[2].split()[0] for row in timeline] == [ev["kind"] for ev in replay["events"]]
     await _shot(page, "session")
-    await page.click("#timeline a[href^='/file']")
+    await _submit(page, "#timeline a[href^='/file']")
     assert (await _rows(page, "file-facts"))[0][1] == RENDERER
 
     # A file: the sessions that touched it and its current chunks.
@@ -428,13 +428,14 @@ async def test_the_file_page_shows_what_the_file_is_related_to(
     assert (await _rows(page, "file-facts"))[0][1] == "arq/worker.py"
     assert await _rows(page, "related") == _related_rows(worker)
     await page.close()
-    # The page is sent in two parts: the file's history first (the browser paints it), the
-    # code graph once the daemon has read it.
+    # The page is sent in two parts: the file and its sessions first (the browser paints
+    # them), the code graph and the chunks once the daemon has read the graph.
     app = UiApp(stack.settings, lambda: connect(stack.settings), PORT)
     first, graph, end = await _sent(app, "/file", {"path": str(target)})
-    assert 'id="file-sessions"' in first and 'id="file-chunks"' in first
-    assert first.endswith("<h2>Related in the code graph</h2>")
-    assert graph.startswith('<table id="related">') and 'id="changes-with"' in graph
+    assert 'id="file-facts"' in first and first.endswith("</tbody></table>")
+    assert 'id="file-sessions"' in first and 'id="related"' not in first
+    assert graph.startswith('<h2>Related in the code graph</h2><table id="related">')
+    assert 'id="changes-with"' in graph and 'id="file-chunks"' in graph
     assert graph.endswith("</main></body></html>")
     assert end == ""
 

@@ -285,8 +285,9 @@ def _file_action(action: Mapping[str, Any]) -> str:
 
 
 def file(history: FileHistory) -> str:
-    """What `file_history` says: the file, the sessions that touched it, its current chunks.
-    The code graph's section (`related`) follows it, sent once the daemon has read it."""
+    """What `file_history` says of the file's sessions: the file, the sessions that touched
+    it. The code graph's section and the current chunks follow (`file_graph`), sent once the
+    daemon has read the graph."""
     ref = history["file"]
     head = table(
         "file-facts",
@@ -311,6 +312,11 @@ def file(history: FileHistory) -> str:
             for s in history["sessions"]
         ),
     )
+    return head + "<h2>Sessions that touched it</h2>" + touched
+
+
+def file_graph(graph: Related | None, history: FileHistory) -> str:
+    """The rest of a file's page: what it is related to in the code graph, its chunks."""
     chunks = table(
         "file-chunks",
         ["Lines", "Type", "Name"],
@@ -320,12 +326,7 @@ def file(history: FileHistory) -> str:
         ),
     )
     return (
-        head
-        + "<h2>Sessions that touched it</h2>"
-        + touched
-        + "<h2>Current chunks</h2>"
-        + chunks
-        + "<h2>Related in the code graph</h2>"
+        "<h2>Related in the code graph</h2>" + related(graph) + "<h2>Current chunks</h2>" + chunks
     )
 
 
