@@ -136,14 +136,15 @@ class ActionQueries(StoreBase):
         return [(found or [None])[0] for found in rows]
 
     async def file_notes(self, entity_key: str, kinds: Sequence[str]) -> list[dict[str, Any]]:
-        """Memories of these kinds that name one file (MENTIONS), newest first."""
+        """Memories of these kinds that name one file (MENTIONS), newest first. Read from the
+        memories the edges lead to, each once: not field by field through the edge (`in.kind`,
+        `in.content`…), which cost twice as much for a file mentioned 180 times."""
         rows = await self.query(
-            "SELECT * FROM (SELECT in.id AS id, in.kind AS kind, in.content AS content, "
-            f"in.{BODY}, in.event_time AS event_time, "
+            f"SELECT id, kind, content, {BODY}, event_time, "
             # The project as a record (NONE for a session in no project: record::id would
             # fail on it); plain() gives its key.
-            "record::id(in.session) AS session, in.session.project AS project "
-            "FROM $e<-mentions) WHERE kind INSIDE $kinds ORDER BY event_time DESC",
+            "record::id(session) AS session, session.project AS project "
+            "FROM $e<-mentions<-memory WHERE kind INSIDE $kinds ORDER BY event_time DESC",
             {"e": rid("entity", entity_key), "kinds": list(kinds)},
         )
         return whole_texts(rows[0] or [])
