@@ -3,11 +3,12 @@ file or symbol entity it names and the hash of that code when the memory was mad
 it is shown it says whether that code is `current`, `changed since <when> (<n> lines)` or
 `file deleted`.
 
-The hashes are the indexer's own (memoryd/store/code.py keeps every chunk's `content_hash`
-and its file's `file_hash`, and keeps replaced chunks with their validity times), so checking
-an anchor reads no file: a file's anchor is the `file_hash` of its chunks, a symbol's the
-`content_hash` of the chunks that define it (DEFINED_IN). How many lines changed is the
-difference between the chunks valid when the memory was made and those valid now.
+The hashes come from the indexer's (memoryd/store/code.py keeps every chunk's `content_hash`,
+and keeps replaced chunks with their validity times), so checking an anchor reads no file: a
+file's anchor is one digest of the `content_hash`es of its chunks (:func:`chunks_digest`, as an
+action's, below), a symbol's the `content_hash`es of the chunks that define it (DEFINED_IN).
+How many lines changed is the difference between the chunks valid when the memory was made and
+those valid now. (Notes anchored files by the chunks' `file_hash` until migration step 032.)
 
 :func:`anchor_states` is the one call that says how a memory's anchors stand (the hooks, the
 MCP tools, `get` and search use it); :func:`anchor_text` is how they print it.
@@ -28,9 +29,8 @@ file was at an earlier time; the chunks' own hashes can.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
-from functools import partial
 from typing import Any, TypedDict
 
 import blake3
@@ -59,20 +59,35 @@ class Anchor(TypedDict):
 
 
 def code_hash(kind: str, chunks: Sequence[dict[str, Any]]) -> str | None:
-    """The hash an anchor keeps of its code: the file's hash, or a symbol's chunk hashes."""
+    """The hash an anchor keeps of its code: a file's digest, or a symbol's chunk hashes."""
     if not chunks:
         return None
     if kind == FILE:
-        return str(chunks[0]["file_hash"])
+        return chunks_digest(chunks)
     return ",".join(sorted(str(c["content_hash"]) for c in chunks))
 
 
 def chunks_digest(chunks: Sequence[dict[str, Any]]) -> str | None:
-    """An action's hash of a file: one digest of the content hashes of its chunks."""
+    """A file's hash, a note's or an action's: one digest of the content hashes of its
+    chunks."""
     if not chunks:
         return None
     joined = ",".join(sorted(str(c["content_hash"]) for c in chunks))
     return blake3.blake3(joined.encode()).hexdigest()
+
+
+def rehashed(anchor: Anchor, rows: Sequence[dict[str, Any]]) -> str | None:
+    """A note's file anchor of before step 032 (the chunks' `file_hash`) as a digest, its
+    state kept: current stays current (the digest of the chunks now), a change stays a change
+    (the digest of the chunks valid at its time, or, when the index holds none different from
+    now's, the old hash, which no digest equals)."""
+    now = _valid_now(rows)
+    if anchor["hash"] is None or not now:
+        return anchor["hash"]
+    if str(now[0]["file_hash"]) == anchor["hash"]:
+        return chunks_digest(now)
+    then = chunks_digest(_at(rows, _time(anchor["at"])))
+    return then if then is not None and then != chunks_digest(now) else anchor["hash"]
 
 
 def _valid_now(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -104,19 +119,14 @@ def _time(value: datetime | str) -> datetime:
     return value if isinstance(value, datetime) else datetime.fromisoformat(value)
 
 
-def state_of(
-    anchor: Anchor,
-    rows: Sequence[dict[str, Any]],
-    digest: Callable[[Sequence[dict[str, Any]]], str | None] | None = None,
-) -> AnchorState:
-    """How `anchor` stands, from its chunks valid now and at its time (`anchor_chunks`).
-    `digest`: how its hash was made from chunks (a memory's: `code_hash` of its kind)."""
+def state_of(anchor: Anchor, rows: Sequence[dict[str, Any]]) -> AnchorState:
+    """How `anchor` stands, from its chunks valid now and at its time (`anchor_chunks`)."""
     at = _time(anchor["at"])
     now = _valid_now(rows)
     file_gone = not now if anchor["kind"] == FILE else not rows[-1].get("file_chunks")
     if anchor["hash"] is None:
         return _state(anchor, DELETED if file_gone else UNKNOWN)
-    if (digest or partial(code_hash, anchor["kind"]))(now) == anchor["hash"]:
+    if code_hash(anchor["kind"], now) == anchor["hash"]:
         return _state(anchor, CURRENT)
     then = _at(rows, at)
     replaced = [r for r in then if r.get("valid_until") is not None]
@@ -233,7 +243,7 @@ def action_state(action: dict[str, Any], rows: Sequence[dict[str, Any]]) -> Anch
         # Nothing indexed since the edit: what the index holds is what the edit left, or the
         # indexer has not read it yet (seconds); either way nothing later replaced it.
         return _state(anchor, CURRENT)
-    return state_of(anchor, rows, chunks_digest)
+    return state_of(anchor, rows)
 
 
 async def action_states(store: Any, actions: Sequence[dict[str, Any]]) -> list[AnchorState | None]:

@@ -28,6 +28,7 @@ from memoryd.export import write_backup
 from memoryd.store import SCHEMA_DIR, VECTOR_TABLES, Store, key_of
 from memoryd.vocabulary import (
     CODE_GRAPH_EDGES,
+    FILE,
     MEMORY_ENTITY_EDGE_TABLES,
     RESOLVED_BY,
     RETIRED_EDGE_TABLES,
@@ -195,6 +196,27 @@ async def _anchor_actions(store: Store, _: Settings) -> None:
         await anchor_actions(store, sessions[start : start + _SESSIONS_PER_BATCH])
 
 
+async def _rehash_note_files(store: Store, _: Settings) -> None:
+    """Notes' file anchors of before (the chunks' `file_hash`, which the indexer rewrites on
+    chunks that outlive a change) become the digest actions keep (memoryd/anchors.py), each
+    note's state as it was. Resumable: a digest is worked out to itself again."""
+    from memoryd.anchors import rehashed
+
+    after: str | None = None
+    while notes := await store.anchored_notes_after(after, _PAGE):
+        changed = {}
+        for note in notes:
+            anchors = note["anchors"]
+            files = [a for a in anchors if a["kind"] == FILE]
+            rows = await store.anchor_chunks([(FILE, a["key"], a["at"]) for a in files])
+            hashes = iter([rehashed(a, r) for a, r in zip(files, rows, strict=True)])
+            new = [a | {"hash": next(hashes)} if a["kind"] == FILE else a for a in anchors]
+            if new != anchors:
+                changed[key_of(note["id"])] = new
+        await store.set_anchors(changed)
+        after = key_of(notes[-1]["id"])
+
+
 async def _resolve_errors(store: Store, _: Settings) -> None:
     """RESOLVED_BY edges (schema 018) for the failures stored before ingest wrote them, by
     the rule ingest uses (workers/resolutions.py). Resumable: the edges are upserts."""
@@ -243,6 +265,7 @@ DATA_STEPS: tuple[DataStep, ...] = (
         changes=("entity", *CODE_GRAPH_TABLES),
     ),
     DataStep(31, "anchor_actions", _anchor_actions, changes=()),
+    DataStep(32, "rehash_note_files", _rehash_note_files, changes=()),
 )
 
 

@@ -2,7 +2,8 @@
 function of a real tree (arq's), then the function edited, then the file deleted, each
 re-indexed by the daemon's own jobs; what `anchors`, `get`, search and the MCP text say; the
 same for a session's edit and a note as file_history, recent_activity and the CLI's history
-show them; and migration steps 028 and 031 anchoring notes and actions stored before."""
+show them; and migration steps 028 and 031 anchoring notes and actions stored before, and
+032 giving notes' file anchors the digest actions keep."""
 
 from __future__ import annotations
 
@@ -129,6 +130,50 @@ async def test_step_028_anchors_notes_written_before_at_the_code_of_their_time(
         f"{project}:{SYMBOL}": ("changed", 1),
         f"{project}:cron.py": ("current", None),
     }
+
+
+@pytest.mark.e2e
+async def test_step_032_gives_notes_file_anchors_the_actions_digest_their_states_kept(
+    stack: Runtime, arq_tree: Path, tmp_path: Path
+) -> None:
+    """A note's file anchors as memoryd kept them before step 032 (the chunks' `file_hash`):
+    after the step each is the digest an action keeps of the same chunks, and reads as it
+    did (a file changed since: changed, with its lines; one unchanged: current)."""
+    assert stack.store is not None
+    repo, project, memoryd = await indexed_copy(stack, arq_tree, tmp_path)
+    files = ["connections.py", "cron.py", SYMBOL]
+    done = await memoryd.remember(DECISION, "decision", files, cwd=repo, project=project)
+    memory, key = done["id"], done["id"].split(":", 1)[1]
+    [stored] = (await stack.store.memory_anchors([key])).values()
+    digests = [a["hash"] for a in stored]
+    # As an earlier memoryd wrote them: a file's anchor held its chunks' file_hash.
+    chunks = await stack.store.anchor_chunks([(a["kind"], a["key"], a["at"]) for a in stored])
+    old = [
+        a | {"hash": rows[0]["file_hash"]} if a["kind"] == "file" else a
+        for a, rows in zip(stored, chunks, strict=True)
+    ]
+    assert [a["hash"] for a in old] != digests
+    await stack.store.set_anchors({key: old})
+    await stack.store.query("DELETE schema_version:032_rehash_note_files;")
+    source = repo / "connections.py"
+    check = "        conf = urlparse(dsn)\n"
+    source.write_text(source.read_text().replace(check, check + "        assert dsn\n"))
+    await index_tree(stack, repo)
+
+    backups = stack.settings.data_dir / "backups"
+    assert await migrate(stack.store, stack.settings, backups) == ["032_rehash_note_files"]
+    [after] = (await stack.store.memory_anchors([key])).values()
+    assert [a["hash"] for a in after] == digests
+    states = {s["key"]: s for s in (await memoryd.anchors([memory]))[memory]}
+    assert {key: (s["state"], s["lines"]) for key, s in states.items()} == {
+        f"{project}:connections.py": ("changed", 1),
+        f"{project}:cron.py": ("current", None),
+        f"{project}:{SYMBOL}": ("changed", 1),
+    }
+    # Run again (a step cut short resumes): nothing moves.
+    await stack.store.query("DELETE schema_version:032_rehash_note_files;")
+    assert await migrate(stack.store, stack.settings, backups) == ["032_rehash_note_files"]
+    assert [a["hash"] for a in (await stack.store.memory_anchors([key]))[key]] == digests
 
 
 NOTE = "Decision: connections.py keeps every Redis setting in RedisSettings."

@@ -86,6 +86,22 @@ class AnchorQueries(StoreBase):
         )
         return rows[0] or []
 
+    async def anchored_notes_after(self, after: str | None, batch: int) -> list[dict[str, Any]]:
+        """A page of agent-written memories that anchor at least one file, by key after
+        `after`, with their anchors (migration step 032)."""
+        where = "AND id > $after " if after is not None else ""
+        rows = await self.query(
+            "SELECT id, anchors FROM memory WHERE kind INSIDE $notes "
+            f"AND anchors[WHERE kind = $file] {where}ORDER BY id LIMIT $batch",
+            {
+                "after": rid("memory", after) if after is not None else None,
+                "batch": batch,
+                "file": FILE,
+                "notes": list(AGENT_MEMORY_KINDS),
+            },
+        )
+        return rows[0] or []
+
     async def set_anchors(self, anchors: dict[str, list[dict[str, Any]]]) -> None:
         """Store anchors on memories (an empty list: looked at, nothing in the code)."""
         if anchors:
