@@ -103,6 +103,14 @@ async def test_a_symbol_the_index_does_not_keep_is_refused(
         )
 
 
+async def _one_line_into_from_dsn(stack: Runtime, repo: Path) -> None:
+    """from_dsn gets one line more, re-indexed."""
+    source = repo / "connections.py"
+    check = "        conf = urlparse(dsn)\n"
+    source.write_text(source.read_text().replace(check, check + "        assert dsn\n"))
+    await index_tree(stack, repo)
+
+
 @pytest.mark.e2e
 async def test_step_028_anchors_notes_written_before_at_the_code_of_their_time(
     stack: Runtime, arq_tree: Path, tmp_path: Path
@@ -118,10 +126,7 @@ async def test_step_028_anchors_notes_written_before_at_the_code_of_their_time(
     )
     assert await memoryd.anchors([memory]) == {}
     # The function changes before the step runs: the note was about the code before.
-    source = repo / "connections.py"
-    check = "        conf = urlparse(dsn)\n"
-    source.write_text(source.read_text().replace(check, check + "        assert dsn\n"))
-    await index_tree(stack, repo)
+    await _one_line_into_from_dsn(stack, repo)
 
     backups = stack.settings.data_dir / "backups"
     assert await migrate(stack.store, stack.settings, backups) == ["028_anchor_notes"]
@@ -155,10 +160,7 @@ async def test_step_032_gives_notes_file_anchors_the_actions_digest_their_states
     assert [a["hash"] for a in old] != digests
     await stack.store.set_anchors({key: old})
     await stack.store.query("DELETE schema_version:032_rehash_note_files;")
-    source = repo / "connections.py"
-    check = "        conf = urlparse(dsn)\n"
-    source.write_text(source.read_text().replace(check, check + "        assert dsn\n"))
-    await index_tree(stack, repo)
+    await _one_line_into_from_dsn(stack, repo)
 
     backups = stack.settings.data_dir / "backups"
     assert await migrate(stack.store, stack.settings, backups) == ["032_rehash_note_files"]
