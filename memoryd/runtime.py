@@ -56,6 +56,27 @@ REDIS_RESTART_WINDOW = 600.0
 REDIS_START_SECONDS = 15.0
 
 
+async def _retrieve_shielded_finishes() -> None:
+    """arq records a job's end in a task it shields from the cancelling of the job: cancelled
+    with a dead Redis, that task fails on its own later, and asyncio logged its connection error
+    as a traceback ("Task exception was never retrieved") after the loss was already said once.
+    Wait for those tasks (bounded) and take their errors."""
+    finishes = {"Worker.finish_job", "Worker.finish_failed_job"}
+    left = [
+        task
+        for task in asyncio.all_tasks()
+        if getattr(task.get_coro(), "__qualname__", "") in finishes
+    ]
+    if not left:
+        return
+    _, pending = await asyncio.wait(left, timeout=CLOSE_SECONDS)
+    for task in pending:
+        task.cancel()
+    for task in left:
+        with contextlib.suppress(BaseException):
+            await task
+
+
 class ServedElsewhere(MemorydError):
     """Another memoryd process took the data dir first (a daemon starting, another command)."""
 
@@ -389,6 +410,7 @@ class Runtime:
         for task in self._tasks:
             with contextlib.suppress(BaseException):
                 await task
+        await _retrieve_shielded_finishes()
         for worker in self.workers:
             if worker._pool is not None:  # arq keeps it private; close() would wait on Redis
                 await worker._pool.aclose()
