@@ -54,9 +54,27 @@ CLOSE_SECONDS = 5.0
 REDIS_RESTARTS = 3
 REDIS_RESTART_WINDOW = 600.0
 REDIS_START_SECONDS = 15.0
-# A worker that lost its private Redis fails with a bare connection error a moment before the
-# server's exit can be seen: wait this long for it before calling the loss something else.
-REDIS_EXIT_SECONDS = 2.0
+
+
+async def _retrieve_shielded_finishes() -> None:
+    """arq records a job's end in a task it shields from the cancelling of the job: cancelled
+    with a dead Redis, that task fails on its own later, and asyncio logged its connection error
+    as a traceback ("Task exception was never retrieved") after the loss was already said once.
+    Wait for those tasks (bounded) and take their errors."""
+    finishes = {"Worker.finish_job", "Worker.finish_failed_job"}
+    left = [
+        task
+        for task in asyncio.all_tasks()
+        if getattr(task.get_coro(), "__qualname__", "") in finishes
+    ]
+    if not left:
+        return
+    _, pending = await asyncio.wait(left, timeout=CLOSE_SECONDS)
+    for task in pending:
+        task.cancel()
+    for task in left:
+        with contextlib.suppress(BaseException):
+            await task
 
 
 class ServedElsewhere(MemorydError):
@@ -216,10 +234,10 @@ class Runtime:
         self._worker_lock = HeldLock(s.data_dir / "run" / f"worker-{uuid.uuid4().hex}.lock")
         try:
             freed = await self._start_workers()
-        except (redis.exceptions.RedisError, OSError):
+        except (redis.exceptions.RedisError, OSError) as exc:
             # The private Redis died during start-up (the first use of it since it started):
             # started again as later on.
-            if (died := await self._private_redis_exit()) is None:
+            if (died := await self._private_redis_exit(exc)) is None:
                 raise
             await self._restart_redis(died, ours=False)
             freed = 0
@@ -274,15 +292,26 @@ class Runtime:
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
         return f"the private Redis (pid {service.pid}) {how}"
 
-    async def _private_redis_exit(self) -> str | None:
-        """The private Redis's death, waited for a moment after a connection error (which
-        comes before the server's exit can be seen); None when it lives or is not ours."""
-        deadline = time.monotonic() + REDIS_EXIT_SECONDS
-        while self.redis_service is not None and time.monotonic() < deadline:
+    async def _private_redis_exit(self, *errors: BaseException | None) -> str | None:
+        """The private Redis's death, when a worker ended on a connection error: that error
+        comes before the server's exit can be seen, and a loaded machine (or a server in an
+        fsync) may take any time to show it. So wait for the one or the other fact, the exit or
+        an answer, bounded by REDIS_LOST_SECONDS rather than by a guess at the delay; None when
+        it lives, answers, or is not ours."""
+        lost = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+        if self.redis_service is None or not any(isinstance(e, lost) for e in errors):
+            # No lost connection to wait on (a ResponseError is the server answering).
+            return self._private_redis_died()
+        deadline = time.monotonic() + REDIS_LOST_SECONDS
+        while time.monotonic() < deadline:
             if died := self._private_redis_died():
                 return died
+            assert self.redis is not None
+            with contextlib.suppress(redis.exceptions.RedisError, OSError, TimeoutError):
+                if await asyncio.wait_for(self.redis.ping(), CLOSE_SECONDS):
+                    return None
             await asyncio.sleep(0.05)
-        return None
+        return self._private_redis_died()
 
     def _lost(self, reason: str) -> MemorydError:
         """The end of serving, said once: Redis is gone for good or refuses writes. The exit
@@ -302,7 +331,8 @@ class Runtime:
             done, _ = await asyncio.wait(
                 self._tasks, timeout=1, return_when=asyncio.FIRST_COMPLETED
             )
-            if died := await self._private_redis_exit() if done else self._private_redis_died():
+            errors = [task.exception() for task in done if not task.cancelled()]
+            if died := await self._private_redis_exit(*errors):
                 await self._restart_redis(died)
                 last_beat = failing_since = time.monotonic()
                 continue
@@ -380,6 +410,7 @@ class Runtime:
         for task in self._tasks:
             with contextlib.suppress(BaseException):
                 await task
+        await _retrieve_shielded_finishes()
         for worker in self.workers:
             if worker._pool is not None:  # arq keeps it private; close() would wait on Redis
                 await worker._pool.aclose()

@@ -5,6 +5,7 @@ names, counted exactly against the graph as it was, and everything else is still
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,14 @@ async def _world(stack: Runtime, tmp_path: Path) -> tuple[Client, Path, Path]:
     client = Client(stack.redis, stack.settings)
     reports = await client.ingest([str(transcript), str(SMALL)])
     assert [r["memories"] for r in reports] == [282, 22]
+    # The sync and ingest jobs waited on above leave follow-ups (the co-change job of each
+    # git head, the embedding of the chunks indexed) that write later: a test that dumped the
+    # database before they ended compared it with rows written after. Nothing more is queued
+    # or running once the queue is empty (arq removes a job from it as it finishes).
+    deadline = time.monotonic() + 300
+    while await queue.queue_depth(stack.redis) > 0:
+        assert time.monotonic() < deadline, "the follow-up jobs never ended"
+        await asyncio.sleep(0.1)
     return client, repo, beta
 
 
