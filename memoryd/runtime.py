@@ -307,10 +307,13 @@ class Runtime:
             if died := self._private_redis_died():
                 return died
             assert self.redis is not None
-            with contextlib.suppress(redis.exceptions.RedisError, OSError, TimeoutError):
-                if await asyncio.wait_for(self.redis.ping(), CLOSE_SECONDS):
-                    return None
-            await asyncio.sleep(0.05)
+            try:
+                await asyncio.wait_for(self.redis.ping(), CLOSE_SECONDS)
+                return None
+            except redis.exceptions.ResponseError:
+                return None  # an answer all the same: a full disk refuses even PING (MISCONF)
+            except (redis.exceptions.RedisError, OSError, TimeoutError):
+                await asyncio.sleep(0.05)
         return self._private_redis_died()
 
     def _lost(self, reason: str) -> MemorydError:
