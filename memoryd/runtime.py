@@ -56,23 +56,29 @@ REDIS_RESTART_WINDOW = 600.0
 REDIS_START_SECONDS = 15.0
 
 
-async def _retrieve_shielded_finishes() -> None:
-    """arq records a job's end in a task it shields from the cancelling of the job: cancelled
-    with a dead Redis, that task fails on its own later, and asyncio logged its connection error
-    as a traceback ("Task exception was never retrieved") after the loss was already said once.
-    Wait for those tasks (bounded) and take their errors."""
+def _shielded_finishes() -> set[asyncio.Task[object]]:
+    """arq records a job's end in a task it shields from the cancelling of the job. A job
+    cancelled while it waits on that task leaves it to nobody: with a dead Redis it fails on
+    its own later, and asyncio logged its connection error as a traceback ("Task exception was
+    never retrieved") after the loss was already said once. Only running tasks can be found,
+    so this is asked before the jobs are cancelled (a failed one is gone from the list by the
+    time they are) and once more after."""
     finishes = {"Worker.finish_job", "Worker.finish_failed_job"}
-    left = [
+    return {
         task
         for task in asyncio.all_tasks()
         if getattr(task.get_coro(), "__qualname__", "") in finishes
-    ]
-    if not left:
+    }
+
+
+async def _retrieve(tasks: set[asyncio.Task[object]]) -> None:
+    """Wait for the shielded finishes (bounded) and take their errors."""
+    if not tasks:
         return
-    _, pending = await asyncio.wait(left, timeout=CLOSE_SECONDS)
+    _, pending = await asyncio.wait(tasks, timeout=CLOSE_SECONDS)
     for task in pending:
         task.cancel()
-    for task in left:
+    for task in tasks:
         with contextlib.suppress(BaseException):
             await task
 
@@ -400,6 +406,7 @@ class Runtime:
     async def _cancel_jobs(self) -> None:
         """Stop the workers without arq's orderly close, which would wait on a dead server:
         their jobs are cancelled and stay on the queue (Redis kept it), to run again."""
+        finishes = _shielded_finishes()
         for worker in self.workers:
             worker.handle_sig(signal.SIGUSR1)
             if worker.tasks:
@@ -413,7 +420,7 @@ class Runtime:
         for task in self._tasks:
             with contextlib.suppress(BaseException):
                 await task
-        await _retrieve_shielded_finishes()
+        await _retrieve(finishes | _shielded_finishes())
         for worker in self.workers:
             if worker._pool is not None:  # arq keeps it private; close() would wait on Redis
                 await worker._pool.aclose()
