@@ -36,7 +36,7 @@ def key(row: dict[str, Any], field: str = "id") -> str:
 async def _world(stack: Runtime, tmp_path: Path) -> tuple[Client, Path, Path]:
     """claude-code-log (renderer.py and cli.py) and beta (one file), indexed; S37 as if it had
     been recorded in claude-code-log, SMALL in a folder no repo holds."""
-    assert stack.redis is not None
+    assert stack.redis is not None and stack.store is not None
     repo, beta = tmp_path / "claude-code-log", tmp_path / "beta"
     (repo / "claude_code_log").mkdir(parents=True)
     (repo / RENDERER).write_text(
@@ -54,7 +54,7 @@ async def _world(stack: Runtime, tmp_path: Path) -> tuple[Client, Path, Path]:
     client = Client(stack.redis, stack.settings)
     reports = await client.ingest([str(transcript), str(SMALL)])
     assert [r["memories"] for r in reports] == [282, 22]
-    # The sync and ingest jobs waited on above leave follow-ups (the co-change job of each
+    # The sync and ingest jobs waited on above leave follow-up jobs (the co-change job of each
     # git head, the embedding of the chunks indexed) that write later: a test that dumped the
     # database before they ended compared it with rows written after. Nothing more is queued
     # or running once the queue is empty (arq removes a job from it as it finishes).
@@ -62,6 +62,9 @@ async def _world(stack: Runtime, tmp_path: Path) -> tuple[Client, Path, Path]:
     while await queue.queue_depth(stack.redis) > 0:
         assert time.monotonic() < deadline, "the follow-up jobs never ended"
         await asyncio.sleep(0.1)
+    # An ingest job ends before the edits' code anchors it left to the store are written
+    # (Store.later): a dump taken before they were compared with rows that gained code_hash.
+    await stack.store.settled(300)
     return client, repo, beta
 
 
