@@ -204,12 +204,13 @@ async def _rehash_note_files(store: Store, _: Settings) -> None:
 
     after: str | None = None
     while notes := await store.anchored_notes_after(after, _PAGE):
+        # One read of the chunks for the page's file anchors, in the order they are rewritten.
+        files = [a for note in notes for a in note["anchors"] if a["kind"] == FILE]
+        rows = await store.anchor_chunks([(FILE, a["key"], a["at"]) for a in files])
+        hashes = iter([rehashed(a, r) for a, r in zip(files, rows, strict=True)])
         changed = {}
         for note in notes:
             anchors = note["anchors"]
-            files = [a for a in anchors if a["kind"] == FILE]
-            rows = await store.anchor_chunks([(FILE, a["key"], a["at"]) for a in files])
-            hashes = iter([rehashed(a, r) for a, r in zip(files, rows, strict=True)])
             new = [a | {"hash": next(hashes)} if a["kind"] == FILE else a for a in anchors]
             if new != anchors:
                 changed[key_of(note["id"])] = new
