@@ -7,7 +7,6 @@ memoryd/cli.py adds the same commands to the full `memoryd` command for its help
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -93,28 +92,11 @@ def mcp(
         raise typer.Exit(1) from None
 
 
-def hook_over_queue(agent: str, command: str, stdin: str, data_dir: Path | None) -> str:
-    """A hook's answer from a daemon reached through an external Redis (no channel here)."""
-    import asyncio
-
-    from memoryd import client
-    from memoryd.config import load_settings
-
-    async def ask() -> str:
-        async with client.connect(settings) as memoryd:
-            return await memoryd.hook(agent, command, stdin, os.getcwd(), None)
-
-    try:
-        settings = load_settings(data_dir=data_dir)
-        return asyncio.run(asyncio.wait_for(ask(), settings.hook_timeout_seconds))
-    except (MemorydError, TimeoutError, OSError):
-        return ""  # a broken config or a lost daemon must not hold up the agent
-
-
 def _hook(agent: str, event: str, data_dir: Path | None) -> None:
     from memoryd import hook_client
+    from memoryd.hook_events import EVENTS
 
-    known = [word for (who, word) in hook_client.EVENTS if who == agent]
+    known = [word for (who, word) in EVENTS if who == agent]
     if event not in known:
         typer.echo(f"memoryd: event is one of {', '.join(known)}", err=True)
         raise typer.Exit(2)

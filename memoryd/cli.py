@@ -24,6 +24,9 @@ from memoryd.errors import MemorydError
 from memoryd.vocabulary import SEARCH_KINDS_BY_NAME
 
 if TYPE_CHECKING:
+    from contextlib import AbstractAsyncContextManager
+
+    from arq import ArqRedis
     from rich.console import Console
 
     from memoryd import metrics, projects
@@ -172,10 +175,18 @@ def _with_client(settings: Settings, work: Callable[[Client], Awaitable[T]]) -> 
     from memoryd import client
 
     async def main() -> T:
-        async with client.connect(settings, serve=True) as memoryd:
+        async with client.connect(settings, serve=_serving_here) as memoryd:
             return await work(memoryd)
 
     return _run(main)
+
+
+def _serving_here(settings: Settings) -> AbstractAsyncContextManager[ArqRedis | None]:
+    # Imported only when no daemon answers: it loads the model and the database SDK (seconds),
+    # which a command that a running daemon answers never needs.
+    from memoryd.runtime import serving_here
+
+    return serving_here(settings)
 
 
 async def _until_signal(*waitables: Awaitable[Any]) -> None:

@@ -440,15 +440,20 @@ class _Pages:
         return rows
 
 
+# What starts the queue, the database and a worker in this process for the length of a block
+# (memoryd/runtime.py's `serving_here`): the served queue, or None when another process took
+# the data dir first. Handed in by the one-shot commands: the client never starts one itself.
+Serve = Callable[[Settings], contextlib.AbstractAsyncContextManager["ArqRedis | None"]]
+
+
 @contextlib.asynccontextmanager
-async def connect(settings: Settings, *, serve: bool = False) -> AsyncIterator[Client]:
+async def connect(settings: Settings, *, serve: Serve | None = None) -> AsyncIterator[Client]:
     """A client of the running daemon: over its channel when it listens in this data dir, else
     over the queue a live worker serves. `serve` (one-shot CLI commands): when no daemon runs,
-    start the private Redis, the database and a worker in this process for the length of the
-    block instead of failing; when one is starting (or another command serves the data dir),
-    wait for it, bounded, and never take the database from it. Agents' processes (MCP, hooks)
-    never do that: a daemon in an agent's process tree would die with the session and fight
-    the service for the database."""
+    serve the data dir in this process for the length of the block instead of failing; when
+    one is starting (or another command serves the data dir), wait for it, bounded, and never
+    take the database from it. Agents' processes (MCP, hooks) never do that: a daemon in an
+    agent's process tree would die with the session and fight the service for the database."""
     waiting = _Waiting(settings)
     while True:
         if channel.listening(settings.channel_socket):
@@ -459,28 +464,14 @@ async def connect(settings: Settings, *, serve: bool = False) -> AsyncIterator[C
             memoryd = Client(redis, settings)
             memoryd._own_redis = True
             break
-        if not serve:
+        if serve is None:
             raise DaemonUnavailable(NOT_RUNNING)
         if (owner := holder(serving_lock_path(settings.data_dir))) is None:
-            # Only now: it loads the model and the database SDK (seconds), which a command
-            # that a running daemon answers never needs.
-            from memoryd.runtime import Runtime, ServedElsewhere
-
-            rt = Runtime(settings)
-            try:
-                served = await rt.start_queue(one_shot=True)
-                await rt.serve_if_needed()
-            except ServedElsewhere:
-                await rt.close()  # another process took it first: wait for that one
-                continue
-            except BaseException:
-                await rt.close()
-                raise
-            try:
-                yield Client(served, settings)
-            finally:
-                await rt.close()
-            return
+            async with serve(settings) as served:
+                if served is not None:
+                    yield Client(served, settings)
+                    return
+            continue  # another process took it first: wait for that one
         await waiting.step(owner)
     try:
         yield memoryd

@@ -20,10 +20,10 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from memoryd import jobs
 from memoryd.errors import MemorydError
-from memoryd.hook_client import ACTION_MAX_CHARS as HOOK_ACTION_MAX_CHARS
-from memoryd.hook_client import MAX_CHARS as HOOK_MAX_CHARS
-from memoryd.hook_client import MAX_CHARS_RANGE as HOOK_MAX_CHARS_RANGE
-from memoryd.hook_client import TIMEOUT_SECONDS as HOOK_TIMEOUT_SECONDS
+from memoryd.hook_events import ACTION_MAX_CHARS as HOOK_ACTION_MAX_CHARS
+from memoryd.hook_events import MAX_CHARS as HOOK_MAX_CHARS
+from memoryd.hook_events import MAX_CHARS_RANGE as HOOK_MAX_CHARS_RANGE
+from memoryd.hook_events import TIMEOUT_SECONDS as HOOK_TIMEOUT_SECONDS
 from memoryd.paths import (
     EnvText,
     channel_socket,

@@ -2,8 +2,9 @@
 
 It hands the hook's JSON to the daemon over the query channel and prints the answer; the daemon
 does the work (memoryd/hooks.py). The agent waits for this process, so it imports only the
-standard library, memoryd/paths.py and memoryd/channel.py (no pydantic, no Redis client, no
-asyncio), and it gives up at its budget: with no daemon it exits 0 at once, saying nothing.
+standard library, memoryd/paths.py, memoryd/hook_events.py and memoryd/channel.py (no
+pydantic, no Redis client, no asyncio), and it gives up at its budget: with no daemon it exits
+0 at once, saying nothing.
 """
 
 from __future__ import annotations
@@ -12,37 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-# The events each agent's hooks are registered for: (agent, command word) -> hook event name.
-EVENTS = {
-    ("claude-code", "session-start"): "SessionStart",
-    ("claude-code", "user-prompt-submit"): "UserPromptSubmit",
-    ("claude-code", "stop"): "Stop",
-    ("claude-code", "session-end"): "SessionEnd",
-    ("codex", "session-start"): "SessionStart",
-    ("codex", "stop"): "Stop",
-    ("codex", "session-end"): "SessionEnd",
-    ("gemini", "after-agent"): "AfterAgent",
-    ("gemini", "session-end"): "SessionEnd",
-    # At the moment of action (docs/clients.md says what each client sends and accepts):
-    # before an edit, and after a failed tool call. Gemini CLI's BeforeTool cannot add
-    # context, so its AfterTool carries both.
-    ("claude-code", "pre-tool-use"): "PreToolUse",
-    ("claude-code", "post-tool-use-failure"): "PostToolUseFailure",
-    ("codex", "pre-tool-use"): "PreToolUse",
-    ("codex", "post-tool-use"): "PostToolUse",
-    ("gemini", "after-tool"): "AfterTool",
-}
-# Events after the agent wrote a turn (or its session ended): they only queue the transcript's
-# read, and answer nothing (a Stop or AfterAgent answer could keep the agent going).
-CAPTURE_EVENTS = frozenset({"Stop", "SessionEnd", "AfterAgent"})
-# The events whose context is about one action (a file, a failure): a smaller budget.
-ACTION_EVENTS = frozenset({"PreToolUse", "PostToolUseFailure", "PostToolUse", "AfterTool"})
-# The whole hook's budget in seconds, unless `hook_timeout_seconds` says otherwise.
-TIMEOUT_SECONDS = 1.5
-# What one hook may inject, in characters (`hook_max_chars`): the default and its bounds;
-# and what one about an action may (`hook_action_max_chars`).
-MAX_CHARS, MAX_CHARS_RANGE = 2000, (200, 20000)
-ACTION_MAX_CHARS = 600
+from memoryd.hook_events import EVENTS, TIMEOUT_SECONDS
 
 
 def parse(argv: list[str]) -> tuple[str, str, Path | None] | None:
@@ -66,9 +37,7 @@ def run(agent: str, command: str, data_dir: Path | None) -> None:
     given = paths.plain_settings("redis_url", "hook_timeout_seconds", "hook_max_chars", "data_dir")
     if given.get("redis_url"):
         # An external Redis: the daemon may be elsewhere, reached through the queue.
-        from memoryd.agent_cli import hook_over_queue
-
-        out = hook_over_queue(agent, command, stdin, data_dir)
+        out = _over_queue(agent, command, stdin, data_dir)
     else:
         try:
             budget = float(given.get("hook_timeout_seconds") or TIMEOUT_SECONDS)
@@ -83,3 +52,23 @@ def run(agent: str, command: str, data_dir: Path | None) -> None:
             out = ""  # the agent goes on without memory; `memoryd doctor` says why
     if out:
         sys.stdout.write(out + "\n")
+
+
+def _over_queue(agent: str, command: str, stdin: str, data_dir: Path | None) -> str:
+    """A hook's answer from a daemon reached through an external Redis (no channel here)."""
+    # Only on this path: the client and the settings cost what the channel's path must not.
+    import asyncio
+
+    from memoryd import client
+    from memoryd.config import load_settings
+    from memoryd.errors import MemorydError
+
+    async def ask() -> str:
+        async with client.connect(settings) as memoryd:
+            return await memoryd.hook(agent, command, stdin, os.getcwd(), None)
+
+    try:
+        settings = load_settings(data_dir=data_dir)
+        return asyncio.run(asyncio.wait_for(ask(), settings.hook_timeout_seconds))
+    except (MemorydError, TimeoutError, OSError):
+        return ""  # a broken config or a lost daemon must not hold up the agent

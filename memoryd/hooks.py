@@ -51,7 +51,7 @@ from memoryd import client
 from memoryd.agent import clip, one_line, qualified
 from memoryd.config import Settings
 from memoryd.errors import MemorydError
-from memoryd.hook_client import ACTION_EVENTS, CAPTURE_EVENTS, EVENTS, MAX_CHARS_RANGE
+from memoryd.hook_events import ACTION_EVENTS, CAPTURE_EVENTS, EVENTS, MAX_CHARS_RANGE
 from memoryd.ids import stable_id
 from memoryd.present import activity_blocks, code_state
 from memoryd.results import RecentActivity, Record, SearchRequest, SearchResult

@@ -12,7 +12,6 @@ by a newer memoryd: it is refused with a clear message instead of being used hal
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import re
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from memoryd.compact import compact_files
 from memoryd.config import Settings
+from memoryd.dotted import resolve
 from memoryd.errors import MemorydError
 from memoryd.export import write_backup
 from memoryd.store import SCHEMA_DIR, VECTOR_TABLES, Store, key_of
@@ -56,42 +56,10 @@ class DataStep:
         return f"{self.number:03d}_{self.name}"
 
 
+# Rows per batch of a data step (handed to the steps under workers/migrations too).
 _PAGE = 500
 # Sessions whose actions one query reads (two statements each).
 _SESSIONS_PER_BATCH = 50
-# The database engine merges its table files on every fourth reopen or so; the old versions of
-# rewritten rows (secrets, in the scrub) are gone from disk only after such a merge.
-_REOPENS_TO_MERGE = 5
-
-
-async def _scrub_secrets(store: Store, settings: Settings) -> None:
-    """Redact, with today's detector, what an earlier memoryd stored raw: code chunks of each
-    file and memories of each session in the order they were written (a value found once is
-    redacted wherever it comes again there), then every other table with stored text. Their
-    vectors were computed from the secrets: they are dropped and reembed computes them again.
-    Code chunks of files that `secret_files` keeps out now are deleted; files with a changed
-    chunk are read again at the next reconcile. Resumable: scrubbing scrubbed rows changes
-    nothing."""
-    from workers.redact import SCRUB_FIELDS, scrub_rows
-
-    globs = settings.secret_files
-    for project, path in await store.chunk_files():
-        done = scrub_rows("code_chunk", await store.file_chunks_plain(project, path), globs)
-        await store.patch_rows("code_chunk", done.updates)
-        await store.delete_rows("code_chunk", [str(key) for key in done.deletes])
-        await store.forget_file_states((project, p) for _, p in done.reindex)
-    for session in await store.session_keys():
-        done = scrub_rows("memory", await store.session_memories_plain(session), globs)
-        await store.patch_rows("memory", done.updates)
-    for table in SCRUB_FIELDS:
-        if table in ("code_chunk", "memory") or table not in await store.table_names():
-            continue
-        after: str | None = None
-        while rows := await store.rows_after(table, after, _PAGE):
-            await store.patch_rows(table, scrub_rows(table, rows, globs).updates)
-            after = str(rows[-1]["id"])
-    for _ in range(_REOPENS_TO_MERGE):
-        await store.reopen()
 
 
 # SurrealDB's own search indexes, which an earlier memoryd defined and searched with. They
@@ -106,26 +74,6 @@ _SURREAL_SEARCH_INDEXES = {
 
 async def _drop_search_indexes(store: Store, _: Settings) -> None:
     await store.drop_indexes(_SURREAL_SEARCH_INDEXES)
-
-
-async def _rederive_edges(store: Store, settings: Settings) -> None:
-    """Edges and entities of stored tool calls by today's extraction rules (workers/rederive.py
-    says from what): shell reads and writes become READS/MODIFIES, names that are no file go,
-    failures get today's signatures. Resumable: a page done before is derived again from the
-    same facts to the same edges."""
-    from workers.rederive import rederive_all
-
-    await rederive_all(store, settings, _PAGE)
-
-
-async def _rederive_edges_2(store: Store, settings: Settings) -> None:
-    """Issue 33's extraction rules on what every agent's transcripts still on disk made
-    (approval refusals are DENIED, Gemini searches READS and failed exits, aider's output
-    lines no file, paths with spaces, home paths, version tags…): step 9's re-reading, for
-    Gemini CLI and aider too. Resumable as step 9 is."""
-    from workers.rederive import READ_AGAIN_2, rederive_all
-
-    await rederive_all(store, settings, _PAGE, READ_AGAIN_2)
 
 
 async def _pack_vectors(store: Store, _: Settings) -> None:
@@ -218,51 +166,53 @@ async def _rehash_note_files(store: Store, _: Settings) -> None:
         after = key_of(notes[-1]["id"])
 
 
-async def _resolve_errors(store: Store, _: Settings) -> None:
-    """RESOLVED_BY edges (schema 018) for the failures stored before ingest wrote them, by
-    the rule ingest uses (workers/resolutions.py). Resumable: the edges are upserts."""
-    from workers.resolutions import resolve_sessions
+@dataclass(frozen=True, slots=True)
+class WorkerStep:
+    """A step that runs a worker's stage again over stored rows (workers/migrations/steps.py),
+    named by its dotted path and loaded when it runs (memoryd/dotted.py says why)."""
 
-    await resolve_sessions(store, await store.failed_sessions())
+    path: str
 
-
-async def _backfill_code_graph(store: Store, _: Settings) -> None:
-    """The code graph (schema 019) of the files indexed before it existed: each indexed file
-    is read from its project's root and its graph rows written (a file changed or gone since
-    is indexed again by the next reconcile, which replaces them). Resumable: a page written
-    twice writes the same rows."""
-    from workers.codegraph import file_graph_of  # a pure stage: memoryd only runs it here
-
-    for project in await store.projects():
-        paths = await store.indexed_paths(project["id"])
-        for start in range(0, len(paths), _PAGE):
-            graph = await asyncio.to_thread(
-                file_graph_of, project["id"], Path(project["root"]), paths[start : start + _PAGE]
-            )
-            await store.write_graph(project["id"], graph)
+    async def __call__(self, store: Store, settings: Settings) -> None:
+        await resolve(self.path)(store, settings, _PAGE)
 
 
 # The data steps, in number order; numbers are shared with the schema files.
 DATA_STEPS: tuple[DataStep, ...] = (
-    DataStep(4, "scrub_secrets", _scrub_secrets, changes=("code_chunk", "defined_in")),
+    DataStep(
+        4,
+        "scrub_secrets",
+        WorkerStep("workers.migrations.steps.scrub_secrets"),
+        changes=("code_chunk", "defined_in"),
+    ),
     DataStep(5, "drop_search_indexes", _drop_search_indexes, changes=()),
     DataStep(
         9,
         "rederive_edges",
-        _rederive_edges,
+        WorkerStep("workers.migrations.steps.rederive_edges"),
         changes=_REDERIVED,
     ),
     DataStep(10, "pack_vectors", _pack_vectors, changes=()),
     DataStep(12, "store_bodies", _store_bodies, changes=("blob",)),
     DataStep(13, "compact", _compact, changes=()),
     DataStep(25, "drop_order_edges", _drop_order_edges, changes=RETIRED_EDGE_TABLES),
-    DataStep(26, "rederive_edges_2", _rederive_edges_2, changes=_REDERIVED),
-    DataStep(27, "resolve_errors", _resolve_errors, changes=(RESOLVED_BY.table,)),
+    DataStep(
+        26,
+        "rederive_edges_2",
+        WorkerStep("workers.migrations.steps.rederive_edges_2"),
+        changes=_REDERIVED,
+    ),
+    DataStep(
+        27,
+        "resolve_errors",
+        WorkerStep("workers.migrations.steps.resolve_errors"),
+        changes=(RESOLVED_BY.table,),
+    ),
     DataStep(28, "anchor_notes", _anchor_notes, changes=()),
     DataStep(
         29,
         "codegraph_backfill",
-        _backfill_code_graph,
+        WorkerStep("workers.migrations.steps.backfill_code_graph"),
         changes=("entity", *CODE_GRAPH_TABLES),
     ),
     DataStep(31, "anchor_actions", _anchor_actions, changes=()),
@@ -326,9 +276,13 @@ async def migrate(
     return recorded
 
 
-async def _backup(store: Store, backup_dir: Path, step: DataStep) -> None:
-    from workers.redact import redact  # a pure stage: memoryd only runs it here
+# What takes the secrets out of the rows a backup holds.
+REDACT = "workers.redact.redact"
 
+
+async def _backup(store: Store, backup_dir: Path, step: DataStep) -> None:
+    # A pure stage of workers/, named (memoryd/dotted.py says why).
+    redact = resolve(REDACT)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     path = backup_dir / f"before-{step.step}-{stamp}.jsonl.zst"
     # A database from an earlier memoryd may hold secrets stored raw: the copy never does.

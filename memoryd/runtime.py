@@ -13,13 +13,15 @@ import logging
 import signal
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, Protocol
 
 import redis.exceptions
 from arq import ArqRedis, Worker
 
 from memoryd import channel, heap, metrics, queue, static_embedding
 from memoryd.config import Settings
+from memoryd.dotted import resolve
 from memoryd.embedded import (
     EmbeddedRedis,
     daemon_lock_path,
@@ -38,7 +40,7 @@ from memoryd.store import Store
 from memoryd.ui import Page
 
 if TYPE_CHECKING:
-    from workers.context import JobContext
+    from arq.connections import RedisSettings
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +85,33 @@ async def _retrieve(tasks: set[asyncio.Task[object]]) -> None:
             await task
 
 
+class JobTable(Protocol):
+    """What runs the jobs memoryd/jobs.py declares, as the serving process asks it. memoryd
+    never imports the job functions: it loads the table JOB_TABLE names, arq's own way (`arq
+    module.WorkerSettings`), so memoryd stays below workers/."""
+
+    def job_context(self, shared: dict[str, Any]) -> dict[str, Any]:
+        """The context every job receives: `shared` (the store, the model, the search
+        indexes, the settings, Redis) and the parts the jobs keep themselves."""
+        ...
+
+    async def close_context(self, ctx: dict[str, Any]) -> None: ...
+
+    def build_workers(
+        self,
+        ctx: dict[str, Any],
+        redis_settings: RedisSettings,
+        settings: Settings,
+        scheduled: bool,
+    ) -> list[Worker]:
+        """The in-process workers of the queues, with the scheduled upkeep when `scheduled`."""
+        ...
+
+
+# The module that is the JobTable (loaded by memoryd/dotted.py when this process serves).
+JOB_TABLE = "workers.registry"
+
+
 class ServedElsewhere(MemorydError):
     """Another memoryd process took the data dir first (a daemon starting, another command)."""
 
@@ -105,7 +134,10 @@ class Runtime:
         self._tasks: list[asyncio.Task[Any]] = []
         # Beats, watches Redis and the workers, restarts a private Redis (see _supervise).
         self._supervisor: asyncio.Task[None] | None = None
-        self._ctx: JobContext | None = None
+        self._ctx: dict[str, Any] | None = None
+        # What runs the jobs, loaded when this process serves (JOB_TABLE says why it is named,
+        # not imported).
+        self._table: JobTable | None = None
         self._scheduled = True
         self._restarts: list[float] = []
         self._serving = queue.Serving()
@@ -209,21 +241,16 @@ class Runtime:
         self.search = await IndexSync.open(
             self.store, s.data_dir, self.embedder.model, follow=not s.embedded_db
         )
-        # Imported here: memoryd depends on workers only where it starts one.
-        from workers.queries import Counted
-        from workers.reader import Reader
-        from workers.registry import query_answer
-
-        self._ctx = {
-            "store": self.store,
-            "embedder": self.embedder,
-            "search": self.search,
-            "reader": Reader(),
-            "settings": s,
-            "status_counts": Counted(),
-            "redis": self.redis,
-        }
-        self._ctx["queries"] = query_answer(self._ctx)
+        self._table = resolve(JOB_TABLE)
+        self._ctx = self._table.job_context(
+            {
+                "store": self.store,
+                "embedder": self.embedder,
+                "search": self.search,
+                "settings": s,
+                "redis": self.redis,
+            }
+        )
         self._scheduled = scheduled
         # The command that serves here (a one-shot one) stops waiting when serving ends.
         queue.serving.set(self._serving)
@@ -255,8 +282,7 @@ class Runtime:
         """New workers on the queue; returns how many jobs of a dead worker run again (`died`:
         of a worker that died, not of ours cancelled for a Redis restart)."""
         assert self.redis is not None and self._ctx is not None and self._worker_lock is not None
-        from workers.registry import build_workers
-
+        assert self._table is not None
         # Our own heartbeat, if Redis kept it across a restart, is no live worker.
         await self.redis.delete(queue.worker_key(self._worker_lock.path))
         freed = 0
@@ -268,7 +294,7 @@ class Runtime:
                 # Chunks a stop or crash left between indexing and embedding get their vectors.
                 await queue.enqueue_embed(self.redis)
         self._ctx["redis"] = self.redis
-        self.workers = build_workers(
+        self.workers = self._table.build_workers(
             self._ctx, queue.redis_settings(self.settings.queue_url), self.settings, self._scheduled
         )
         await self._beat()
@@ -503,8 +529,8 @@ class Runtime:
             if self._worker_lock is not None:
                 self._worker_lock.release(remove=True)
                 self._worker_lock = None
-            if self._ctx is not None:
-                await self._ctx["reader"].close()
+            if self._ctx is not None and self._table is not None:
+                await self._table.close_context(self._ctx)
             if self.search is not None:
                 try:
                     await self.search.close()
@@ -531,6 +557,28 @@ class Runtime:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+@contextlib.asynccontextmanager
+async def serving_here(settings: Settings) -> AsyncIterator[ArqRedis | None]:
+    """The private Redis, the database and a worker started in this process for the length of
+    a one-shot command's block (memoryd/client.py's `connect` asks for it when no daemon
+    runs); None, with nothing left running, when another process took the data dir first."""
+    rt = Runtime(settings)
+    try:
+        served = await rt.start_queue(one_shot=True)
+        await rt.serve_if_needed()
+    except ServedElsewhere:
+        await rt.close()
+        yield None
+        return
+    except BaseException:
+        await rt.close()
+        raise
+    try:
+        yield served
+    finally:
+        await rt.close()
 
 
 def _failure(url: str, exc: redis.exceptions.RedisError) -> str:

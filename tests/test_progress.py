@@ -18,7 +18,7 @@ import pytest
 from memoryd import client, projects, queue, scan
 from memoryd.runtime import Runtime
 from tests.conftest import MEMORYD
-from workers.queries import Counted
+from workers.counts import Counted
 
 WHEN = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ"
 

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from memoryd.embedding import Embedder
     from memoryd.indexsync import IndexSync
     from memoryd.store import Store
-    from workers.queries import Counted
+    from workers.counts import Counted
     from workers.reader import Reader
 
 

@@ -1,10 +1,11 @@
-"""arq worker definitions: which functions run on which queue, with what limits."""
+"""arq worker definitions: which functions run on which queue, with what limits. This module is
+the job table memoryd/runtime.py's JOB_TABLE names: the serving process loads it by that name."""
 
 from __future__ import annotations
 
 import functools
 import logging
-from typing import Any
+from typing import Any, cast
 
 from arq import Retry, Worker
 from arq.connections import RedisSettings
@@ -21,8 +22,10 @@ from workers import action_context, forget, maintenance, notes, privacy, queries
 from workers.codegraph import views as codegraph_views
 from workers.codegraph.cochange import update_cochange
 from workers.context import JobContext
+from workers.counts import Counted
 from workers.indexing import embed_chunks, index_files
 from workers.ingest import ingest_transcript
+from workers.reader import Reader
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +102,19 @@ FUNCTIONS: dict[JobSpec, JobFunction] = {
     jobs.FILE_CONTEXT: action_context.file_context,
     jobs.ERROR_CONTEXT: action_context.error_context,
 }
+
+
+def job_context(shared: dict[str, Any]) -> JobContext:
+    """The context every job receives: what the serving process shares (the store, the model,
+    the search indexes, the settings, Redis), a reader process, the status counts, and the
+    query functions by name (for work that asks several: the hooks)."""
+    ctx = cast(JobContext, {**shared, "reader": Reader(), "status_counts": Counted()})
+    ctx["queries"] = query_answer(ctx)
+    return ctx
+
+
+async def close_context(ctx: JobContext) -> None:
+    await ctx["reader"].close()
 
 
 def query_answer(ctx: JobContext) -> Answer:
