@@ -39,9 +39,9 @@ import arq
 from bench.fresh_queries import fresh_queries
 from memoryd import client, projects, queue
 from memoryd.config import load_settings
+from memoryd.database.migrate import migrate
 from memoryd.errors import DaemonUnavailable
 from memoryd.ids import file_state_id
-from memoryd.migrate import migrate
 from memoryd.results import SearchRequest
 from memoryd.store import Store
 from workers.indexing import plan_file
@@ -131,7 +131,9 @@ async def in_process(data_dir: Path, runs: int, file: Path) -> dict[str, list[fl
     settings = load_settings(data_dir=data_dir)
     async with client.connect(settings) as memoryd:
         calls = {
-            "search (client API)": lambda: memoryd.search(SearchRequest(next(ASKED), limit=10)),
+            "search (client API)": lambda: memoryd.searchindex.search(
+                SearchRequest(next(ASKED), limit=10)
+            ),
             "status (client API)": memoryd.status,
             "history (client API)": lambda: memoryd.history(str(file)),
         }

@@ -54,15 +54,15 @@ import time
 from pathlib import Path
 
 from memoryd import jobs, projects, queue
-from memoryd.compact import DB_DIR, compact_files, size
 from memoryd.config import Settings, load_settings
-from memoryd.migrate import CODE_GRAPH_TABLES
-from memoryd.runtime import Runtime
-from workers.chunking import chunk_text, language_for_path
-from workers.codegraph import GraphRows, file_graph_of
-from workers.codegraph.cochange import commits_of, is_source, pairs
-from workers.codegraph.extract import extract
-from workers.codegraph.resolve import guess
+from memoryd.daemon.runtime import Runtime
+from memoryd.database.compact import DB_DIR, compact_files, size
+from memoryd.database.migrate import CODE_GRAPH_TABLES
+from workers.cochange import commits_of, is_source, pairs
+from workers.stages.chunking import chunk_text, language_for_path
+from workers.stages.codegraph import GraphRows, file_graph_of
+from workers.stages.codegraph.extract import extract
+from workers.stages.codegraph.resolve import guess
 
 SEED = 35
 

@@ -65,16 +65,17 @@ from pathlib import Path
 
 from bench.agent_latency import fixture_copies, fixture_tree
 from bench.task_queries import git, repo_name
-from memoryd import client, hooks, projects, queue
-from memoryd.agent import qualified
+from memoryd import client, projects, queue
+from memoryd.agent import hooks
+from memoryd.agent_shared import qualified
 from memoryd.config import load_settings
+from memoryd.daemon.runtime import Runtime
 from memoryd.ids import entity_id
 from memoryd.results import SearchRequest
-from memoryd.runtime import Runtime
 from memoryd.store import plain
 from memoryd.vocabulary import ERROR
 from memoryd.watch.transcripts import AIDER_LOG
-from workers.entities import canonical_error
+from workers.stages.entities import canonical_error
 
 REPLAY = 40
 MAX_FILES = 20
@@ -176,7 +177,7 @@ async def hook_text(memoryd: client.Client, command: str, payload: dict[str, obj
 
 async def code_only(memoryd: client.Client, prompt: str, project: str) -> str:
     request = SearchRequest(prompt, limit=CODE_HITS, project=project)
-    hits = (await memoryd.search(request)).hits
+    hits = (await memoryd.searchindex.search(request)).hits
     if not hits:
         return ""
     records = await memoryd.get(

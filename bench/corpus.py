@@ -25,11 +25,11 @@ import numpy as np
 from bench.fixture_rows import whole_file_rows
 from memoryd.config import DEFAULT_MODEL
 from memoryd.embedding import Embedder, packaged_model_files
-from memoryd.indexsync import doc_of
 from memoryd.searchindex import Doc, chunk_kind
+from memoryd.searchindex.indexsync import doc_of
 from tests.chunk_docs import chunk_docs
 from tests.fixtures import TRANSCRIPTS
-from workers.chunking import language_for_path
+from workers.stages.chunking import language_for_path
 
 # Window sizes (lines) of the extra texts, once the trees' chunks run out.
 if TYPE_CHECKING:

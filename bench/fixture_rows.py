@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from workers.ingest import HEAD_BYTES, Rows, _subagent_meta, rows_for
-from workers.transcripts import Source, detect_agent, parser_for, split_lines
+from workers.stages.transcripts import Source, detect_agent, parser_for, split_lines
 
 
 def whole_file_rows(path: str) -> tuple[str, bytes, Rows] | None:

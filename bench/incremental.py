@@ -44,8 +44,8 @@ from typing import Any
 import workers.indexing
 from memoryd import jobs, projects, queue
 from memoryd.config import load_settings
+from memoryd.daemon.runtime import Runtime
 from memoryd.results import SearchRequest
-from memoryd.runtime import Runtime
 from memoryd.scan import read_source, wanted
 from memoryd.store import Store
 from workers.indexing import plan_file

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from memoryd import projects, queue
 from memoryd.config import load_settings
-from memoryd.runtime import Runtime
+from memoryd.daemon.runtime import Runtime
 from memoryd.scan import read_source, walk
 from workers.indexing import plan_file
 

@@ -58,10 +58,10 @@ from typing import Any
 import numpy as np
 
 from bench.fixture_rows import whole_file_rows
-from memoryd.compact import DB_DIR, compact, size
 from memoryd.config import Settings, load_settings
+from memoryd.daemon.runtime import Runtime
+from memoryd.database.compact import DB_DIR, compact, size
 from memoryd.ids import stable_id
-from memoryd.runtime import Runtime
 from memoryd.store import Ref
 from memoryd.vocabulary import EMBEDDED_MEMORY_KINDS
 from memoryd.watch.transcripts import transcript_files

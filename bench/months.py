@@ -70,8 +70,8 @@ from bench.incremental import (
 )
 from bench.maintenance import expected_prunable
 from memoryd import jobs, queue
-from memoryd.compact import DB_DIR, compact, size
 from memoryd.config import Settings, load_settings
+from memoryd.database.compact import DB_DIR, compact, size
 from memoryd.embedded import stop_orphan
 from memoryd.store import Store
 from memoryd.store.base import key_of

@@ -24,9 +24,9 @@ from pathlib import Path
 
 from memoryd.config import DEFAULT_SECRET_FILES
 from memoryd.scan import read_source, secret_file, walk
-from workers.chunking import chunk_text, language_for_path
 from workers.indexing import plan_file
-from workers.redact import SecretMemory, redact
+from workers.stages.chunking import chunk_text, language_for_path
+from workers.stages.redact import SecretMemory, redact
 
 PACKAGES = (
     "huggingface_hub",

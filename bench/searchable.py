@@ -50,8 +50,8 @@ from memoryd.embedding import Embedder
 from memoryd.results import SearchRequest
 from memoryd.scan import read_source, walk
 from memoryd.searchindex.kinds import role
-from workers.chunking import language_for_path
 from workers.indexing import plan_file
+from workers.stages.chunking import language_for_path
 
 SYMBOL_TYPES = ("class", "method", "function")
 SOURCE_SUFFIXES = (".java", ".scala", ".py", ".go", ".ts", ".rs", ".c", ".cc", ".js")

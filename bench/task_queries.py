@@ -18,9 +18,9 @@ functions and classes in that tree's source files, a line found in two files dro
 them drawn with a fixed seed. Relevant: the file the docstring is in.
 
 Ranked files, all over the same files (what memoryd's walk indexes in that tree):
-- memoryd: `memoryd.search.search`, the daemon's search (default kind `code`), on a data dir
-  filled by the daemon's own index job (private Redis, worker, embedded SurrealDB, the model);
-  files in the order of their first chunk among the top SEARCH_LIMIT chunks.
+- memoryd: `memoryd.searchindex.search.search`, the daemon's search (default kind `code`), on a
+  data dir filled by the daemon's own index job (private Redis, worker, embedded SurrealDB, the
+  model); files in the order of their first chunk among the top SEARCH_LIMIT chunks.
 - bm25-file: tantivy BM25 over whole files (English stemming), the query's words OR-ed.
 - vec-window: 40-line windows (no overlap) embedded by the same model; a file scores the
   cosine of its best window.
@@ -70,13 +70,13 @@ import tantivy
 from bench.incremental import load
 from memoryd import projects, queue
 from memoryd.config import load_settings
+from memoryd.daemon.runtime import Runtime
 from memoryd.results import SearchRequest
-from memoryd.runtime import Runtime
 from memoryd.scan import read_source, walk
-from memoryd.search import search
 from memoryd.searchindex import chunk_kind
+from memoryd.searchindex.search import search
 from workers import indexing
-from workers.chunking import language_for_path
+from workers.stages.chunking import language_for_path
 
 COMMITS = 100
 MAX_SOURCE_FILES = 3

@@ -50,14 +50,14 @@ from typing import Any
 from bench.fixture_rows import whole_file_rows
 from memoryd import jobs, queue
 from memoryd.config import load_settings
+from memoryd.daemon.runtime import Runtime
 from memoryd.embedded import stop_orphan
 from memoryd.errors import NotFound
-from memoryd.runtime import Runtime
 from memoryd.store import Store, plain
 from memoryd.watch.transcripts import transcript_files
 from tests.fixtures import CLAUDE, CODEX, S37
-from workers.transcripts import Memory, Source, parser_for, split_lines
-from workers.transcripts.claude_code import prompt_text, render_call
+from workers.stages.transcripts import Memory, Source, parser_for, split_lines
+from workers.stages.transcripts.claude_code import prompt_text, render_call
 
 # (b) follows a copy of this real session and appends to it.
 LATENCY_FIXTURE = S37

@@ -3,11 +3,11 @@
 A query through the queue waits for two polls (the worker's for the job, the client's for the
 result) and three Redis round trips; on this socket it is one request and one answer, and the
 asking process needs neither arq nor the Redis client. The hook that agents run for every
-prompt uses it from a process that loads nothing else (memoryd/hook_client.py).
+prompt uses it from a process that loads nothing else (memoryd/agent/hook_client.py).
 
 One request per connection: a frame holding (query name, arguments), answered by a frame
 holding ("ok", value) or ("failed", message). A stream (the MCP session of `memoryd mcp`,
-memoryd/mcp_service.py) opens the same way; its ("ok", None) answer turns the connection
+memoryd/agent/mcp_service.py) opens the same way; its ("ok", None) answer turns the connection
 into a byte stream its handler owns until either side closes it. A frame is a 4-byte length and
 a pickle, as arq pickles its jobs: the socket is 0600 in the 0700 data dir, so only its owner
 can connect, and the answers are the same typed results the queue carries. The daemon serves

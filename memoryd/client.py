@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from memoryd import channel, jobs
-from memoryd.agent import DEFAULT_BUDGET, Scope, resolve_scope
+from memoryd.agent_shared import DEFAULT_BUDGET, Scope, resolve_scope
 from memoryd.config import Settings
+from memoryd.database.export import read_jsonl, write_jsonl
 from memoryd.errors import NOT_RUNNING, DaemonUnavailable, value_of
-from memoryd.export import read_jsonl, write_jsonl
 from memoryd.liveness import SERVING_WAIT_SECONDS, holder
 from memoryd.paths import config_file, daemon_lock_path, default_transcripts, serving_lock_path
 from memoryd.results import (
@@ -209,7 +209,7 @@ class Client:
 
     async def export(self, out: IO[bytes], project: str | None = None) -> int:
         """Write the graph (or one project's part of it) to `out` as JSON lines
-        (memoryd/export.py), a page per query, so no table is ever held whole; returns the
+        (memoryd/database/export.py), a page per query, so no table is ever held whole; returns the
         rows written."""
         scope = await self._call(jobs.EXPORT_TABLES, project)
         return await write_jsonl(_Pages(self, scope["project"]), out, scope["tables"])
@@ -324,7 +324,7 @@ class Client:
     async def hook(
         self, agent: str, command: str, stdin: str, cwd: str, max_chars: object = None
     ) -> str:
-        """What an agent's hook prints for its JSON `stdin` (memoryd/hooks.py); `max_chars`:
+        """What an agent's hook prints for its JSON `stdin` (memoryd/agent/hooks.py); `max_chars`:
         the hook process's own `hook_max_chars`, if it has one."""
         result: str = await self._call(jobs.HOOK, agent, command, stdin, cwd, max_chars)
         return result
@@ -424,7 +424,7 @@ def local_status(settings: Settings) -> dict[str, Any]:
 
 
 class _Pages:
-    """The daemon's tables as memoryd.export reads them: each page one query job."""
+    """The daemon's tables as memoryd.database.export reads them: each page one query job."""
 
     def __init__(self, client: Client, project: str | None) -> None:
         self.client = client
@@ -441,7 +441,7 @@ class _Pages:
 
 
 # What starts the queue, the database and a worker in this process for the length of a block
-# (memoryd/runtime.py's `serving_here`): the served queue, or None when another process took
+# (memoryd/daemon/runtime.py's `serving_here`): the served queue, or None when another process took
 # the data dir first. Handed in by the one-shot commands: the client never starts one itself.
 Serve = Callable[[Settings], contextlib.AbstractAsyncContextManager["ArqRedis | None"]]
 

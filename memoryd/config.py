@@ -316,7 +316,7 @@ class Settings:
     # Cron expressions per task; tasks not named keep their default schedule.
     maintenance_schedule: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_SCHEDULE))
 
-    # Agent hooks (memoryd/hooks.py): the most context one hook injects, how long it may take
+    # Agent hooks (memoryd/agent/hooks.py): the most context one hook injects, how long it may take
     # before it gives up and injects nothing, how long a session's record of what was
     # injected is kept after its last use, and the relevance floor of a prompt's context.
     hook_max_chars: int = _bounded(

@@ -1,5 +1,5 @@
 """The hook events agents' hooks are registered for, and the hook's limits: declared once for
-the hook process (memoryd/hook_client.py), the daemon's hooks (memoryd/hooks.py) and the
+the hook process (memoryd/agent/hook_client.py), the daemon's hooks (memoryd/agent/hooks.py) and the
 settings (memoryd/config.py). The hook process imports it at every prompt: nothing but
 constants here (memoryd/config.py's import costs the hook ~30 ms).
 """

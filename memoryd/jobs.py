@@ -55,7 +55,7 @@ IMPORT_ROWS = _work("import_rows")
 FORGET_SCOPE = _work("forget_scope")
 SKIP_TRANSCRIPTS = _work("skip_transcripts")
 REINDEX = _work("reindex")
-# CHANGES_WITH from the commits new to a project's history window (workers/codegraph).
+# CHANGES_WITH from the commits new to a project's history window (workers/stages/codegraph).
 COCHANGE = _work("cochange")
 MAINTENANCE = {job.name: job for job in (DECAY, PRUNE, REEMBED)}
 
@@ -82,9 +82,10 @@ FORGET = _query("forget")
 INDEX_PROGRESS = _query("index_progress")
 # Transcripts the daemon follows that changed since a time (`memoryd resume`).
 CHANGED_TRANSCRIPTS = _query("changed_transcripts")
-# An agent's hook: its JSON in, the context to inject out (memoryd/hooks.py).
+# An agent's hook: its JSON in, the context to inject out (memoryd/agent/hooks.py).
 HOOK = _query("hook")
-# The code graph around a file, symbol or chunk, and what depends on files (workers/codegraph).
+# The code graph around a file, symbol or chunk, and what depends on files
+# (workers/stages/codegraph).
 RELATED = _query("related")
 IMPACT = _query("impact")
 

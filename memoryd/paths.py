@@ -1,7 +1,7 @@
 """Where memoryd's files are, found with the standard library alone.
 
 The hook process that agents start for every prompt reads only this module, the query channel
-and `json` (memoryd/hook_client.py): no Redis client, no asyncio. memoryd/config.py builds its
+and `json` (memoryd/agent/hook_client.py): no Redis client, no asyncio. memoryd/config.py builds its
 full `Settings` on the same defaults and the same sources (`given_settings`).
 """
 

@@ -75,7 +75,7 @@ _REFUSAL = re.compile(r"\b(?:MISCONF|READONLY|OOM)\b[^'\"\n]*")
 
 def server_lost(exc: BaseException) -> bool:
     """A Redis error that says the server is gone or refuses writes: the serving process
-    reports that, once (memoryd/runtime.py)."""
+    reports that, once (memoryd/daemon/runtime.py)."""
     if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
         return True
     return isinstance(exc, redis.exceptions.ResponseError) and bool(_REFUSAL.search(str(exc)))
@@ -441,8 +441,8 @@ QUERY_POLL_SECONDS = 0.01
 WORK_POLL_SECONDS = 0.05
 
 
-# Redis unreachable this long ends a serving process (memoryd/runtime.py) and a client's wait:
-# a private Redis that died is back well within it.
+# Redis unreachable this long ends a serving process (memoryd/daemon/runtime.py) and a client's
+# wait: a private Redis that died is back well within it.
 REDIS_LOST_SECONDS = 10.0
 # A wait looks this often at whether the serving that this command started in its own process
 # has ended (Serving).
@@ -450,7 +450,7 @@ _WAIT_SLICE_SECONDS = 1.0
 
 
 class Serving:
-    """The queue served in this command's own process (memoryd/runtime.py): when that serving
+    """The queue served in this command's own process (memoryd/daemon/runtime.py): when that serving
     ends for good (Redis lost, or refusing writes), it says why here, and the command's waits
     end with that reason instead of waiting for jobs nobody can finish."""
 

@@ -20,7 +20,7 @@ FILE_KINDS = tuple(k.name for k in SEARCH_KINDS_BY_NAME.values() if k.table == "
 @dataclass(frozen=True, slots=True)
 class SearchRequest:
     """One search as every caller asks it (the CLI, the MCP tools, the hooks, the web page),
-    answered by the daemon in one round trip (memoryd/search.py).
+    answered by the daemon in one round trip (memoryd/searchindex/search.py).
 
     ``kinds``: search kinds (memoryd.vocabulary), each ranked on its own and its hits listed
     in turn; ``limit``: hits per kind, ``limits``: another number for some of them.
@@ -96,7 +96,7 @@ class SearchAnswer:
 class SearchResult:
     """One hit. Code: project, path, lines and the symbol's name. Memory and goal: session,
     seq, the memory's kind as ``name`` and a one-line snippet as ``text``. ``score``: the
-    relevance in [0, 1] (memoryd/search.py); ``project``: a memory's or goal's is its
+    relevance in [0, 1] (memoryd/searchindex/search.py); ``project``: a memory's or goal's is its
     session's. ``anchor``: for a memory that points at code,
     whether that code is current (memoryd/anchors.py)."""
 

@@ -21,7 +21,8 @@ PER_HIT = 3
 
 
 class HitGraph(TypedDict):
-    """What `--related` adds to a code hit (memoryd/present_graph.py's `hit_lines` shows it)."""
+    """What `--related` adds to a code hit (memoryd/agent/present_graph.py's `hit_lines` shows
+    it)."""
 
     changes_with: list[CoChange]
     callers: list[GraphLink]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from memoryd.agent import qualified
+from memoryd.agent_shared import qualified
 from memoryd.anchors import action_states, anchor_states, anchor_text
 from memoryd.errors import InvalidRequest, NotFound
 from memoryd.ids import entity_id

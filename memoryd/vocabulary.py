@@ -122,15 +122,15 @@ DEFINED_IN = Edge("DEFINED_IN", "code_chunk", "entity", (FILE, SYMBOL), written_
 # the same session (workers/resolutions.py derives it at ingest; migration step 027 for older
 # databases). It carries the files modified in between and the command that then succeeded.
 RESOLVED_BY = Edge("RESOLVED_BY", "entity", "memory")
-# The code graph (workers/codegraph). A symbol's key names its file, and DEFINES says the same
-# as an edge with validity times: file -> every symbol it declares now, module-level names
+# The code graph (workers/stages/codegraph). A symbol's key names its file, and DEFINES says the
+# same as an edge with validity times: file -> every symbol it declares now, module-level names
 # included, which have no chunk of their own. DEFINED_IN says which chunk holds a symbol's
 # text; DEFINES which file declares it, and stops holding when the file no longer does.
 DEFINES = Edge("DEFINES", "entity", "entity", (SYMBOL,), written_by="code")
 IMPORTS = Edge("IMPORTS", "entity", "entity", (FILE, MODULE), written_by="code")
 CALLS = Edge("CALLS", "entity", "entity", (SYMBOL,), written_by="code")
 INHERITS = Edge("INHERITS", "entity", "entity", (SYMBOL,), written_by="code")
-# Files changed together in the repository's history (workers/codegraph/cochange.py).
+# Files changed together in the repository's history (workers/cochange.py).
 CHANGES_WITH = Edge("CHANGES_WITH", "entity", "entity", (FILE,), written_by="code")
 # The edges a file's own text gives (its path owns them: re-indexing it replaces them).
 CODE_GRAPH_EDGES = (DEFINES, IMPORTS, CALLS, INHERITS)
@@ -181,7 +181,7 @@ class MemoryKind:
     """What one memory row is. ``half_life_days``: the decay default (config can override).
     ``embedded``: it gets a vector (tool results are found by BM25 and the graph).
     ``agent_written``: written by an agent through `remember`, pinned by default.
-    ``injectable``: a hook may put it into an agent's context (memoryd/hooks.py): words of
+    ``injectable``: a hook may put it into an agent's context (memoryd/agent/hooks.py): words of
     people and agents, never a tool's call or output, which could carry a prompt injection
     from a web page or a file into later sessions."""
 

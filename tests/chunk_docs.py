@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from memoryd.searchindex import Doc, chunk_kind
-from workers.chunking import chunk_text, language_for_path
+from workers.stages.chunking import chunk_text, language_for_path
 
 
 def chunk_docs(project: str, rel: str, text: str, version: str, valid_from: int) -> Iterator[Doc]:

@@ -24,9 +24,9 @@ from arq import ArqRedis
 
 from memoryd import jobs, projects, queue
 from memoryd.config import DEFAULT_MODEL, Settings, load_settings
+from memoryd.daemon.runtime import Runtime
 from memoryd.embedding import Embedder
 from memoryd.results import SearchRequest
-from memoryd.runtime import Runtime
 
 VENV_BIN = Path(sys.executable).parent
 MEMORYD = str(VENV_BIN / "memoryd")

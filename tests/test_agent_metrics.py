@@ -10,8 +10,8 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from memoryd import agent_metrics, metrics
-from memoryd.runtime import Runtime
+from memoryd.daemon import agent_metrics, metrics
+from memoryd.daemon.runtime import Runtime
 
 
 def exported(name: str, **labels: str) -> float:
@@ -28,7 +28,7 @@ def exported(name: str, **labels: str) -> float:
 
 def test_importing_it_loads_nothing_heavy() -> None:
     probe = (
-        "import sys, memoryd.agent_metrics; print(sorted(m for m in ('prometheus_client', "
+        "import sys, memoryd.daemon.agent_metrics; print(sorted(m for m in ('prometheus_client', "
         "'arq', 'redis', 'fastembed', 'surrealdb', 'pydantic') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

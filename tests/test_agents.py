@@ -374,8 +374,8 @@ async def test_with_no_daemon_every_tool_answers_at_once_how_to_start_one(data_d
 def test_the_agent_commands_load_neither_the_model_nor_the_database() -> None:
     probe = (
         "import sys; sys.argv = ['memoryd', 'mcp']; "
-        "import memoryd.entry, memoryd.agent_cli, memoryd.mcp_server, memoryd.hooks, "
-        "memoryd.integrate; "
+        "import memoryd.entry, memoryd.agent.cli, memoryd.agent.mcp_server, memoryd.agent.hooks, "
+        "memoryd.agent.integrate; "
         "print(sorted(m for m in ('fastembed', 'onnxruntime', 'surrealdb') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

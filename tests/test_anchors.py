@@ -19,12 +19,13 @@ from pathlib import Path
 import pytest
 from surrealdb import RecordID
 
-from memoryd import client, present
-from memoryd.agent import Scope
-from memoryd.migrate import migrate
-from memoryd.present import get_text, hit_line
+from memoryd import client
+from memoryd.agent import present
+from memoryd.agent.present import get_text, hit_line
+from memoryd.agent_shared import Scope
+from memoryd.daemon.runtime import Runtime
+from memoryd.database.migrate import migrate
 from memoryd.results import FileHistory, RecentActivity, SearchRequest
-from memoryd.runtime import Runtime
 from memoryd.scan import project_id_for
 from tests.conftest import MEMORYD, index_tree
 
@@ -78,7 +79,9 @@ async def test_a_decision_about_a_function_reads_current_then_changed_then_delet
     [record] = await memoryd.get([memory])
     assert re.fullmatch(rf"changed since {WHEN} \(2 lines\)", record["anchor"] or "")
     hits = (
-        await memoryd.search(SearchRequest("which DSN schemes does from_dsn accept", ("memory",)))
+        await memoryd.searchindex.search(
+            SearchRequest("which DSN schemes does from_dsn accept", ("memory",))
+        )
     ).hits
     [hit] = [h for h in hits if f"memory:{h.id}" == memory]
     assert hit.anchor == record["anchor"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from memoryd import queue
-from memoryd.runtime import Runtime
+from memoryd.daemon.runtime import Runtime
 from memoryd.store.blobs import BODY_CHARS, HEAD_CHARS
 from memoryd.views import session
 from tests.fixtures import SMALL

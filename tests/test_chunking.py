@@ -1,4 +1,5 @@
-"""Unit tests for workers.chunking: syntax-aware chunks that cover every line exactly once."""
+"""Unit tests for workers.stages.chunking: syntax-aware chunks that cover every line exactly
+once."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 import tree_sitter_language_pack
 
-from workers.chunking import Chunk, chunk_text, language_for_path
+from workers.stages.chunking import Chunk, chunk_text, language_for_path
 
 SITE_PACKAGES = Path(tree_sitter_language_pack.__file__).resolve().parents[1]
 
@@ -610,7 +611,7 @@ dependencies = [
 ]
 
 [project.scripts]
-memoryd = "memoryd.cli:app"
+memoryd = "memoryd.cli.app:app"
 
 [tool.ruff]
 line-length = 100

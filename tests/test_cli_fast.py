@@ -11,8 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from memoryd import doctor, projects, queue
-from memoryd.runtime import Runtime
+from memoryd import projects, queue
+from memoryd.cli import doctor
+from memoryd.daemon.runtime import Runtime
 
 # What a command that only talks to the daemon must never load (each costs 0.1–1.5 s).
 HEAVY = (
@@ -24,11 +25,11 @@ HEAVY = (
     "watchdog",
     "prometheus_client",
     "rich.progress",
-    "memoryd.runtime",
+    "memoryd.daemon.runtime",
     "memoryd.store",
-    "memoryd.doctor",
-    "memoryd.service_manager",
-    "memoryd.metrics",
+    "memoryd.cli.doctor",
+    "memoryd.cli.service_manager",
+    "memoryd.daemon.metrics",
     "workers",
     # Each command's own start: settings are checked without pydantic, help is click's.
     "pydantic",
@@ -42,7 +43,7 @@ QUEUE_CLIENT = ("arq", "redis")
 # Runs the CLI in a fresh interpreter, then prints which heavy modules it imported.
 PROBE = f"""
 import json, sys
-from memoryd.cli import app
+from memoryd.cli.app import app
 try:
     app(sys.argv[1:])
 except SystemExit as exc:
@@ -109,7 +110,7 @@ async def test_commands_through_the_daemon_import_nothing_heavy(
 
 
 def test_status_summarises_a_maintenance_result_without_cutting_a_key() -> None:
-    from memoryd.cli import _summary
+    from memoryd.cli.app import _summary
 
     result = {
         "deleted": {"code_chunk": 120, "memory": 4031, "entity": 77},

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from memoryd import queue
-from memoryd.runtime import Runtime
+from memoryd.daemon.runtime import Runtime
 from memoryd.store import key_of
 from tests.clients import (
     FALLBACK_TEXT,

@@ -15,11 +15,11 @@ import pytest
 from mcp import Client as McpClient
 
 from memoryd import client, projects
-from memoryd.mcp_server import build_server
-from memoryd.migrate import migrate
-from memoryd.present_graph import hit_lines
+from memoryd.agent.mcp_server import build_server
+from memoryd.agent.present_graph import hit_lines
+from memoryd.daemon.runtime import Runtime
+from memoryd.database.migrate import migrate
 from memoryd.results import SearchRequest
-from memoryd.runtime import Runtime
 from memoryd.search_related import related_of_hits
 from tests.conftest import MEMORYD, cli_env, git, git_init, index_tree
 from tests.test_codegraph_cochange import _counted
@@ -218,7 +218,11 @@ async def test_search_hits_with_their_co_changed_files_and_callers(
     ]
     async with client.connect(stack.settings) as memoryd:
         results = list(
-            (await memoryd.search(SearchRequest("create a redis connection pool", limit=20))).hits
+            (
+                await memoryd.searchindex.search(
+                    SearchRequest("create a redis connection pool", limit=20)
+                )
+            ).hits
         )
         hit = next(r for r in results if r.name == "create_pool")  # its first chunk found
         graphs = await related_of_hits(memoryd, results)

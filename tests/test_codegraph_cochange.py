@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from arq.jobs import Job
 
-from memoryd import client, hooks, jobs, projects, queue
-from memoryd.runtime import Runtime
+from memoryd import client, jobs, projects, queue
+from memoryd.agent import hooks
+from memoryd.daemon.runtime import Runtime
 from tests.conftest import git, git_init, index_tree
-from workers.codegraph.cochange import Commit, commits_of, pairs, weight
+from workers.cochange import Commit, commits_of, pairs, weight
 
 pytestmark = pytest.mark.e2e
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workers.codegraph import DiskTree, file_graph, file_graph_of
-from workers.codegraph.extract import extract
-from workers.codegraph.resolve import GraphRows, guess, resolve
+from workers.stages.codegraph import DiskTree, file_graph, file_graph_of
+from workers.stages.codegraph.extract import extract
+from workers.stages.codegraph.resolve import GraphRows, guess, resolve
 
 NODE_PTY = Path(__file__).parent / "data" / "node-pty"
 

@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from memoryd import projects
-from memoryd.runtime import Runtime
+from memoryd.daemon.runtime import Runtime
 from memoryd.store import Store
 from tests.conftest import (
     MEMORYD,

@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from memoryd import doctor, projects, queue
+from memoryd import projects, queue
+from memoryd.cli import doctor
 from memoryd.config import Settings
+from memoryd.daemon.runtime import Runtime
+from memoryd.database.migrate import DATA_STEPS, schema_files
 from memoryd.embedded import socket_alive
 from memoryd.embedding import Embedder
 from memoryd.errors import MemorydError
-from memoryd.migrate import DATA_STEPS, schema_files
-from memoryd.runtime import Runtime
 from memoryd.store import Store
 from memoryd.watch.repos import RepoWatcher
 from tests.conftest import git_init, settings_for

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from memoryd import projects
-from memoryd.runtime import Runtime
+from memoryd.daemon.runtime import Runtime
 from memoryd.store import key_of
 from tests.conftest import index_tree, queued_search
 

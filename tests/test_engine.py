@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from memoryd import heap, jobs, queue
+from memoryd.daemon.runtime import Runtime
 from memoryd.embedding import Embedder
-from memoryd.runtime import Runtime
 from memoryd.store import connection as engine
 from tests.conftest import queued_search, settings_for
 from tests.fixtures import S37

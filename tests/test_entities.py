@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.entities import (
+from workers.stages.entities import (
     Project,
     as_projects,
     canonical_commands,
@@ -242,7 +242,7 @@ def test_exit_code_is_read_from_claude_code_output() -> None:
 
 
 def test_files_a_command_names() -> None:
-    from workers.entities import files_in_command
+    from workers.stages.entities import files_in_command
 
     cwd = "/home/me/repo"
     keys = {
@@ -274,7 +274,7 @@ def test_files_a_command_names() -> None:
 
 def test_a_path_with_escaped_or_quoted_spaces_is_one_file() -> None:
     # issue 33: Codex read `/a/Sample\ File.vtt` ten times, and none became a file.
-    from workers.entities import files_in_command
+    from workers.stages.entities import files_in_command
 
     uses = {
         command: [(u.access, u.entity.key) for u in files_in_command(command, "/a")]

@@ -22,8 +22,8 @@ import redis.exceptions
 
 from memoryd import jobs, projects, scan
 from memoryd.config import Settings
+from memoryd.daemon.runtime import REDIS_RESTARTS, Runtime
 from memoryd.embedded import EmbeddedRedis
-from memoryd.runtime import REDIS_RESTARTS, Runtime
 from memoryd.store import Store
 from tests.conftest import (
     MEMORYD,

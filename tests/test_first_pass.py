@@ -16,14 +16,14 @@ import pytest
 
 from memoryd import jobs, queue, static_embedding
 from memoryd.config import DEFAULT_MODEL
+from memoryd.daemon.runtime import Runtime
 from memoryd.embedding import Embedder
-from memoryd.indexsync import SEARCH_DIR
 from memoryd.results import SearchRequest
-from memoryd.runtime import Runtime
 from memoryd.scan import read_source, walk
 from memoryd.searchindex import Doc, Filters, SearchIndex
 from memoryd.searchindex.index import FIRST_PARTS, PARTS
 from memoryd.searchindex.index import STAMP as INDEX_STAMP
+from memoryd.searchindex.indexsync import SEARCH_DIR
 from tests.conftest import settings_for
 from tests.test_index_phases import (
     EVERY_KIND,

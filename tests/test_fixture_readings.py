@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from workers.transcripts import detect_agent, parser_for, split_lines
-from workers.transcripts.model import Action, Denied, Memory, ParseResult, Source, Triggered
+from workers.stages.transcripts import detect_agent, parser_for, split_lines
+from workers.stages.transcripts.model import Action, Denied, Memory, ParseResult, Source, Triggered
 
 FIXTURES = Path(__file__).parent / "fixtures" / "transcripts"
 TRANSCRIPTS = sorted(

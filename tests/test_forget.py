@@ -16,9 +16,9 @@ from arq.constants import result_key_prefix
 from arq.jobs import serialize_result
 
 from memoryd.client import Client
-from memoryd.export import read_jsonl, write_backup
+from memoryd.daemon.runtime import Runtime
+from memoryd.database.export import read_jsonl, write_backup
 from memoryd.results import SearchRequest
-from memoryd.runtime import Runtime
 from memoryd.store import Store
 from tests.conftest import MEMORYD, cli
 from tests.fixtures import S37, SMALL

@@ -14,8 +14,8 @@ import pytest
 
 from memoryd import projects, queue
 from memoryd.client import Client
+from memoryd.daemon.runtime import Runtime
 from memoryd.results import SearchRequest
-from memoryd.runtime import Runtime
 from tests.conftest import MEMORYD, git_init, orphaned_by
 from tests.fixtures import S37, SMALL
 

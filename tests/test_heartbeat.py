@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from memoryd import queue
+from memoryd.daemon.runtime import Runtime
 from memoryd.liveness import HeldLock, holder
-from memoryd.runtime import Runtime
 from tests.conftest import settings_for
 
 

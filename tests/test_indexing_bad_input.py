@@ -18,7 +18,7 @@ import pytest
 
 import workers.indexing
 from memoryd import projects, queue
-from memoryd.runtime import Runtime
+from memoryd.daemon.runtime import Runtime
 from tests.conftest import MEMORYD, git, queued_search, settle
 
 GOOD = "def tax_rate_for_region(region):\n    return {'north': 0.2}.get(region, 0.25)\n"

@@ -17,7 +17,7 @@ import pytest
 import zstandard
 
 from memoryd import jobs, projects, queue
-from memoryd.runtime import Runtime
+from memoryd.daemon.runtime import Runtime
 from tests.conftest import cli, git_init
 from tests.fixtures import CLAUDE, CODEX, RENDERER, S37, SMALL
 
@@ -330,7 +330,7 @@ async def test_a_huge_transcript_is_read_in_slices_of_jobs(
     import functools
 
     from workers import ingest
-    from workers.transcripts import read_lines
+    from workers.stages.transcripts import read_lines
 
     # Batches of about 4 KB (a few lines), one batch per job.
     monkeypatch.setattr(ingest, "BATCH_BYTES", 4096)

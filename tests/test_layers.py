@@ -6,7 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from memoryd import migrate, runtime
+from memoryd.daemon import runtime
+from memoryd.database import migrate
 from memoryd.dotted import resolve
 
 REPO = Path(__file__).resolve().parent.parent

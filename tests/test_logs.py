@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from memoryd import logs
+from memoryd.cli import logs
 
 
 class Terminal(io.StringIO):

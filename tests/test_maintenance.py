@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from memoryd import jobs, queue
+from memoryd.daemon.runtime import Runtime
 from memoryd.embedding import Embedder
-from memoryd.runtime import Runtime
 from memoryd.store.maintenance import DECAY_STEP
 from tests.conftest import queued_search
 from tests.fixtures import SMALL

@@ -20,12 +20,12 @@ from arq.jobs import Job, JobStatus
 
 from memoryd import jobs, queue
 from memoryd.config import DEFAULT_SCHEDULE, Settings, load_settings, parse_schedule
+from memoryd.daemon.runtime import Runtime
 from memoryd.embedded import EmbeddedRedis
 from memoryd.embedding import Embedder
 from memoryd.errors import MemorydError
-from memoryd.indexsync import SEARCH_DIR
-from memoryd.runtime import Runtime
 from memoryd.searchindex.index import STAMP
+from memoryd.searchindex.indexsync import SEARCH_DIR
 from memoryd.store import Store
 from tests.conftest import MEMORYD, settings_for, wait_for_workers
 

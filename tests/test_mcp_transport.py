@@ -1,7 +1,7 @@
 """`memoryd mcp`'s transport: a standard-library shim that answers the handshake and lists the
 tools itself, and passes calls to the MCP session the daemon serves with the official SDK
-(memoryd/mcp_shim.py, memoryd/mcp_service.py). With the real SDK client, a real daemon (in
-process: private Redis, embedded SurrealDB, the real model) and the real Claude Code in its
+(memoryd/agent/mcp_shim.py, memoryd/agent/mcp_service.py). With the real SDK client, a real daemon
+(in process: private Redis, embedded SurrealDB, the real model) and the real Claude Code in its
 default environment with a CPU hog running.
 """
 
@@ -18,11 +18,11 @@ import pytest
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from memoryd import mcp_server, mcp_service, mcp_shim
+from memoryd.agent import mcp_server, mcp_service, mcp_shim
+from memoryd.daemon.runtime import Runtime
 from memoryd.embedded import EmbeddedRedis
 from memoryd.embedding import Embedder
 from memoryd.errors import NOT_RUNNING
-from memoryd.runtime import Runtime
 from tests.clients import ClaudeHome, ScriptedAnthropic, install_clients, text, tool_names
 from tests.conftest import MEMORYD, _serving, settings_for
 from tests.hog import cpu_hog
@@ -38,7 +38,7 @@ async def sdk_tool_names(data_dir: Path) -> list[str]:
 async def test_the_shims_declaration_is_what_the_sdk_server_answers(data_dir: Path) -> None:
     answers = await mcp_service.declaration(settings_for(data_dir))
     assert mcp_service.declaration_text(answers) == Path(mcp_shim.DECLARATION).read_text(), (
-        "the tool table changed: run `.venv/bin/python -m memoryd.mcp_service`"
+        "the tool table changed: run `.venv/bin/python -m memoryd.agent.mcp_service`"
     )
 
 

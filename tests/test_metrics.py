@@ -18,9 +18,10 @@ pytest.importorskip("prometheus_client", reason="prometheus-client is not instal
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from memoryd import jobs, metrics, projects, queue
+from memoryd import jobs, projects, queue
+from memoryd.daemon import metrics
+from memoryd.daemon.runtime import Runtime
 from memoryd.errors import Failure, MemorydError
-from memoryd.runtime import Runtime
 from memoryd.version import version
 from tests.conftest import git_init
 from tests.fixtures import SMALL

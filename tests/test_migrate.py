@@ -16,11 +16,11 @@ import zstandard
 
 from memoryd import projects, queue
 from memoryd.config import Settings
+from memoryd.daemon.runtime import Runtime
+from memoryd.database.migrate import DataStep, migrate
 from memoryd.errors import MemorydError
-from memoryd.migrate import DataStep, migrate
 from memoryd.results import SearchRequest
-from memoryd.runtime import Runtime
-from memoryd.search import search
+from memoryd.searchindex.search import search
 from memoryd.store import VECTOR_TABLES, Store
 from memoryd.store.base import rid, unpack_vector
 from memoryd.store.blobs import BODY_CHARS

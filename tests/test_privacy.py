@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.runtime import Runtime
+from memoryd.daemon.runtime import Runtime
 from memoryd.store import QueryFailed
 from tests.conftest import MEMORYD, Lines, cli, git_init, wait_daemon
 from tests.fixtures import RENDERER, S37, SMALL

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from memoryd import client, projects, queue, scan
-from memoryd.runtime import Runtime
+from memoryd.daemon.runtime import Runtime
 from tests.conftest import MEMORYD
 from workers.counts import Counted
 

@@ -1,5 +1,5 @@
-"""What the prompt hook injects (memoryd/hooks.py), against a real stack: arq's tree indexed, a
-real aider session (from the fixture, with aider's `/ask` echo and its long reply) and a short
+"""What the prompt hook injects (memoryd/agent/hooks.py), against a real stack: arq's tree indexed,
+a real aider session (from the fixture, with aider's `/ask` echo and its long reply) and a short
 one after it ingested from the tree's own `.aider.chat.history.md`. Nothing that says nothing,
 nothing that repeats the prompt, one item per earlier session, files the prompt names first,
 and nothing below the relevance floor."""
@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from memoryd import client, hooks
-from memoryd.runtime import Runtime
+from memoryd import client
+from memoryd.agent import hooks
+from memoryd.daemon.runtime import Runtime
 from tests.conftest import index_tree
 
 AIDER = Path(__file__).parent / "fixtures" / "transcripts" / "aider" / "chat-history.md"

@@ -10,7 +10,7 @@ import pytest
 from arq.constants import result_key_prefix
 
 from memoryd import jobs, queue
-from memoryd.runtime import Runtime
+from memoryd.daemon.runtime import Runtime
 from tests.conftest import settings_for
 
 

@@ -1,4 +1,4 @@
-"""The file reader's process (workers/reader.py): real processes, started, replaced and
+"""The file reader's process (workers/stages/reader.py): real processes, started, replaced and
 stopped."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from workers import reader as reader_module
-from workers.reader import Reader
+from workers.stages import reader as reader_module
+from workers.stages.reader import Reader
 
 
 def _gone(pid: int) -> bool:
@@ -74,7 +74,7 @@ async def test_an_idle_process_goes_and_comes_back_when_needed(
 
 PARENT = """
 import asyncio, os, sys, time
-from workers.reader import Reader
+from workers.stages.reader import Reader
 
 async def main():
     reader = Reader()

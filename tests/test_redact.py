@@ -8,7 +8,7 @@ import re
 import blake3
 import pytest
 
-from workers.redact import SecretMemory, redact, redact_with_findings, scrub_rows
+from workers.stages.redact import SecretMemory, redact, redact_with_findings, scrub_rows
 
 # Fake credentials in the real formats (none of them is live).
 PEM = (

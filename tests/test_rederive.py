@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from memoryd import migrate as migration
 from memoryd import queue
+from memoryd.daemon.runtime import Runtime
+from memoryd.database import migrate as migration
 from memoryd.ids import stable_id
-from memoryd.runtime import Runtime
 from memoryd.store import Store, key_of
 from tests.fixtures import PRE16_FILES, PRE16_GRAPH, S37, TRANSCRIPTS
-from workers.rederive import CALL_EDGE_TABLES
+from workers.migrations.rederive import CALL_EDGE_TABLES
 
 STEP = "009_rederive_edges"
 
@@ -364,7 +364,7 @@ def _gemini_chat() -> str:
 async def test_step_26_brings_issue_33s_rules_to_a_database_built_before_them(
     stack: Runtime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from workers.transcripts import claude_code, gemini
+    from workers.stages.transcripts import claude_code, gemini
 
     assert stack.redis is not None and stack.store is not None
     store = stack.store

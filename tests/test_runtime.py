@@ -20,10 +20,10 @@ from arq.constants import in_progress_key_prefix, retry_key_prefix
 from arq.jobs import Job
 
 from memoryd import jobs, projects, queue
+from memoryd.daemon.runtime import REDIS_RESTARTS, Runtime, ServedElsewhere
 from memoryd.embedded import socket_alive
 from memoryd.embedding import Embedder
 from memoryd.errors import MemorydError
-from memoryd.runtime import REDIS_RESTARTS, Runtime, ServedElsewhere
 from memoryd.store.connection import files_of
 from memoryd.watch.repos import RepoWatcher
 from memoryd.watch.transcripts import TranscriptWatcher
@@ -90,7 +90,7 @@ async def _restarted(rt: Runtime, old: int) -> int:
 async def test_a_private_redis_that_keeps_dying_ends_serving_after_bounded_restarts(
     stack: Runtime, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="memoryd.runtime")
+    caplog.set_level(logging.INFO, logger="memoryd.daemon.runtime")
     pids = []
     for _ in range(REDIS_RESTARTS):
         old = await _killed(stack)
@@ -141,7 +141,7 @@ async def test_a_private_redis_that_cannot_start_again_ends_serving_with_one_lin
 async def test_a_private_redis_killed_during_start_up_is_started_again(
     data_dir: Path, embedder: Embedder, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="memoryd.runtime")
+    caplog.set_level(logging.INFO, logger="memoryd.daemon.runtime")
     rt = Runtime(settings_for(data_dir), embedder)
     try:
         await rt.start_queue(exclusive=True)
@@ -353,7 +353,7 @@ async def test_a_daemon_that_starts_while_a_command_serves_the_data_dir_waits_fo
     by a killed memoryd and stopped it ("stopping the private Redis left by…" on a brand-new
     data dir), then fought the command for the database. It waits for the command instead;
     and a command that starts while a daemon starts never serves the data dir itself."""
-    caplog.set_level(logging.INFO, logger="memoryd.runtime")
+    caplog.set_level(logging.INFO, logger="memoryd.daemon.runtime")
     command = Runtime(settings_for(data_dir), embedder)
     daemon = Runtime(settings_for(data_dir), embedder)
     late = Runtime(settings_for(data_dir), embedder)

@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 from memoryd.config import Settings
-from memoryd.migrate import DATA_STEPS, migrate
-from memoryd.runtime import Runtime
+from memoryd.daemon.runtime import Runtime
+from memoryd.database.migrate import DATA_STEPS, migrate
 from memoryd.store import SCHEMA_DIR, Store
 
 ROOT = Path(__file__).resolve().parent.parent

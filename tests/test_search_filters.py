@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.runtime import Runtime
+from memoryd.daemon.runtime import Runtime
 from memoryd.searchindex import keywords
 from tests.conftest import git_init, index_tree, queued_search
 

@@ -397,7 +397,10 @@ def test_the_directory_is_private(index: SearchIndex, tmp_path: Path) -> None:
 def test_the_search_indexes_load_before_the_model_without_a_crash() -> None:
     """usearch's library loaded before onnxruntime's made onnxruntime's load segfault: a bench
     or tool that imports the search layer first must still be able to load the model."""
-    probe = "import memoryd.searchindex, memoryd.indexsync, onnxruntime, fastembed; print('ok')"
+    probe = (
+        "import memoryd.searchindex, memoryd.searchindex.indexsync, onnxruntime, fastembed; "
+        "print('ok')"
+    )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert (done.returncode, done.stdout.strip()) == (0, "ok"), done.stderr
 

@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from memoryd import client, hooks, jobs, mcp_server, metrics
+from memoryd import client, jobs
+from memoryd.agent import hooks, mcp_server
+from memoryd.daemon import metrics
+from memoryd.daemon.runtime import Runtime
 from memoryd.errors import InvalidRequest
 from memoryd.results import SearchAnswer, SearchRequest, SearchResult
-from memoryd.runtime import Runtime
 from tests.conftest import cli, git_init, index_tree
 
 QUERIES = frozenset(spec.name for spec in jobs.ALL if spec.is_query)
@@ -104,7 +106,7 @@ async def test_one_query_per_search_and_the_same_project_scoping_everywhere(
     # MCP, kind=all from alpha's folder: one query of the daemon (not the projects, four
     # searches and two session lookups it took), every kind kept to alpha.
     async with client.connect(settings) as memoryd:
-        dbg = await memoryd.search(SearchRequest(WORDS, ("memory",)))
+        dbg = await memoryd.searchindex.search(SearchRequest(WORDS, ("memory",)))
         print("DEBUG", dbg, mine)
     tools = mcp_server.Tools(settings, alpha)
     text, asked = await _asked(tools.search(WORDS, "all", None, None, None, 10, 8000))

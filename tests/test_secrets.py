@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from memoryd import projects, queue
-from memoryd.runtime import Runtime
+from memoryd.daemon.runtime import Runtime
 from tests.conftest import git_init, index_tree, settings_for
 
 _RNG = random.Random(20261123)

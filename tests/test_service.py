@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from memoryd import service_manager
+from memoryd.cli import service_manager
+from memoryd.cli.service_manager import ServiceSpec
 from memoryd.errors import MemorydError
-from memoryd.service_manager import ServiceSpec
 from tests.conftest import wait_daemon
 from tests.fixtures import SMALL
 

@@ -1,6 +1,6 @@
 """Issue 16, defects 1-7, each on small real-looking inputs written here.
 
-1-4: what a shell command line reads, writes and names (workers.entities.files_in_command and
+1-4: what a shell command line reads, writes and names (workers.stages.entities.files_in_command and
 the edges the parsers make of it); 5: error identity; 6: Codex outcomes; 7: Claude Code's
 newest record types.
 """
@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from workers.entities import error_signature, files_in_command, guess_home
 from workers.ingest import OWN_ANSWER, rows_for, without_own_answers
-from workers.transcripts import claude_code as cc
-from workers.transcripts import codex as cx
-from workers.transcripts.lines import split_lines
-from workers.transcripts.model import (
+from workers.stages.entities import error_signature, files_in_command, guess_home
+from workers.stages.transcripts import claude_code as cc
+from workers.stages.transcripts import codex as cx
+from workers.stages.transcripts.lines import split_lines
+from workers.stages.transcripts.model import (
     Action,
     Denied,
     Goal,

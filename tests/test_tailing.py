@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from memoryd import queue
-from memoryd.runtime import Runtime
+from memoryd.daemon.runtime import Runtime
 from memoryd.store import Store
 from tests.conftest import MEMORYD
 from tests.fixtures import BIG_LINE

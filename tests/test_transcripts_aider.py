@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from workers.transcripts import ParserState, detect_agent
-from workers.transcripts import aider as ad
-from workers.transcripts.lines import split_lines
-from workers.transcripts.model import Action, Goal, Memory, ParseResult, Source
+from workers.stages.transcripts import ParserState, detect_agent
+from workers.stages.transcripts import aider as ad
+from workers.stages.transcripts.lines import split_lines
+from workers.stages.transcripts.model import Action, Goal, Memory, ParseResult, Source
 
 LOG = Path(__file__).parent / "fixtures" / "transcripts" / "aider" / "chat-history.md"
 # Where the log would sit: the root of the repository aider worked in (not this machine's).

@@ -25,10 +25,10 @@ from tests.fixtures import (
     SMALL,
     SUMMARY_ONLY,
 )
-from workers.transcripts import ParserState, detect_agent, parser_for
-from workers.transcripts import claude_code as cc
-from workers.transcripts.lines import split_lines
-from workers.transcripts.model import (
+from workers.stages.transcripts import ParserState, detect_agent, parser_for
+from workers.stages.transcripts import claude_code as cc
+from workers.stages.transcripts.lines import split_lines
+from workers.stages.transcripts.model import (
     Action,
     Denied,
     Event,

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from tests.fixtures import CODEX_ROLLOUT
-from workers.transcripts import ParserState, detect_agent, parser_for
-from workers.transcripts import codex as cx
-from workers.transcripts.lines import split_lines
-from workers.transcripts.model import (
+from workers.stages.transcripts import ParserState, detect_agent, parser_for
+from workers.stages.transcripts import codex as cx
+from workers.stages.transcripts.lines import split_lines
+from workers.stages.transcripts.model import (
     Action,
     Denied,
     Event,

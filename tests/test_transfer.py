@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from memoryd.client import Client
-from memoryd.runtime import Runtime
+from memoryd.daemon.runtime import Runtime
 from tests.conftest import cli, git_init
 from tests.fixtures import RENDERER, S37
 

@@ -22,12 +22,12 @@ import pytest
 import pytest_asyncio
 
 from memoryd import channel
+from memoryd.agent.present_graph import short_key
 from memoryd.client import Client, connect
+from memoryd.daemon.runtime import Runtime
 from memoryd.embedded import EmbeddedRedis
 from memoryd.embedding import Embedder
-from memoryd.present_graph import short_key
 from memoryd.results import Related, SearchRequest
-from memoryd.runtime import Runtime
 from memoryd.ui import UI_QUERY
 from memoryd.ui.app import COOKIE, CSP, UiApp
 from memoryd.ui.pages import RELATIONS, when

@@ -9,8 +9,8 @@ from memoryd import vocabulary
 from memoryd.config import Settings
 from memoryd.ids import entity_id, file_entity_id, split_file_key
 from memoryd.store import SCHEMA_DIR
-from workers.entities import canonical_file
-from workers.transcripts import model
+from workers.stages.entities import canonical_file
+from workers.stages.transcripts import model
 
 _RELATION = re.compile(
     r"DEFINE TABLE IF NOT EXISTS (\w+) TYPE RELATION IN (\w+) OUT (\w+)", re.IGNORECASE

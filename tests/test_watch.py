@@ -18,9 +18,9 @@ import pytest_asyncio
 
 import workers.indexing
 from memoryd import projects, queue
+from memoryd.daemon.runtime import Runtime
 from memoryd.embedding import Embedder
 from memoryd.projects import Project
-from memoryd.runtime import Runtime
 from memoryd.watch.repos import RepoWatcher
 from memoryd.watch.repos import _Handler as watchdog_handler
 from tests.conftest import git, queued_search, settle

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from memoryd import jobs, projects, queue
-from memoryd.runtime import Runtime
+from memoryd.daemon.runtime import Runtime
 from memoryd.watch.repos import RepoWatcher
 from memoryd.watch.transcripts import (
     AIDER_LOG,

@@ -1,4 +1,4 @@
-"""Query jobs behind the hooks at the moment of action (memoryd/hooks.py): what the graph
+"""Query jobs behind the hooks at the moment of action (memoryd/agent/hooks.py): what the graph
 knows about a file an agent is about to edit, and about a failure it just met.
 
 Both answer only from one project's sessions (the hook's repository), leave out the asking
@@ -10,14 +10,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from memoryd import agent
+from memoryd import agent_shared as agent
 from memoryd.anchors import action_states, anchor_states, anchor_text
 from memoryd.ids import entity_id, split_file_key
 from memoryd.store import plain
 from memoryd.vocabulary import AGENT_MEMORY_KINDS, ERROR, MODIFIES
-from workers.codegraph.views import co_changed
 from workers.context import JobContext
-from workers.entities import canonical_error, canonical_file
+from workers.graph_views import co_changed
+from workers.stages.entities import canonical_error, canonical_file
 
 # Earlier sessions, notes and resolutions one answer holds at most (the hook's budget is ~600
 # characters: more would never be shown).
@@ -122,7 +122,7 @@ async def file_context(
         for n in found
     ]
     # Files the repository's history changes together with this one, often enough to say
-    # "usually" (CHANGES_WITH, workers/codegraph/cochange.py).
+    # "usually" (CHANGES_WITH, workers/cochange.py).
     usually = [
         c for c in await co_changed(store, [key], MAX_CO_CHANGED) if c["count"] >= MIN_CO_CHANGES
     ]
@@ -137,7 +137,7 @@ async def file_context(
 
 
 async def error_context(ctx: JobContext, project: str, text: str, session: str) -> dict[str, Any]:
-    """Where the error of this failure output (its signature, workers/entities.py) was seen
+    """Where the error of this failure output (its signature, workers/stages/entities.py) was seen
     before in `project`, and what fixed it there. Empty when it was never seen before."""
     store = ctx["store"]
     error = canonical_error(text)

@@ -11,10 +11,10 @@ if TYPE_CHECKING:
     from memoryd.channel import Answer
     from memoryd.config import Settings
     from memoryd.embedding import Embedder
-    from memoryd.indexsync import IndexSync
+    from memoryd.searchindex.indexsync import IndexSync
     from memoryd.store import Store
     from workers.counts import Counted
-    from workers.reader import Reader
+    from workers.stages.reader import Reader
 
 
 class JobContext(TypedDict, total=False):
@@ -22,7 +22,7 @@ class JobContext(TypedDict, total=False):
     ``reader`` (a process that reads and cuts files), ``settings``, ``status_counts`` and
     ``queries`` (the query functions by name, for work that
     asks several: the hooks) are set by the runtime that serves the queues
-    (memoryd/runtime.py); ``redis``, ``job_id``, ``job_try`` and ``enqueue_time`` by arq for
+    (memoryd/daemon/runtime.py); ``redis``, ``job_id``, ``job_try`` and ``enqueue_time`` by arq for
     each run."""
 
     store: Store

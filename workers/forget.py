@@ -20,9 +20,10 @@ from arq import ArqRedis
 from arq.constants import result_key_prefix
 from redis.exceptions import ResponseError
 
-from memoryd import agent, queue
+from memoryd import agent_shared as agent
+from memoryd import queue
+from memoryd.database.export import BACKUPS, drop_from_backups
 from memoryd.errors import InvalidRequest, NotFound
-from memoryd.export import BACKUPS, drop_from_backups
 from memoryd.jobs import JOBS_QUEUE, QUERY_QUEUE
 from memoryd.store import Ref
 from workers.context import JobContext
@@ -58,7 +59,7 @@ async def forget(ctx: JobContext, ids: list[str]) -> dict[str, Any]:
 
 async def forget_rows(ctx: JobContext, refs: Sequence[Ref]) -> list[Ref]:
     """THE deletion path (see the module's docstring): the rows leave the database and the
-    derived search indexes together (memoryd.indexsync). Returns the rows removed."""
+    derived search indexes together (memoryd.searchindex.indexsync). Returns the rows removed."""
     gone = await ctx["search"].forget(refs)
     await ctx["store"].remember_forgotten_rows(r for r in gone if r.table in FORGETTABLE)
     return gone

@@ -51,7 +51,6 @@ from memoryd.ids import (
     symbol_entity_id,
     symbol_key,
 )
-from memoryd.indexsync import IndexSync
 from memoryd.scan import (
     SECRET_FILE,
     generated_by_name,
@@ -60,13 +59,14 @@ from memoryd.scan import (
     secret_file,
     wanted_paths,
 )
+from memoryd.searchindex.indexsync import IndexSync
 from memoryd.store import QueryFailed
-from workers.chunking import chunk_text, language_for_path
-from workers.codegraph import GraphRows, file_graph
 from workers.context import JobContext
 from workers.locks import held
-from workers.reader import MANY_FILES
-from workers.redact import SecretMemory, redact
+from workers.stages.chunking import chunk_text, language_for_path
+from workers.stages.codegraph import GraphRows, file_graph
+from workers.stages.reader import MANY_FILES
+from workers.stages.redact import SecretMemory, redact
 
 log = logging.getLogger(__name__)
 
@@ -306,7 +306,7 @@ def _look(
         return look
     try:
         look.plan = plan_file(project_id, rel, content.text, content.hash, max_chars)
-        # The code graph, resolved against the tree on disk (workers/codegraph).
+        # The code graph, resolved against the tree on disk (workers/stages/codegraph).
         look.plan.graph = file_graph(project_id, root, rel, content.text, language_for_path(rel))
     except Exception as exc:  # a chunker bug must not cost the rest of the batch
         look.action, look.reason = "skipped", f"chunking failed: {type(exc).__name__}: {exc}"
@@ -603,7 +603,7 @@ async def _index_round(
     keep = {rel for rel in keep if settings.remembers(root / rel)}
     looks: list[_Look] = []
     groups: dict[str, _Rows] = {}
-    # A job of many files reads them in the reader's process (workers/reader.py).
+    # A job of many files reads them in the reader's process (workers/stages/reader.py).
     reader = ctx.get("reader") if len(paths) >= MANY_FILES else None
     for rel in paths:
         previous = states.get(rel)

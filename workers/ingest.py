@@ -30,9 +30,9 @@ from memoryd.scan import not_regular
 from memoryd.store import Ref
 from memoryd.watch.transcripts import rewritten_whole
 from workers.context import JobContext
-from workers.entities import Entity, canonical_tool
 from workers.resolutions import resolve_sessions
-from workers.transcripts import (
+from workers.stages.entities import Entity, canonical_tool
+from workers.stages.transcripts import (
     Action,
     Denied,
     Goal,
@@ -49,7 +49,7 @@ from workers.transcripts import (
     read_lines,
     split_lines,
 )
-from workers.transcripts.model import norm_time
+from workers.stages.transcripts.model import norm_time
 
 log = logging.getLogger(__name__)
 
@@ -315,7 +315,7 @@ def _head(path: str, compressed: bool) -> bytes:
 
 
 def _subagent_meta(path: str) -> dict[str, Any] | None:
-    from workers.transcripts.claude_code import subagent_meta_path
+    from workers.stages.transcripts.claude_code import subagent_meta_path
 
     meta = subagent_meta_path(path)
     if not meta:

@@ -13,10 +13,11 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from memoryd import hooks, jobs
+from memoryd import jobs
+from memoryd.agent import hooks
 from memoryd.config import Settings
 from memoryd.embedding import embed_off_loop
-from memoryd.indexsync import IndexSync
+from memoryd.searchindex.indexsync import IndexSync
 from memoryd.store import VECTOR_TABLES, Store
 from memoryd.store.maintenance import Decay, PruneRules
 from workers.context import JobContext

@@ -15,7 +15,8 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from memoryd import agent, vocabulary
+from memoryd import agent_shared as agent
+from memoryd import vocabulary
 from memoryd.anchors import make_anchors
 from memoryd.embedding import embed_off_loop
 from memoryd.errors import InvalidRequest
@@ -24,8 +25,8 @@ from memoryd.store import Ref
 from memoryd.store.recall import NOTES_AGENT
 from memoryd.vocabulary import SYMBOL
 from workers.context import JobContext
-from workers.entities import Entity, canonical_file
 from workers.ingest import EMBED_CHARS
+from workers.stages.entities import Entity, canonical_file
 
 # Characters a note may hold: a decision with its reasons, not a document.
 MAX_NOTE_CHARS = 8000

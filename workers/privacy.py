@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from memoryd.errors import InvalidRequest, NotFound
-from memoryd.search import resolve_project
+from memoryd.searchindex.search import resolve_project
 from memoryd.watch.transcripts import transcript_files
 from workers.context import JobContext
 from workers.forget import erase_traces, forget_rows, per_table

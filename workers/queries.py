@@ -6,22 +6,25 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
-from memoryd import agent, hooks, metrics, queue, views
-from memoryd import search as search_module
-from memoryd.agent import check_budget
+from memoryd import agent_shared as agent
+from memoryd import queue, views
+from memoryd.agent import hooks
+from memoryd.agent_shared import check_budget
 from memoryd.anchors import action_states, anchor_states, anchor_text
 from memoryd.client import Client, remembered
-from memoryd.compact import DB_DIR, size
+from memoryd.daemon import metrics
+from memoryd.database.compact import DB_DIR, size
 from memoryd.errors import InvalidRequest, NotFound
 from memoryd.ids import split_file_key
 from memoryd.jobs import JOBS_QUEUE, QUERY_QUEUE
 from memoryd.results import SearchRequest, SearchResult
+from memoryd.searchindex import search as search_module
 from memoryd.store import key_of, plain
 from memoryd.vocabulary import MODIFIES
 from workers.context import JobContext
 from workers.counts import Counted
-from workers.entities import canonical_file
 from workers.notes import notes_session_id
+from workers.stages.entities import canonical_file
 
 
 async def search(ctx: JobContext, request: dict[str, Any]) -> dict[str, Any]:
@@ -510,7 +513,7 @@ async def hook(
 
 
 async def injections(ctx: JobContext, limit: int) -> list[dict[str, str]]:
-    """What the hooks injected into sessions lately, newest first (memoryd/hooks.py)."""
+    """What the hooks injected into sessions lately, newest first (memoryd/agent/hooks.py)."""
     return await asyncio.to_thread(hooks.injections, ctx["settings"], limit)
 
 

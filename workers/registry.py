@@ -1,5 +1,6 @@
 """arq worker definitions: which functions run on which queue, with what limits. This module is
-the job table memoryd/runtime.py's JOB_TABLE names: the serving process loads it by that name."""
+the job table memoryd/daemon/runtime.py's JOB_TABLE names: the serving process loads it by that
+name."""
 
 from __future__ import annotations
 
@@ -12,20 +13,21 @@ from arq.connections import RedisSettings
 from arq.cron import CronJob, cron
 from arq.worker import Function, func
 
-from memoryd import jobs, metrics, queue
+from memoryd import jobs, queue
 from memoryd.channel import Answer
 from memoryd.config import SCHEDULE_OFF, Settings, parse_schedule
+from memoryd.daemon import metrics
+from memoryd.daemon.metrics import JobFunction
 from memoryd.errors import Failure, InvalidRequest, JobFailed, MemorydError
 from memoryd.jobs import JOBS_QUEUE, QUERY_QUEUE, JobSpec
-from memoryd.metrics import JobFunction
 from workers import action_context, forget, maintenance, notes, privacy, queries, transfer
-from workers.codegraph import views as codegraph_views
-from workers.codegraph.cochange import update_cochange
+from workers import graph_views as codegraph_views
+from workers.cochange import update_cochange
 from workers.context import JobContext
 from workers.counts import Counted
 from workers.indexing import embed_chunks, index_files
 from workers.ingest import ingest_transcript
-from workers.reader import Reader
+from workers.stages.reader import Reader
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +50,8 @@ def portable_errors(function: JobFunction) -> JobFunction:
         except Exception as exc:
             if queue.server_lost(exc):
                 # Redis is gone or refuses writes: the serving process says so in one line
-                # (memoryd/runtime.py). Not a failure of the job, which stays queued to run again.
+                # (memoryd/daemon/runtime.py). Not a failure of the job, which stays queued to run
+                # again.
                 raise Retry(defer=1) from None
             log.exception("job %s failed", function.__name__)
             raise JobFailed(f"{type(exc).__name__}: {exc}") from None

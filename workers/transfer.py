@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from memoryd.export import DERIVED_FIELDS, cleaned_row
-from memoryd.search import resolve_project
+from memoryd.database.export import DERIVED_FIELDS, cleaned_row
+from memoryd.searchindex.search import resolve_project
 from memoryd.store.transfer import NOT_EXPORTED
 from memoryd.vocabulary import RETIRED_EDGE_TABLES
 from workers.context import JobContext
-from workers.redact import redact
+from workers.stages.redact import redact
 
 
 async def export_tables(ctx: JobContext, project: str | None) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""Reads and writes behind the context at the moment of action (memoryd/hooks.py): what earlier
-sessions did to a file before an edit, and where an error was seen and what fixed it after a
+"""Reads and writes behind the context at the moment of action (memoryd/agent/hooks.py): what
+earlier sessions did to a file before an edit, and where an error was seen and what fixed it after a
 failure; and the RESOLVED_BY edges that say the latter (workers/resolutions.py)."""
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ _TABLES = tuple(edge.table for edge in CODE_GRAPH_EDGES)
 
 
 def graph_params(graph: Sequence[Any], written: Iterable[str] = ()) -> dict[str, Any]:
-    """Query parameters of the graph rows of a batch of files (workers/codegraph GraphRows);
+    """Query parameters of the graph rows of a batch of files (workers/stages/codegraph GraphRows);
     `written`: ids of entities the same transaction upserts already."""
     edges: dict[str, list[dict[str, Any]]] = {t: [] for t in _TABLES}
     refs: list[dict[str, Any]] = []

@@ -1,4 +1,4 @@
-"""Rewriting stored rows smaller (migration steps 010, 013 and 025, memoryd/migrate.py):
+"""Rewriting stored rows smaller (migration steps 010, 013 and 025, memoryd/database/migrate.py):
 vectors from arrays of floats to packed half floats, and a copy of the whole database (less
 tables no longer used) into fresh files.
 

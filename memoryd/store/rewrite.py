@@ -1,5 +1,5 @@
 """Reading rows by the group they were written in, and patching them in place: what a data
-migration step that rewrites stored text needs (memoryd/migrate.py)."""
+migration step that rewrites stored text needs (memoryd/database/migrate.py)."""
 
 from __future__ import annotations
 

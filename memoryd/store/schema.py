@@ -1,5 +1,5 @@
 """The schema's state in the database: applied migration steps, and vector indexes fitted to
-the model's dimension. The sequence itself is memoryd/migrate.py."""
+the model's dimension. The sequence itself is memoryd/database/migrate.py."""
 
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ from starlette.responses import (
 )
 from starlette.routing import Route
 
-from memoryd import mcp_server
+from memoryd.agent import mcp_server
 from memoryd.client import Client
 from memoryd.config import Settings
 from memoryd.errors import InvalidRequest, MemorydError, NotFound
@@ -248,7 +248,7 @@ class UiApp:
             query = chosen.get("q", "").strip()
             if not query:
                 return form
-            found = await memoryd.search(
+            found = await memoryd.searchindex.search(
                 SearchRequest(
                     query,
                     (chosen.get("kind") or "code",),

@@ -9,8 +9,8 @@ from html import escape
 from typing import Any
 from urllib.parse import urlencode
 
-from memoryd.agent import qualified
-from memoryd.present_graph import SECTIONS, short_key
+from memoryd.agent.present_graph import SECTIONS, short_key
+from memoryd.agent_shared import qualified
 from memoryd.results import FileHistory, GraphLink, Record, Related, SearchResult, SessionReplay
 
 NAV = (("/", "Overview"), ("/sessions", "Sessions"), ("/search", "Search"), ("/memory", "Memory"))

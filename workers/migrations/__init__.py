@@ -1,1 +1,2 @@
-"""The data steps of memoryd/migrate.py that run a worker's stage again over stored rows."""
+"""The data steps of memoryd/database/migrate.py that run a worker's stage again over stored
+rows."""

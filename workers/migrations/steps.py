@@ -1,8 +1,8 @@
-"""The data steps (memoryd/migrate.py) that run a worker's stage again over stored rows: the
-secret scrub, the edges derived again from stored tool calls (workers/rederive.py), the
-failures' resolutions and the code graph of files indexed before it existed. memoryd/migrate.py
-names them in its DATA_STEPS by dotted path, so memoryd never imports workers/. Each takes the
-batch size memoryd/migrate.py pages by."""
+"""The data steps (memoryd/database/migrate.py) that run a worker's stage again over stored
+rows: the secret scrub, the edges derived again from stored tool calls (rederive.py), the
+failures' resolutions and the code graph of files indexed before it existed.
+memoryd/database/migrate.py names them in its DATA_STEPS by dotted path, so memoryd never
+imports workers/. Each takes the batch size memoryd/database/migrate.py pages by."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 from memoryd.config import Settings
 from memoryd.store import Store
-from workers.codegraph import file_graph_of
-from workers.redact import SCRUB_FIELDS, scrub_rows
-from workers.rederive import READ_AGAIN_2, rederive_all
+from workers.migrations.rederive import READ_AGAIN_2, rederive_all
 from workers.resolutions import resolve_sessions
+from workers.stages.codegraph import file_graph_of
+from workers.stages.redact import SCRUB_FIELDS, scrub_rows
 
 # The database engine merges its table files on every fourth reopen or so; the old versions of
 # rewritten rows (secrets, in the scrub) are gone from disk only after such a merge.
@@ -50,8 +50,8 @@ async def scrub_secrets(store: Store, settings: Settings, page: int) -> None:
 
 
 async def rederive_edges(store: Store, settings: Settings, page: int) -> None:
-    """Edges and entities of stored tool calls by today's extraction rules (workers/rederive.py
-    says from what): shell reads and writes become READS/MODIFIES, names that are no file go,
+    """Edges and entities of stored tool calls by today's extraction rules (rederive.py says
+    from what): shell reads and writes become READS/MODIFIES, names that are no file go,
     failures get today's signatures. Resumable: a page done before is derived again from the
     same facts to the same edges."""
     await rederive_all(store, settings, page)

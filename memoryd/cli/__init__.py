@@ -1,0 +1,1 @@
+"""The `memoryd` command: its commands, doctor, the service manager, purge, logs."""

@@ -1,0 +1,1 @@
+"""The database as a whole: the migrations, the export and the compaction."""

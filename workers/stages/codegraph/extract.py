@@ -1,0 +1,742 @@
+"""Definitions, imports, calls and base classes of one source file, from its syntax tree.
+
+Pure: text in, a :class:`FileGraph` of plain data out. Resolution to files and symbols of the
+project is a separate stage (workers/stages/codegraph/resolve.py).
+
+Symbols are what the chunker names: top-level functions, classes and module-level names, and
+the members of a class-like body (parent = the innermost class). A function nested in a
+function is not a symbol: its calls count as calls of the symbol around it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+
+from tree_sitter import Node
+
+from workers.stages.chunking import parser_for
+
+__all__ = ["GRAPH_LANGUAGES", "Call", "Definition", "FileGraph", "Import", "Inherit", "extract"]
+
+
+@dataclass(frozen=True, slots=True)
+class Definition:
+    name: str
+    parent: str | None  # the innermost class-like definition around it
+    kind: str  # function | method | class | name
+    line: int  # 1-based
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.parent}.{self.name}" if self.parent else self.name
+
+
+@dataclass(frozen=True, slots=True)
+class Import:
+    """`module` as written (`.connections`, `arq.jobs`, `./util`, `fmt`, `crate::a::b`);
+    `names`: (imported name, local name) pairs; `alias`: the local name bound to the module
+    itself (`import a.b as m`, `import * as m`, Go's package name), if any."""
+
+    module: str
+    line: int
+    names: tuple[tuple[str, str], ...] = ()
+    alias: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A call in `scope` (a definition's qualified name; None at module level) of `name`,
+    through `receiver` (`self`, a module alias, a class name…) when there is one."""
+
+    scope: str | None
+    name: str
+    receiver: str | None
+    line: int
+    # The class the receiver is an instance of, when the file says (Python: a parameter's
+    # annotation, `x = Cls(...)`, `with Cls(...) as x`, `self.x = Cls(...)`), as written.
+    instance_of: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Inherit:
+    cls: str  # qualified name of the class
+    base: str  # the base as written, last dotted part is its name
+    line: int
+
+
+@dataclass(slots=True)
+class FileGraph:
+    language: str
+    definitions: list[Definition] = field(default_factory=list)
+    imports: list[Import] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
+    inherits: list[Inherit] = field(default_factory=list)
+    package: str | None = None  # Java's `package a.b;`: where the source root is
+
+
+def _text(node: Node | None) -> str:
+    return node.text.decode("utf-8", "replace") if node is not None and node.text else ""
+
+
+def _line(node: Node) -> int:
+    return node.start_point[0] + 1
+
+
+def _walk(node: Node) -> Iterator[Node]:
+    """Every node under `node` (not itself), depth first, without recursion."""
+    stack = list(reversed(node.children))
+    while stack:
+        child = stack.pop()
+        yield child
+        stack.extend(reversed(child.children))
+
+
+class _Scopes:
+    """Walks the tree keeping the symbol a node sits in: `scope` for calls, `parent` for
+    definitions."""
+
+    def __init__(self, graph: FileGraph) -> None:
+        self.graph = graph
+
+    def define(self, name: str, parent: str | None, kind: str, node: Node) -> str:
+        found = Definition(name, parent, kind, _line(node))
+        self.graph.definitions.append(found)
+        return found.qualified
+
+
+# --- Python -------------------------------------------------------------------------------------
+
+
+def _python(root: Node, graph: FileGraph) -> None:
+    scopes = _Scopes(graph)
+    typing = _PythonTypes()
+
+    def visit(node: Node, cls: str | None, scope: str | None, top: bool) -> None:
+        for child in node.children:
+            kind = child.type
+            if kind in ("assignment", "as_pattern") and scope is not None:
+                typing.note(child, cls, scope)
+            if kind == "decorated_definition":
+                inner = child.child_by_field_name("definition")
+                for deco in child.children:
+                    if deco.type == "decorator":
+                        visit(deco, cls, scope, False)
+                if inner is not None:
+                    visit_def(inner, cls, scope, top)
+            elif kind in ("function_definition", "class_definition"):
+                visit_def(child, cls, scope, top)
+            elif kind == "import_statement":
+                for name in child.children_by_field_name("name"):
+                    if name.type == "aliased_import":
+                        module = _text(name.child_by_field_name("name"))
+                        alias = _text(name.child_by_field_name("alias"))
+                        graph.imports.append(Import(module, _line(child), alias=alias))
+                    else:
+                        module = _text(name)
+                        # `import a.b` binds `a`; calls through `a.b.f` are seen as receiver a.b
+                        graph.imports.append(Import(module, _line(child), alias=module))
+            elif kind == "import_from_statement":
+                module = _text(child.child_by_field_name("module_name"))
+                names: list[tuple[str, str]] = []
+                for name in child.children_by_field_name("name"):
+                    if name.type == "aliased_import":
+                        names.append(
+                            (
+                                _text(name.child_by_field_name("name")),
+                                _text(name.child_by_field_name("alias")),
+                            )
+                        )
+                    else:
+                        names.append((_text(name), _text(name).rsplit(".", 1)[-1]))
+                graph.imports.append(Import(module, _line(child), tuple(names)))
+            elif kind == "call":
+                add_call(child, scope)
+                visit(child, cls, scope, False)
+            elif top and kind in ("assignment", "expression_statement"):
+                # The grammar puts a module's assignments straight under it (no statement).
+                for assign in (child, *child.children):
+                    if assign.type == "assignment":
+                        left = assign.child_by_field_name("left")
+                        if left is not None and left.type == "identifier":
+                            scopes.define(_text(left), cls, "name", left)
+                visit(child, cls, scope, False)
+            elif child.child_count:  # a leaf (half the nodes) holds nothing: no call for it
+                visit(child, cls, scope, top and kind in ("block", "if_statement", "else_clause"))
+
+    def visit_def(node: Node, cls: str | None, scope: str | None, top: bool) -> None:
+        name = _text(node.child_by_field_name("name"))
+        is_class = node.type == "class_definition"
+        if top:  # a symbol: module level or a class body
+            kind = "class" if is_class else ("method" if cls else "function")
+            qualified = scopes.define(name, cls, kind, node)
+        else:
+            qualified = scope or name
+        if is_class:
+            bases = node.child_by_field_name("superclasses")
+            for base in bases.named_children if bases is not None else []:
+                if base.type in ("identifier", "attribute"):
+                    graph.inherits.append(Inherit(qualified, _text(base), _line(base)))
+            for part in ("superclasses", "type_parameters"):
+                sub = node.child_by_field_name(part)
+                if sub is not None:
+                    visit(sub, cls, scope, False)
+        for part in ("parameters", "return_type"):
+            sub = node.child_by_field_name(part)
+            if sub is not None:
+                visit(sub, cls, scope, False)
+        if not is_class:
+            typing.parameters(node.child_by_field_name("parameters"), qualified)
+        body = node.child_by_field_name("body")
+        if body is not None:
+            if is_class and top:
+                visit(body, name, qualified, True)
+            else:
+                visit(body, cls, qualified, False)
+
+    def add_call(node: Node, scope: str | None) -> None:
+        func = node.child_by_field_name("function")
+        if func is None:
+            return
+        if func.type == "identifier":
+            graph.calls.append(Call(scope, _text(func), None, _line(node)))
+        elif func.type == "attribute":
+            receiver = func.child_by_field_name("object")
+            attr = _text(func.child_by_field_name("attribute"))
+            graph.calls.append(Call(scope, attr, _receiver(receiver), _line(node)))
+
+    visit(root, None, None, True)
+    graph.calls = [typing.typed(call, _class_of(call.scope, graph)) for call in graph.calls]
+
+
+def _class_of(scope: str | None, graph: FileGraph) -> str | None:
+    """The class a method's `self` is: the parent of the scope's definition."""
+    if not scope or "." not in scope:
+        return None
+    return scope.rsplit(".", 1)[0]
+
+
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def _class_name(text: str) -> str | None:
+    """The class an annotation names, if one (`Auth`, `"Auth"`, `Optional[x.Auth]`,
+    `Auth | None`); None for anything else (a union of classes, a generic container)."""
+    text = text.strip().strip("'\"")
+    if text.startswith(("Optional[", "typing.Optional[")) and text.endswith("]"):
+        text = text[text.index("[") + 1 : -1].strip().strip("'\"")
+    parts = [p.strip() for p in text.split("|") if p.strip() != "None"]
+    if len(parts) != 1 or not _DOTTED.fullmatch(parts[0]):
+        return None
+    return parts[0]
+
+
+def _constructed(node: Node | None) -> str | None:
+    """`Cls(...)`/`mod.Cls(...)`: the class, by the convention that classes are capitalised."""
+    if node is None or node.type != "call":
+        return None
+    func = node.child_by_field_name("function")
+    if func is None or func.type not in ("identifier", "attribute"):
+        return None
+    text = _text(func)
+    return text if _DOTTED.fullmatch(text) and text.rsplit(".", 1)[-1][:1].isupper() else None
+
+
+class _PythonTypes:
+    """What class a local name or a `self` attribute holds, where the file says it plainly;
+    a name given two different classes holds none (no flow analysis)."""
+
+    def __init__(self) -> None:
+        self.local: dict[tuple[str, str], str | None] = {}  # (scope, name) -> class
+        self.attrs: dict[tuple[str, str], str | None] = {}  # (class, attribute) -> class
+
+    def _set(self, into: dict[tuple[str, str], str | None], key: tuple[str, str], cls: str) -> None:
+        into[key] = cls if into.get(key, cls) == cls else None
+
+    def parameters(self, node: Node | None, scope: str) -> None:
+        for param in node.named_children if node is not None else []:
+            if param.type not in ("typed_parameter", "typed_default_parameter"):
+                continue
+            name = param.child_by_field_name("name") or next(
+                (c for c in param.named_children if c.type == "identifier"), None
+            )
+            found = _class_name(_text(param.child_by_field_name("type")))
+            if name is not None and found:
+                self._set(self.local, (scope, _text(name)), found)
+
+    def note(self, node: Node, cls: str | None, scope: str) -> None:
+        if node.type == "as_pattern":  # `with Cls(...) as x`
+            left = node.child_by_field_name("alias")
+            left = left.named_children[0] if left is not None and left.named_children else None
+            value = node.named_children[0] if node.named_children else None
+        else:
+            left, value = node.child_by_field_name("left"), node.child_by_field_name("right")
+        if left is None:
+            return
+        annotation = node.child_by_field_name("type") if node.type == "assignment" else None
+        found = _class_name(_text(annotation)) if annotation is not None else None
+        if found is None:
+            found = _constructed(value)
+        if found is None and value is not None and value.type == "identifier":
+            found = self.local.get((scope, _text(value)))  # `self.x = x` of a typed parameter
+        if found is None:
+            return
+        if left.type == "identifier":
+            self._set(self.local, (scope, _text(left)), found)
+        elif left.type == "attribute" and cls is not None:
+            obj = left.child_by_field_name("object")
+            if obj is not None and _text(obj) == "self":
+                self._set(self.attrs, (cls, _text(left.child_by_field_name("attribute"))), found)
+
+    def typed(self, call: Call, cls: str | None) -> Call:
+        receiver = call.receiver
+        if not receiver or receiver == COMPUTED or not call.scope:
+            return call
+        if "." not in receiver:
+            found = self.local.get((call.scope, receiver))
+        elif receiver.count(".") == 1 and receiver.startswith("self.") and cls is not None:
+            found = self.attrs.get((cls, receiver[5:]))
+        else:
+            return call
+        return replace(call, instance_of=found) if found else call
+
+
+# The receiver of a call on a computed value (`f().g()`, `x[0].g()`): never a name in scope.
+COMPUTED = "?"
+
+
+def _receiver(node: Node | None) -> str | None:
+    """A dotted receiver (`self`, `a.b`, `pkg`); COMPUTED for anything else (`f().g()`)."""
+    if node is None:
+        return None
+    if node.type in ("identifier", "self", "this", "super", "package_identifier"):
+        return _text(node)
+    if node.type in ("attribute", "member_expression", "selector_expression", "field_access"):
+        text = _text(node)
+        return text if all(part.isidentifier() for part in text.split(".")) else COMPUTED
+    if node.type in ("scoped_identifier", "scoped_type_identifier"):
+        return _text(node)
+    if node.type == "call" and _text(node.child_by_field_name("function")) == "super":
+        return "super"  # Python's `super().m()`
+    return COMPUTED
+
+
+# --- TypeScript / JavaScript ----------------------------------------------------------------------
+
+_JS_CLASS = frozenset({"class_declaration", "class", "abstract_class_declaration"})
+_JS_FUNCTION = frozenset({"function_declaration", "generator_function_declaration"})
+_JS_METHOD = frozenset({"method_definition", "method_signature", "abstract_method_signature"})
+
+
+def _js(root: Node, graph: FileGraph) -> None:
+    scopes = _Scopes(graph)
+
+    def visit(node: Node, cls: str | None, scope: str | None, top: bool) -> None:
+        for child in node.children:
+            kind = child.type
+            if kind in ("export_statement", "program"):
+                visit(child, cls, scope, top)
+            elif kind in _JS_CLASS or kind == "interface_declaration":
+                name = _text(child.child_by_field_name("name"))
+                qualified = scopes.define(name, cls, "class", child) if top and name else scope
+                for sub in _walk(child):
+                    # JavaScript's heritage holds the expression; TypeScript's, clauses
+                    if sub.type in (
+                        "class_heritage",
+                        "extends_clause",
+                        "implements_clause",
+                        "extends_type_clause",
+                    ):
+                        for base in sub.named_children:
+                            if base.type in ("identifier", "type_identifier", "member_expression"):
+                                graph.inherits.append(
+                                    Inherit(qualified or name, _text(base), _line(base))
+                                )
+                    if sub.type in ("class_body", "interface_body", "object_type"):
+                        break
+                body = child.child_by_field_name("body")
+                if body is not None:
+                    visit(body, name if top else cls, qualified, top)
+            elif kind in _JS_FUNCTION:
+                name = _text(child.child_by_field_name("name"))
+                qualified = scopes.define(name, cls, "function", child) if top else scope
+                visit(child, cls, qualified, False)
+            elif kind in _JS_METHOD and top and cls:
+                name = _text(child.child_by_field_name("name"))
+                qualified = scopes.define(name, cls, "method", child)
+                visit(child, cls, qualified, False)
+            elif kind in ("lexical_declaration", "variable_declaration") and top:
+                for decl in child.named_children:
+                    if decl.type != "variable_declarator":
+                        continue
+                    name_node = decl.child_by_field_name("name")
+                    _js_require(decl, graph)
+                    if name_node is None or name_node.type != "identifier":
+                        visit(decl, cls, scope, False)
+                        continue
+                    value = decl.child_by_field_name("value")
+                    is_fn = value is not None and value.type in (
+                        "arrow_function",
+                        "function_expression",
+                        "function",
+                    )
+                    qualified = scopes.define(
+                        _text(name_node), cls, "function" if is_fn else "name", name_node
+                    )
+                    visit(decl, cls, qualified if is_fn else scope, False)
+            elif kind == "public_field_definition" and top and cls:
+                name = _text(child.child_by_field_name("name"))
+                qualified = scopes.define(name, cls, "name", child)
+                visit(child, cls, qualified, False)
+            elif kind == "import_statement":
+                _js_import(child, graph)
+            elif kind in ("call_expression", "new_expression"):
+                add_call(child, scope)
+                visit(child, cls, scope, False)
+            else:
+                visit(child, cls, scope, False)
+
+    def add_call(node: Node, scope: str | None) -> None:
+        func = node.child_by_field_name(
+            "constructor" if node.type == "new_expression" else "function"
+        )
+        if func is None:
+            return
+        if func.type == "identifier":
+            graph.calls.append(Call(scope, _text(func), None, _line(node)))
+        elif func.type == "member_expression":
+            prop = func.child_by_field_name("property")
+            graph.calls.append(
+                Call(scope, _text(prop), _receiver(func.child_by_field_name("object")), _line(node))
+            )
+
+    visit(root, None, None, True)
+
+
+def _js_import(node: Node, graph: FileGraph) -> None:
+    source = _text(node.child_by_field_name("source")).strip("'\"`")
+    names: list[tuple[str, str]] = []
+    alias: str | None = None
+    for sub in _walk(node):
+        if sub.type == "import_specifier":
+            name = _text(sub.child_by_field_name("name"))
+            local = sub.child_by_field_name("alias")
+            names.append((name, _text(local) if local is not None else name))
+        elif sub.type == "namespace_import":
+            alias = _text(sub.named_children[-1]) if sub.named_children else None
+        elif sub.type == "import_clause":
+            first = sub.named_children[0] if sub.named_children else None
+            if first is not None and first.type == "identifier":
+                names.append(("default", _text(first)))
+    graph.imports.append(Import(source, _line(node), tuple(names), alias))
+
+
+def _js_require(decl: Node, graph: FileGraph) -> None:
+    """`const x = require('./x')` and `const {a, b} = require('./x')`."""
+    value = decl.child_by_field_name("value")
+    if value is None or value.type != "call_expression":
+        return
+    if _text(value.child_by_field_name("function")) != "require":
+        return
+    args = value.child_by_field_name("arguments")
+    strings = [a for a in (args.named_children if args else []) if a.type == "string"]
+    if not strings:
+        return
+    source = _text(strings[0]).strip("'\"`")
+    target = decl.child_by_field_name("name")
+    if target is not None and target.type == "identifier":
+        graph.imports.append(Import(source, _line(decl), alias=_text(target)))
+    elif target is not None and target.type == "object_pattern":
+        names = tuple(
+            (_text(p), _text(p))
+            for p in target.named_children
+            if p.type == "shorthand_property_identifier_pattern"
+        )
+        graph.imports.append(Import(source, _line(decl), names))
+
+
+# --- Go -----------------------------------------------------------------------------------------
+
+
+def _go(root: Node, graph: FileGraph) -> None:
+    scopes = _Scopes(graph)
+    for child in root.children:
+        kind = child.type
+        if kind == "import_declaration":
+            for spec in _walk(child):
+                if spec.type == "import_spec":
+                    path = _text(spec.child_by_field_name("path")).strip('"`')
+                    name = spec.child_by_field_name("name")
+                    alias = _text(name) if name is not None else path.rsplit("/", 1)[-1]
+                    graph.imports.append(Import(path, _line(spec), alias=alias))
+        elif kind == "function_declaration":
+            scope = scopes.define(_text(child.child_by_field_name("name")), None, "function", child)
+            _calls_in(child, scope, graph, "call_expression", "function", "selector_expression")
+        elif kind == "method_declaration":
+            receiver, var = _go_receiver(child.child_by_field_name("receiver"))
+            name = _text(child.child_by_field_name("name"))
+            scope = scopes.define(name, receiver, "method", child)
+            start = len(graph.calls)
+            _calls_in(child, scope, graph, "call_expression", "function", "selector_expression")
+            # The receiver variable is Go's `self`, whatever its name.
+            graph.calls[start:] = [
+                replace(c, receiver="self") if var and c.receiver == var else c
+                for c in graph.calls[start:]
+            ]
+        elif kind == "type_declaration":
+            for spec in child.named_children:
+                if spec.type not in ("type_spec", "type_alias"):
+                    continue
+                name = _text(spec.child_by_field_name("name"))
+                scopes.define(name, None, "class", spec)
+                body = spec.child_by_field_name("type")
+                # Embedded types (a field with a type and no name) are Go's inheritance.
+                for field_node in _walk(body) if body is not None else []:
+                    if (
+                        field_node.type == "field_declaration"
+                        and not field_node.children_by_field_name("name")
+                    ):
+                        base = field_node.child_by_field_name("type")
+                        if base is not None:
+                            graph.inherits.append(
+                                Inherit(name, _text(base).lstrip("*"), _line(field_node))
+                            )
+                    elif field_node.type == "type_elem":
+                        graph.inherits.append(Inherit(name, _text(field_node), _line(field_node)))
+        elif kind in ("var_declaration", "const_declaration"):
+            for spec in _walk(child):
+                if spec.type in ("var_spec", "const_spec"):
+                    for name in spec.children_by_field_name("name"):
+                        scopes.define(_text(name), None, "name", name)
+            _calls_in(child, None, graph, "call_expression", "function", "selector_expression")
+
+
+def _go_receiver(node: Node | None) -> tuple[str | None, str | None]:
+    """(type name, variable name) of a method's receiver `(s *Server)`."""
+    typ = var = None
+    for sub in _walk(node) if node is not None else []:
+        if sub.type == "type_identifier" and typ is None:
+            typ = _text(sub)
+        elif sub.type == "identifier" and var is None:
+            var = _text(sub)
+    return typ, var
+
+
+def _calls_in(
+    node: Node,
+    scope: str | None,
+    graph: FileGraph,
+    call_type: str,
+    field_name: str,
+    *members: str,
+) -> None:
+    """Calls under `node` whose callee (field `field_name`) is a name or a member access."""
+    for sub in _walk(node):
+        if sub.type != call_type:
+            continue
+        func = sub.child_by_field_name(field_name)
+        if func is None:
+            continue
+        if func.type == "identifier":
+            graph.calls.append(Call(scope, _text(func), None, _line(sub)))
+        elif func.type in members:
+            name = func.child_by_field_name("field") or func.child_by_field_name("name")
+            operand = func.child_by_field_name("operand") or func.child_by_field_name("value")
+            if operand is None:  # rust scoped_identifier: path::name
+                operand = func.child_by_field_name("path")
+            graph.calls.append(Call(scope, _text(name), _receiver(operand), _line(sub)))
+
+
+# --- Rust ---------------------------------------------------------------------------------------
+
+
+def _rust(root: Node, graph: FileGraph) -> None:
+    scopes = _Scopes(graph)
+
+    def calls(node: Node, scope: str | None) -> None:
+        _calls_in(
+            node,
+            scope,
+            graph,
+            "call_expression",
+            "function",
+            "scoped_identifier",
+            "field_expression",
+        )
+
+    def visit(node: Node, owner: str | None) -> None:
+        for child in node.children:
+            kind = child.type
+            if kind == "function_item" or (kind == "function_signature_item" and owner):
+                name = _text(child.child_by_field_name("name"))
+                scope = scopes.define(name, owner, "method" if owner else "function", child)
+                calls(child, scope)
+            elif kind in ("struct_item", "enum_item", "trait_item", "union_item", "type_item"):
+                name = _text(child.child_by_field_name("name"))
+                scopes.define(name, None, "class", child)
+                if kind == "trait_item":
+                    bounds = child.child_by_field_name("bounds")
+                    for base in bounds.named_children if bounds is not None else []:
+                        graph.inherits.append(Inherit(name, _text(base), _line(base)))
+                    body = child.child_by_field_name("body")
+                    if body is not None:
+                        visit(body, name)
+            elif kind == "impl_item":
+                typ = _rust_type_name(child.child_by_field_name("type"))
+                trait = child.child_by_field_name("trait")
+                if typ and trait is not None:
+                    graph.inherits.append(Inherit(typ, _text(trait), _line(trait)))
+                body = child.child_by_field_name("body")
+                if body is not None and typ:
+                    visit(body, typ)
+            elif kind in ("const_item", "static_item"):
+                scopes.define(_text(child.child_by_field_name("name")), owner, "name", child)
+                calls(child, None)
+            elif kind == "use_declaration":
+                for module, names, alias in _rust_uses(child.child_by_field_name("argument"), ""):
+                    graph.imports.append(Import(module, _line(child), names, alias))
+            elif kind == "mod_item":
+                body = child.child_by_field_name("body")
+                if body is None:  # `mod x;`: a file of the crate
+                    graph.imports.append(
+                        Import(f"self::{_text(child.child_by_field_name('name'))}", _line(child))
+                    )
+                else:
+                    visit(body, owner)
+            elif kind == "declaration_list":
+                visit(child, owner)
+
+    visit(root, None)
+
+
+def _rust_type_name(node: Node | None) -> str | None:
+    if node is None:
+        return None
+    if node.type == "generic_type":
+        return _rust_type_name(node.child_by_field_name("type"))
+    return _text(node).rsplit("::", 1)[-1]
+
+
+def _rust_uses(
+    node: Node | None, prefix: str
+) -> Iterator[tuple[str, tuple[tuple[str, str], ...], str | None]]:
+    """(module path, names, alias) of a `use` tree: `a::b::C` imports C from a::b."""
+    if node is None:
+        return
+    join: Callable[[str], str] = lambda s: f"{prefix}::{s}" if prefix else s  # noqa: E731
+    if node.type in ("scoped_identifier", "identifier", "crate", "self", "super"):
+        full = join(_text(node))
+        module, _, name = full.rpartition("::")
+        yield (module, ((name, name),), None) if module else (full, (), full)
+    elif node.type == "use_as_clause":
+        full = join(_text(node.child_by_field_name("path")))
+        module, _, name = full.rpartition("::")
+        alias = _text(node.child_by_field_name("alias"))
+        yield (module, ((name, alias),), None) if module else (full, (), alias)
+    elif node.type == "scoped_use_list":
+        path = node.child_by_field_name("path")
+        base = join(_text(path)) if path is not None else prefix
+        yield from _rust_uses(node.child_by_field_name("list"), base)
+    elif node.type == "use_list":
+        for item in node.named_children:
+            yield from _rust_uses(item, prefix)
+    elif node.type == "use_wildcard":
+        yield (join(_text(node).removesuffix("::*")), (), None)
+
+
+# --- Java ---------------------------------------------------------------------------------------
+
+_JAVA_TYPES = frozenset(
+    {"class_declaration", "interface_declaration", "enum_declaration", "record_declaration"}
+)
+
+
+def _java(root: Node, graph: FileGraph) -> None:
+    scopes = _Scopes(graph)
+
+    def visit(node: Node, owner: str | None) -> None:
+        for child in node.children:
+            kind = child.type
+            if kind == "package_declaration":
+                graph.package = _text(child).removeprefix("package").removesuffix(";").strip()
+            elif kind == "import_declaration":
+                text = _text(child).removeprefix("import").removesuffix(";").strip()
+                text = text.removeprefix("static ").strip()
+                module, _, name = text.rpartition(".")
+                if name == "*":
+                    graph.imports.append(Import(module, _line(child)))
+                else:
+                    graph.imports.append(Import(module, _line(child), ((name, name),)))
+            elif kind in _JAVA_TYPES:
+                name = _text(child.child_by_field_name("name"))
+                scopes.define(name, owner, "class", child)
+                for part in ("superclass", "interfaces"):
+                    sub = child.child_by_field_name(part)
+                    for base in _walk(sub) if sub is not None else []:
+                        # `Comparable<X>` names Comparable; `a.B` is one base, not two
+                        outer = base.parent.type if base.parent is not None else ""
+                        if base.type in ("type_identifier", "scoped_type_identifier") and outer in (
+                            "superclass",
+                            "type_list",
+                            "generic_type",
+                        ):
+                            if outer == "generic_type" and base.prev_sibling is not None:
+                                continue
+                            graph.inherits.append(Inherit(name, _text(base), _line(base)))
+                for sub in child.children:
+                    if sub.type == "extends_interfaces":
+                        for base in _walk(sub):
+                            if base.type == "type_identifier":
+                                graph.inherits.append(Inherit(name, _text(base), _line(base)))
+                body = child.child_by_field_name("body")
+                if body is not None:
+                    visit(body, name)
+            elif kind in ("method_declaration", "constructor_declaration") and owner:
+                name = _text(child.child_by_field_name("name"))
+                scope = scopes.define(name, owner, "method", child)
+                java_calls(child, scope)
+            elif kind == "field_declaration" and owner:
+                for decl in child.children_by_field_name("declarator"):
+                    scopes.define(_text(decl.child_by_field_name("name")), owner, "name", decl)
+                java_calls(child, owner)
+            elif kind in ("class_body", "interface_body", "enum_body", "enum_body_declarations"):
+                visit(child, owner)
+
+    def java_calls(node: Node, scope: str | None) -> None:
+        for sub in _walk(node):
+            if sub.type == "method_invocation":
+                name = _text(sub.child_by_field_name("name"))
+                receiver = _receiver(sub.child_by_field_name("object"))
+                graph.calls.append(Call(scope, name, receiver, _line(sub)))
+            elif sub.type == "object_creation_expression":
+                typ = sub.child_by_field_name("type")
+                if typ is not None:
+                    graph.calls.append(Call(scope, _text(typ).split("<")[0], None, _line(sub)))
+
+    visit(root, None)
+
+
+_EXTRACTORS: dict[str, Callable[[Node, FileGraph], None]] = {
+    "python": _python,
+    "javascript": _js,
+    "typescript": _js,
+    "tsx": _js,
+    "go": _go,
+    "rust": _rust,
+    "java": _java,
+}
+GRAPH_LANGUAGES = frozenset(_EXTRACTORS)
+
+
+def extract(text: str, language: str | None) -> FileGraph | None:
+    """The graph facts of one file; None for a language without an extractor."""
+    if language not in _EXTRACTORS:
+        return None
+    parser = parser_for(language)
+    if parser is None:
+        return None
+    tree = parser.parse(text.encode("utf-8", "surrogatepass"))
+    graph = FileGraph(language)
+    _EXTRACTORS[language](tree.root_node, graph)
+    return graph
