@@ -131,9 +131,7 @@ async def in_process(data_dir: Path, runs: int, file: Path) -> dict[str, list[fl
     settings = load_settings(data_dir=data_dir)
     async with client.connect(settings) as memoryd:
         calls = {
-            "search (client API)": lambda: memoryd.searchindex.search(
-                SearchRequest(next(ASKED), limit=10)
-            ),
+            "search (client API)": lambda: memoryd.search(SearchRequest(next(ASKED), limit=10)),
             "status (client API)": memoryd.status,
             "history (client API)": lambda: memoryd.history(str(file)),
         }

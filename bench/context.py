@@ -177,7 +177,7 @@ async def hook_text(memoryd: client.Client, command: str, payload: dict[str, obj
 
 async def code_only(memoryd: client.Client, prompt: str, project: str) -> str:
     request = SearchRequest(prompt, limit=CODE_HITS, project=project)
-    hits = (await memoryd.searchindex.search(request)).hits
+    hits = (await memoryd.search(request)).hits
     if not hits:
         return ""
     records = await memoryd.get(

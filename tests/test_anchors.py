@@ -79,9 +79,7 @@ async def test_a_decision_about_a_function_reads_current_then_changed_then_delet
     [record] = await memoryd.get([memory])
     assert re.fullmatch(rf"changed since {WHEN} \(2 lines\)", record["anchor"] or "")
     hits = (
-        await memoryd.searchindex.search(
-            SearchRequest("which DSN schemes does from_dsn accept", ("memory",))
-        )
+        await memoryd.search(SearchRequest("which DSN schemes does from_dsn accept", ("memory",)))
     ).hits
     [hit] = [h for h in hits if f"memory:{h.id}" == memory]
     assert hit.anchor == record["anchor"]

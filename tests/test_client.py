@@ -41,16 +41,14 @@ async def test_typed_results_and_errors_through_the_queue(stack: Runtime, arq_tr
         await queue.wait_for(job, 600)
     memoryd = client.Client(stack.redis, stack.settings)
 
-    hits = (
-        await memoryd.searchindex.search(SearchRequest("parse a redis connection DSN url", limit=3))
-    ).hits
+    hits = (await memoryd.search(SearchRequest("parse a redis connection DSN url", limit=3))).hits
     assert all(isinstance(hit, SearchResult) for hit in hits)
     assert hits[0].path == "connections.py" and hits[0].kind == "code"
 
     with pytest.raises(NotFound, match="no session 'no-such-session'"):
         await memoryd.session("no-such-session")
     with pytest.raises(InvalidRequest, match="unknown kind 'nonsense'"):
-        await memoryd.searchindex.search(SearchRequest("x", ("nonsense",)))
+        await memoryd.search(SearchRequest("x", ("nonsense",)))
     with pytest.raises(NotFound, match="no memory 'nope'"):
         await memoryd.pin("nope")
 
@@ -74,13 +72,13 @@ async def test_the_daemons_channel_answers_as_the_queue_does(
     over_queue = client.Client(stack.redis, stack.settings)
     async with client.connect(stack.settings) as memoryd:
         request = SearchRequest("parse a redis connection DSN url", limit=5)
-        assert await memoryd.searchindex.search(request) == await over_queue.search(request)
+        assert await memoryd.search(request) == await over_queue.search(request)
         history = await memoryd.history(str(arq_tree / "connections.py"))
         assert history == await over_queue.history(str(arq_tree / "connections.py"))
         with pytest.raises(NotFound, match="no session 'no-such-session'"):
             await memoryd.session("no-such-session")
         with pytest.raises(InvalidRequest, match="unknown kind 'nonsense'"):
-            await memoryd.searchindex.search(SearchRequest("x", ("nonsense",)))
+            await memoryd.search(SearchRequest("x", ("nonsense",)))
         assert memoryd._redis is None  # no query needed the queue
     with pytest.raises(InvalidRequest, match="no query 'drop_everything'"):
         await channel.ask(path, "drop_everything", (), timeout=10)

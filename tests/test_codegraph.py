@@ -218,11 +218,7 @@ async def test_search_hits_with_their_co_changed_files_and_callers(
     ]
     async with client.connect(stack.settings) as memoryd:
         results = list(
-            (
-                await memoryd.searchindex.search(
-                    SearchRequest("create a redis connection pool", limit=20)
-                )
-            ).hits
+            (await memoryd.search(SearchRequest("create a redis connection pool", limit=20))).hits
         )
         hit = next(r for r in results if r.name == "create_pool")  # its first chunk found
         graphs = await related_of_hits(memoryd, results)

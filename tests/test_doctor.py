@@ -89,7 +89,7 @@ async def test_the_database_held_by_a_running_daemon_is_asked_through_the_queue(
 ) -> None:
     """A second process cannot open the embedded database: doctor asks the daemon instead."""
     code = (
-        "import json; from memoryd import doctor; from memoryd.config import load_settings; "
+        "import json; from memoryd.cli import doctor; from memoryd.config import load_settings; "
         f"s = load_settings(data_dir={str(stack.settings.data_dir)!r}); "
         "print(json.dumps([c.as_dict() for c in doctor.run(s, ['redis', 'database'])]))"
     )
@@ -138,7 +138,8 @@ async def test_the_repos_a_running_daemon_watches_are_checked(
     await watcher.start()
     try:
         code = (
-            "import json; from memoryd import doctor; from memoryd.config import load_settings; "
+            "import json; from memoryd.cli import doctor; "
+            "from memoryd.config import load_settings; "
             f"s = load_settings(data_dir={str(stack.settings.data_dir)!r}); "
             "print(json.dumps([c.as_dict() for c in doctor.run(s, ['repos'])]))"
         )
@@ -305,7 +306,8 @@ def test_doctor_creates_nothing_it_says_is_absent_and_loads_no_model(tmp_path: P
 
     data = tmp_path / "fresh" / "data"
     code = (
-        "import json, sys; from memoryd import doctor; from memoryd.config import load_settings; "
+        "import json, sys; from memoryd.cli import doctor; "
+        "from memoryd.config import load_settings; "
         f"s = load_settings(data_dir={str(data)!r}); "
         "checks = doctor.run(s, ['data_dir', 'redis', 'database', 'model']); "
         "print(json.dumps({'checks': [c.as_dict() for c in checks], "

@@ -95,7 +95,7 @@ def test_chatty_libraries_are_quieted() -> None:
 
 def _child_logs(stderr_is_tty: bool) -> bytes:
     code = (
-        "import logging; from memoryd import logs; logs.setup(); "
+        "import logging; from memoryd.cli import logs; logs.setup(); "
         "logging.getLogger('memoryd').info('started', extra={'repos': 2})"
     )
     if not stderr_is_tty:

@@ -106,7 +106,7 @@ async def test_one_query_per_search_and_the_same_project_scoping_everywhere(
     # MCP, kind=all from alpha's folder: one query of the daemon (not the projects, four
     # searches and two session lookups it took), every kind kept to alpha.
     async with client.connect(settings) as memoryd:
-        dbg = await memoryd.searchindex.search(SearchRequest(WORDS, ("memory",)))
+        dbg = await memoryd.search(SearchRequest(WORDS, ("memory",)))
         print("DEBUG", dbg, mine)
     tools = mcp_server.Tools(settings, alpha)
     text, asked = await _asked(tools.search(WORDS, "all", None, None, None, 10, 8000))

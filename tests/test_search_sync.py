@@ -135,9 +135,7 @@ async def _results(memoryd: client.Client, **extra: Any) -> dict[str, list[dict[
     for query, options in QUERIES:
         kind = options.get("kind", "code")
         where = {k: v for k, v in options.items() if k != "kind"}
-        answer = await memoryd.searchindex.search(
-            SearchRequest(query, (kind,), limit=8, **where, **extra)
-        )
+        answer = await memoryd.search(SearchRequest(query, (kind,), limit=8, **where, **extra))
         found[f"{query} {options}"] = [hit.as_dict() for hit in answer.hits]
     return found
 
@@ -173,18 +171,14 @@ async def test_a_rebuild_gives_the_same_results_and_as_of_sees_the_past(
     (root / "cron.py").write_text(NEW_CRON)
     await _sync(stack, root)
     now = (
-        await memoryd.searchindex.search(
-            SearchRequest("cron schedule next run", path="cron.py", limit=20)
-        )
+        await memoryd.search(SearchRequest("cron schedule next run", path="cron.py", limit=20))
     ).hits
     valid = await stack.store.valid_chunks(project_id, "cron.py")
     assert {(h.start_line, h.end_line) for h in now} == {
         (c["start_line"], c["end_line"]) for c in valid
     }
     assert not {h.id for h in now} & set(old)
-    past = (
-        await memoryd.searchindex.search(SearchRequest(CRON_QUERY, path="cron.py", as_of=then))
-    ).hits
+    past = (await memoryd.search(SearchRequest(CRON_QUERY, path="cron.py", as_of=then))).hits
     assert {h.id for h in past} >= set(old[:3])
     assert "lunar_phase_schedule" not in {h.name for h in past}
     with_history = await _results(memoryd, as_of=then) | await _results(memoryd)
@@ -196,9 +190,7 @@ async def test_a_rebuild_gives_the_same_results_and_as_of_sees_the_past(
     assert job is not None
     pruned = await queue.wait_for(job, timeout=300)
     assert pruned["deleted"]["code_chunk"] >= len(old)
-    assert (
-        await memoryd.searchindex.search(SearchRequest(CRON_QUERY, path="cron.py", as_of=then))
-    ).hits == ()
+    assert (await memoryd.search(SearchRequest(CRON_QUERY, path="cron.py", as_of=then))).hits == ()
     counts = await stack.store.counts()
     assert len(stack.search.index) == counts["code_chunk"] + counts["memory"] + counts["goal"]
 
@@ -234,7 +226,7 @@ async def test_a_crash_between_the_record_write_and_the_index_write_heals_at_sta
         )
         assert rt.search.index.generation == written.generation - 1
         memoryd = client.Client(rt.redis, rt.settings)
-        hits = (await memoryd.searchindex.search(SearchRequest("quasar flux capacitor"))).hits
+        hits = (await memoryd.search(SearchRequest("quasar flux capacitor"))).hits
         assert [h.path for h in hits][:1] != ["flux.py"]
     finally:
         await rt.close()
@@ -247,7 +239,7 @@ async def test_a_crash_between_the_record_write_and_the_index_write_heals_at_sta
         assert again.search.index.generation == written.generation
         assert await again.store.search_generation() == written.generation
         memoryd = client.Client(again.redis, again.settings)
-        hits = (await memoryd.searchindex.search(SearchRequest("quasar flux capacitor"))).hits
+        hits = (await memoryd.search(SearchRequest("quasar flux capacitor"))).hits
         assert (hits[0].path, hits[0].name) == ("flux.py", "quasar_flux_capacitor")
     finally:
         await again.close()

@@ -283,9 +283,7 @@ async def _relevant(
     session_id = str(payload.get("session_id") or "")
     floor = memoryd.settings.hook_min_relevance
     kinds = tuple(kind for kind, _ in PROMPT_HITS)
-    found = await memoryd.searchindex.search(
-        SearchRequest(prompt, kinds, project=project, limits=PROMPT_HITS)
-    )
+    found = await memoryd.search(SearchRequest(prompt, kinds, project=project, limits=PROMPT_HITS))
     hits = [
         h
         for h in found.hits

@@ -92,7 +92,7 @@ class Tools:
         )
 
         async def work(memoryd: client.Client) -> str:
-            answer = await memoryd.searchindex.search(request)
+            answer = await memoryd.search(request)
             return present.search_text(query, answer, max_chars)
 
         return await self._with(work, max_chars)

@@ -506,7 +506,7 @@ def search(
     )
 
     async def work(memoryd: Client) -> tuple[list[SearchResult], dict[str, HitGraph]]:
-        results = list((await memoryd.searchindex.search(request)).hits)
+        results = list((await memoryd.search(request)).hits)
         return results, await related_of_hits(memoryd, results) if related else {}
 
     results, graphs = _with_client(settings, work)
@@ -787,9 +787,7 @@ def export_graph(
 ) -> None:
     """Write records, edges and entities to stdout as JSON lines (vectors are re-embeddable)."""
     settings = _client(data_dir, redis_url, surreal_url)
-    rows = _with_client(
-        settings, lambda memoryd: memoryd.database.export(sys.stdout.buffer, project)
-    )
+    rows = _with_client(settings, lambda memoryd: memoryd.export(sys.stdout.buffer, project))
     _err().print(f"{rows} rows exported")
 
 

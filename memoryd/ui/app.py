@@ -248,7 +248,7 @@ class UiApp:
             query = chosen.get("q", "").strip()
             if not query:
                 return form
-            found = await memoryd.searchindex.search(
+            found = await memoryd.search(
                 SearchRequest(
                     query,
                     (chosen.get("kind") or "code",),
