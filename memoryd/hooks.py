@@ -65,8 +65,9 @@ MAX_RECORDED = 1000
 SHOWN_RECORDED = 10
 # The share of the hook's budget its work may take in the daemon.
 ANSWER_SHARE = 0.8
-# Hits looked at per kind by a prompt hook's search, and items it injects at most.
-PROMPT_HITS = (("memory", 20), ("code", 8), ("docs", 4))
+# Hits looked at per kind by a prompt hook's search (code: 20, as bench/context.py's code-only
+# search: the fused order of shorter candidate lists is worse), and items it injects at most.
+PROMPT_HITS = (("memory", 20), ("code", 20), ("docs", 4))
 PROMPT_ITEMS = 8
 ITEM_CHARS = 400
 # A memory's line when its whole item does not fit: where it is and how it begins.
@@ -315,13 +316,12 @@ async def _relevant(
 
 
 def _in_turns(hits: Sequence[SearchResult]) -> list[SearchResult]:
-    """The rows of files the prompt names first, then the kinds taking turns, each kind's best
-    first: what earlier sessions did and where the code is, rather than one crowding out the
-    other (code scores above the prompts that led to it). Stable: among equals the search's own
-    order (a stale memory after a current one)."""
-    ranked = sorted(hits, key=lambda h: -h.score)
-    named = [h for h in ranked if h.score >= NAMED]
-    kinds = [[h for h in ranked if h.kind == kind and h.score < NAMED] for kind, _ in PROMPT_HITS]
+    """The rows of files the prompt names first, then the kinds taking turns, each in the
+    search's own order (fused BM25 and k-NN ranks; a stale memory after a current one): what
+    earlier sessions did and where the code is, rather than one crowding out the other (code
+    scores above the prompts that led to it; the score is the relevance the floor is for)."""
+    named = [h for h in hits if h.score >= NAMED]
+    kinds = [[h for h in hits if h.kind == kind and h.score < NAMED] for kind, _ in PROMPT_HITS]
     return named + [h for turn in zip_longest(*kinds) for h in turn if h is not None]
 
 
