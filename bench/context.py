@@ -149,6 +149,10 @@ def named(text: str, path: str, unique: dict[str, int]) -> bool:
     )
 
 
+def indent(text: str) -> str:
+    return "\n".join("      " + line for line in text.splitlines()) or "      (nothing)"
+
+
 def items(text: str) -> list[str]:
     """The items of an injected text: a `- ` line and the lines after it up to the next."""
     found: list[str] = []
@@ -205,7 +209,7 @@ def checkout(tree: Path, sha: str) -> None:
 
 
 async def evaluate(
-    git_dir: Path, name: str | None, count: int, work: Path
+    git_dir: Path, name: str | None, count: int, work: Path, show: bool = False
 ) -> list[dict[str, float]]:
     git_dir = Path(git(git_dir, "rev-parse", "--absolute-git-dir").strip())
     label = repo_name(git_dir, name)
@@ -235,8 +239,10 @@ async def evaluate(
         f"({history[chosen[0]].sha[:10]}..{history[chosen[-1]].sha[:10]}), "
         f"{chosen[0] - start} replayed before the first"
     )
-    # A kept data dir's record of what the hooks injected would leave those items out now.
-    shutil.rmtree(place / "data" / "hooks", ignore_errors=True)
+    # A data dir kept from an earlier run holds the sessions after each k (they would leak
+    # the future into k's context) and a record of what the hooks injected: only the clone
+    # is kept.
+    shutil.rmtree(place / "data", ignore_errors=True)
     rt = Runtime(load_settings(data_dir=place / "data"))
     await rt.start_queue(exclusive=True)
     await rt.serve()
@@ -303,7 +309,14 @@ async def evaluate(
                 f"{m_precision:.2f} vs {c_precision:.2f}; {len(injected)} chars "
                 f"({time.perf_counter() - started:.0f} s)"
             )
-            said = "\n".join("      " + line for line in edit.splitlines()) or "      (nothing)"
+            if show:
+                for title, text in (
+                    ("briefing", brief),
+                    ("prompt hook", prompt),
+                    ("code only", baseline),
+                ):
+                    print(f"    {title}, for the files {sorted(relevant)}:\n{indent(text)}")
+            said = indent(edit)
             scored = (
                 f"recall {e_recall:.2f} of {len(others)} other files, precision {e_precision:.2f}"
                 if e_recall is not None and e_precision is not None
@@ -371,12 +384,15 @@ def report(label: str, rows: list[dict[str, float]]) -> None:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("repos", nargs="*", type=Path)
-    parser.add_argument("--work", type=Path, help="keep trees and data dirs here")
+    parser.add_argument("--work", type=Path, help="keep the clones (and the last data dirs) here")
     parser.add_argument("--sessions", type=int, default=10)
     parser.add_argument(
         "--earlier", type=int, default=2, help="earlier sessions of the failure fixture"
     )
     parser.add_argument("--name", action="append", help="a name to print per repo, in order")
+    parser.add_argument(
+        "--show", action="store_true", help="print what the hooks and the baseline inject"
+    )
     args = parser.parse_args()
     # This machine's own memoryd config and transcripts stay out of the measurement; the hooks
     # get the time they need on a loaded machine (what they say is measured here, how fast
@@ -393,7 +409,7 @@ async def main() -> None:
         names = args.name or []
         for i, repo in enumerate(args.repos):
             name = names[i] if i < len(names) else None
-            rows += await evaluate(repo, name, args.sessions, work)
+            rows += await evaluate(repo, name, args.sessions, work, args.show)
         resolutions = await resolution_recall(work, args.earlier)
     finally:
         if args.work is None:

@@ -43,6 +43,8 @@ CHANGED: State = "changed"
 DELETED: State = "deleted"
 # The code was not indexed when the memory was made: nothing to compare with.
 UNKNOWN: State = "unknown"
+# How anchor_text says DELETED.
+GONE = "file deleted"
 # A stale memory's ranking score is multiplied by this: below a current one of the same
 # relevance, still found.
 STALE_FACTOR = 0.5
@@ -274,7 +276,7 @@ def anchor_text(states: Sequence[AnchorState]) -> str:
             lines = f" ({s['lines']} lines)" if s["lines"] is not None else ""
             text = f"changed{when}{lines}"
         else:
-            text = "file deleted" if s["state"] == DELETED else CURRENT
+            text = GONE if s["state"] == DELETED else CURRENT
         parts.append(f"{_short(s)} {text}" if len(known) > 1 else text)
     return "; ".join(parts)
 

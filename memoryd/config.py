@@ -272,8 +272,8 @@ class Settings:
     exclude: list[str] = field(default_factory=list)
     include: list[str] = field(default_factory=list)
     # CHANGES_WITH (files changed together) reads the last commits of HEAD: at most this many,
-    # none older than this; a commit of more source files than cochange_max_files is a mass
-    # change (a rename, a reformat) and counts not at all.
+    # none made more than this many days before HEAD's; a commit of more source files than
+    # cochange_max_files is a mass change (a rename, a reformat) and counts not at all.
     cochange_commits: int = _bounded(1000, ge=1)
     cochange_days: float = _bounded(365.0, gt=0)
     cochange_max_files: int = _bounded(30, ge=2)

@@ -131,3 +131,26 @@ async def test_the_pre_edit_hook_names_files_that_usually_change_with_the_file(
     )
     assert await before_edit("d.py") == ""
     assert len(await before_edit("a.py", "s2")) <= stack.settings.hook_action_max_chars
+
+
+async def test_the_window_counts_back_from_heads_commit_not_from_now(
+    stack: Runtime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A repository picked up again after quiet years: `cochange_days` before HEAD's own
+    commit, so the last year of its history counts and what is older does not."""
+    root = tmp_path / "old"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    for when, names in (
+        ("2020-01-01T12:00:00Z", ("a.py", "b.py", "c.py")),  # over 365 days before HEAD's
+        ("2023-01-01T12:00:00Z", ("a.py", "c.py")),
+        ("2023-06-01T12:00:00Z", ("a.py", "b.py")),
+    ):
+        monkeypatch.setenv("GIT_COMMITTER_DATE", when)
+        monkeypatch.setenv("GIT_AUTHOR_DATE", when)
+        _commit(root, *names)
+    await index_tree(stack, root)
+    assert await _counted(stack, root) == {"commits": 2, "pairs": 2}
+    async with client.connect(stack.settings) as memoryd:
+        doc = await memoryd.related(str(root / "a.py"), cwd=str(root))
+    assert [(c["path"], c["count"]) for c in doc["changes_with"]] == [("b.py", 1.0), ("c.py", 1.0)]

@@ -16,6 +16,7 @@ import pytest
 from memoryd import client
 from memoryd.agent import hooks
 from memoryd.daemon.runtime import Runtime
+from memoryd.results import SearchResult
 from tests.conftest import index_tree
 
 AIDER = Path(__file__).parent / "fixtures" / "transcripts" / "aider" / "chat-history.md"
@@ -149,3 +150,78 @@ def test_an_echo_says_what_its_prompt_said_and_markers_go() -> None:
     assert hooks.said("/ask " + ASKED) == hooks.said(" " + ASKED)
     marked = "<thinking-content-7bbeb8e1>\nthe plan\n</thinking-content-7bbeb8e1>\nUse locale."
     assert hooks.clean(marked) == "Use locale."
+
+
+def test_an_item_that_does_not_fit_whole_comes_as_its_short_line() -> None:
+    items = [
+        hooks.Item("code:1", "- [code:1] code a.py:1-30 f (current index):\n" + "x" * 300, "- a"),
+        hooks.Item("code:2", "- [code:2] code b.py:1-3 g (current index):\nreturn 1"),
+        hooks.Item("code:3", "- [code:3] " + "y" * 300),  # no short line: left out
+    ]
+    text, keys = hooks.pack("head", items, set(), 100)
+    assert text == "head\n- a\n- [code:2] code b.py:1-3 g (current index):\nreturn 1"
+    assert keys == ["code:1", "code:2"]
+    # Index first: every item's short line, then whole items in order while they fit.
+    text, keys = hooks.pack("head", [items[1], items[0]], set(), 500)
+    assert text == f"head\n{items[1].text}\n{items[0].text}" and keys == ["code:2", "code:1"]
+    text, _ = hooks.pack("head", [items[0], items[1]], set(), 70)
+    assert text == "head\n- a\n- [code:2] code b.py:1-3 g (current index):\nreturn 1"
+    code = hooks.record_item(
+        {
+            "id": "code:9",
+            "kind": "code",
+            "path": "c.py",
+            "start_line": 4,
+            "end_line": 9,
+            "name": "h",
+            "text": "def h():\n    pass\n",
+        }
+    )
+    assert code.short == "- [code:9] code c.py:4-9 h (current index)"
+    assert code.text == code.short + ":\ndef h():\n    pass"
+
+
+def test_the_kinds_take_turns_after_the_files_the_prompt_names() -> None:
+    def hit(kind: str, n: int, score: float) -> SearchResult:
+        return SearchResult(kind, f"{kind}{n}", score)
+
+    found = [  # in the search's own order, which the score (relevance) does not change
+        hit("code", 1, 0.55),
+        hit("code", 2, 0.60),
+        hit("docs", 1, 0.4),
+        hit("memory", 1, 0.5),
+        hit("code", 3, hooks.NAMED),
+        hit("memory", 2, 0.45),
+    ]
+    assert [h.id for h in hooks._in_turns(found)] == [
+        "code3",
+        "memory1",
+        "code1",
+        "docs1",
+        "memory2",
+        "code2",
+    ]
+
+
+def test_the_briefing_lists_deleted_files_after_those_that_still_exist() -> None:
+    def change(name: str, sessions: int, anchor: str) -> dict[str, object]:
+        return {
+            "file": name,
+            "project": "p",
+            "edits": sessions,
+            "sessions": sessions,
+            "last_at": "2026-11-28T10:00:00+00:00",
+            "last_session": "s1",
+            "anchor": anchor,
+        }
+
+    activity = {
+        "project": "p",
+        "since": "2026-11-21T10:00:00+00:00",
+        "sessions": [],
+        "notes": [],
+        "failures": [],
+        "files": [change("gone.py", 3, "file deleted"), change("kept.py", 1, "current")],
+    }
+    lines = [item.text for item in hooks._briefing_items(activity, "s2")]  # type: ignore[arg-type]
+    assert [line.split()[2] for line in lines] == ["kept.py", "gone.py"]

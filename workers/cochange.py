@@ -1,8 +1,8 @@
 """CHANGES_WITH: pairs of source files changed in the same commits of the repository's history.
 
-The window is the last `cochange_commits` commits of HEAD no older than `cochange_days`. Each
-commit is counted once (the ids of those counted are kept), so when HEAD moves (a commit, a
-branch switch) only the commits new to the window are read. A commit weighs
+The window is the last `cochange_commits` commits of HEAD made at most `cochange_days` before
+HEAD's own commit. Each commit is counted once (the ids of those counted are kept), so when
+HEAD moves (a commit, a branch switch) only the commits new to the window are read. A commit weighs
 min(1, FULL_WEIGHT_FILES / files it changes): a large one (a mass rename, a reformat) counts
 less, and one over `cochange_max_files` not at all. Only pairs of files that exist at HEAD
 count: a deleted file changes with nothing.
@@ -104,11 +104,15 @@ def _read(
     root: Path, commits: int, days: float, seen: set[str]
 ) -> tuple[str, list[Commit], set[str], list[str]] | None:
     """(HEAD, the window's commits not yet counted, files at HEAD, the window's ids)."""
-    head = _git(root, "rev-parse", "HEAD")
-    if head is None:
+    head_at = _git(root, "log", "-1", "--format=%H %ct", "HEAD")
+    if not head_at:
         return None  # not a git repository, or no commit yet
+    head, stamp = head_at.split()
+    # Days before HEAD's own commit, not before now: a repository picked up again after a
+    # quiet year still has the history of how its files change.
+    oldest = int(stamp) - int(days * 86400)
     window = (
-        _git(root, "rev-list", f"--max-count={commits}", f"--since={days:g}.days", "HEAD") or ""
+        _git(root, "rev-list", f"--max-count={commits}", f"--max-age={oldest}", "HEAD") or ""
     ).split()
     new = [sha for sha in window if sha not in seen]
     found: list[Commit] = []
@@ -126,7 +130,7 @@ def _read(
         )
         found += commits_of(out or "")
     alive = set((_git(root, "ls-files", "-z") or "").split("\x00")) - {""}
-    return head.strip(), found, alive, window
+    return head, found, alive, window
 
 
 async def update_cochange(ctx: JobContext, project_id: str, root: str) -> dict[str, Any]:

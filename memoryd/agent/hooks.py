@@ -44,12 +44,14 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
 from memoryd import client
 from memoryd.agent.present import activity_blocks, code_state
 from memoryd.agent_shared import clip, one_line, qualified
+from memoryd.anchors import GONE
 from memoryd.config import Settings
 from memoryd.errors import MemorydError
 from memoryd.hook_events import ACTION_EVENTS, CAPTURE_EVENTS, EVENTS, MAX_CHARS_RANGE
@@ -63,10 +65,13 @@ MAX_RECORDED = 1000
 SHOWN_RECORDED = 10
 # The share of the hook's budget its work may take in the daemon.
 ANSWER_SHARE = 0.8
-# Hits looked at per kind by a prompt hook's search, and items it injects at most.
-PROMPT_HITS = (("memory", 20), ("code", 8), ("docs", 4))
-PROMPT_ITEMS = 5
+# Hits looked at per kind by a prompt hook's search (code: 20, as bench/context.py's code-only
+# search: the fused order of shorter candidate lists is worse), and items it injects at most.
+PROMPT_HITS = (("memory", 20), ("code", 20), ("docs", 4))
+PROMPT_ITEMS = 8
 ITEM_CHARS = 400
+# A memory's line when its whole item does not fit: where it is and how it begins.
+SHORT_CHARS = 200
 RECENT_DAYS = 7
 # Files a briefing lists at most: the likeliest to be touched next, not all a long session did;
 # sessions it lists before them.
@@ -104,10 +109,12 @@ _EXIT_CODE = re.compile(r"^\W*Exit code:? (-?\d+)", re.I | re.M)
 
 @dataclass(slots=True)
 class Item:
-    """One injected piece of context and the key that keeps it from coming twice."""
+    """One injected piece of context and the key that keeps it from coming twice; `short`, a
+    line that still says where it is (its id for `get`), for when the whole does not fit."""
 
     key: str
     text: str
+    short: str = ""
 
 
 @dataclass(slots=True)
@@ -186,25 +193,37 @@ def expire_states(settings: Settings, now: float, dry_run: bool = False) -> int:
 
 
 def pack(head: str, items: Sequence[Item], seen: set[str], limit: int) -> tuple[str, list[str]]:
-    """`head` and the new items that fit in `limit` characters, whole; returns the text
-    (empty when no item is new) and the keys of the items it holds."""
-    lines, keys, used = [head], [], len(head)
+    """`head` and the new items that fit in `limit` characters, index first: as many items as
+    fit in their short form (whole when they have none), then, in order, each made whole while
+    the budget allows (the agent can `get` the rest by id). Returns the text (empty when no
+    item is new) and the keys of the items it holds."""
+    chosen: list[Item] = []
+    used = len(head)
     for item in items:
-        if item.key in seen or item.key in keys:
+        first = item.short or item.text
+        if item.key in seen or any(c.key == item.key for c in chosen):
             continue
-        if used + 1 + len(item.text) > limit:
-            continue  # a shorter one further down may still fit
-        lines.append(item.text)
-        keys.append(item.key)
-        used += 1 + len(item.text)
-    return ("\n".join(lines) if keys else ""), keys
+        if used + 1 + len(first) <= limit:  # else a shorter one further down may still fit
+            chosen.append(item)
+            used += 1 + len(first)
+    lines = []
+    for item in chosen:
+        first = item.short or item.text
+        whole = used - len(first) + len(item.text) <= limit
+        lines.append(item.text if whole else first)
+        used += len(item.text) - len(first) if whole else 0
+    return ("\n".join([head, *lines]) if chosen else ""), [item.key for item in chosen]
 
 
 def _briefing_items(activity: RecentActivity, session_id: str) -> list[Item]:
     """The recent-activity lines, the hook's own session left out, each with its key; of
-    the files, the BRIEFING_FILES likeliest to be touched next: those more sessions came back
-    to first, then the most recently changed. In the order `pack` should try them."""
-    files = sorted(activity["files"], key=lambda f: (f["sessions"], f.get("last_at") or ""))
+    the files, the BRIEFING_FILES likeliest to be touched next: those that still exist, then
+    those more sessions came back to, then the most recently changed. In the order `pack`
+    should try them."""
+    files = sorted(
+        activity["files"],
+        key=lambda f: (f.get("anchor") != GONE, f["sessions"], f.get("last_at") or ""),
+    )
     activity = {
         **activity,
         "sessions": [s for s in activity["sessions"] if s["session"] != session_id],
@@ -221,7 +240,8 @@ def _briefing_items(activity: RecentActivity, session_id: str) -> list[Item]:
     items = [Item(key, "- " + line) for key, line in zip(keys, lines, strict=True)]
     # The newest sessions, then notes, files and failures, then the older sessions: a long
     # list of sessions must not crowd out what the next work will touch.
-    newest, older = BRIEFING_SESSIONS, len(activity["sessions"])
+    older = len(activity["sessions"])
+    newest = min(BRIEFING_SESSIONS, older)
     return items[:newest] + items[older:] + items[newest:older]
 
 
@@ -235,9 +255,9 @@ def record_item(record: Record) -> Item:
     if record["kind"] == "code":
         where = f"{record.get('path')}:{record.get('start_line')}-{record.get('end_line')}"
         name = f" {record['name']}" if record.get("name") else ""
-        head = f"- [{record['id']}] {record['kind']} {where}{name} (current index):"
+        head = f"- [{record['id']}] {record['kind']} {where}{name} (current index)"
         body = clip(record["text"].strip("\n"), ITEM_CHARS)[0]
-        return Item(record["id"], f"{head}\n{body}")
+        return Item(record["id"], f"{head}:\n{body}", head)
     when = (record.get("event_time") or "?")[:16].replace("T", " ")
     tool = record.get("tool") or "-"
     code = f", code {record['anchor']}" if record.get("anchor") else ""
@@ -245,7 +265,8 @@ def record_item(record: Record) -> Item:
         f"- [{record['id']}] {record['kind']} (session {record.get('session')}#"
         f"{record.get('seq')}, tool {tool}, {when}{code}):"
     )
-    return Item(record["id"], one_line(f"{head} {clean(record['text'])}", ITEM_CHARS))
+    whole = f"{head} {clean(record['text'])}"
+    return Item(record["id"], one_line(whole, ITEM_CHARS), one_line(whole, SHORT_CHARS))
 
 
 def clean(text: str) -> str:
@@ -289,10 +310,8 @@ async def _relevant(
         for h in found.hits
         if h.kind != "memory" or (h.name in INJECTABLE_MEMORY_KINDS and h.session != session_id)
     ]
-    # Stable: among equals the search's own order (a stale memory after a current one).
-    hits = sorted(
-        (h for h in hits if h.score >= floor and _key(h) not in seen), key=lambda h: -h.score
-    )[: PROMPT_ITEMS * 3]  # room for what `_pick` leaves out
+    hits = _in_turns([h for h in hits if h.score >= floor and _key(h) not in seen])
+    hits = hits[: PROMPT_ITEMS * 3]  # room for what `_pick` leaves out
     if not hits:
         return []
     records = await memoryd.get([_key(h) for h in hits], ITEM_CHARS * len(hits))
@@ -302,14 +321,28 @@ async def _relevant(
     return [_then(item, led.get(item.key, [])) for item in items]
 
 
+def _in_turns(hits: Sequence[SearchResult]) -> list[SearchResult]:
+    """The rows of files the prompt names first, then the kinds taking turns, each in the
+    search's own order (fused BM25 and k-NN ranks; a stale memory after a current one): what
+    earlier sessions did and where the code is, rather than one crowding out the other (code
+    scores above the prompts that led to it; the score is the relevance the floor is for)."""
+    named = [h for h in hits if h.score >= NAMED]
+    kinds = [[h for h in hits if h.kind == kind and h.score < NAMED] for kind, _ in PROMPT_HITS]
+    return named + [h for turn in zip_longest(*kinds) for h in turn if h is not None]
+
+
 def _then(item: Item, files: Sequence[str]) -> Item:
     """A memory's item with the files its session then modified, ahead of its text (which
     the item's budget may cut)."""
     if not files:
         return item
-    head, sep, text = item.text.partition("): ")
-    longer = f"{head}, then modified {', '.join(files)}{sep}{text}"
-    return Item(item.key, one_line(longer, ITEM_CHARS + len(longer) - len(item.text)))
+    then = f", then modified {', '.join(files)}"
+
+    def led(text: str, limit: int) -> str:
+        head, sep, rest = text.partition("): ")
+        return one_line(f"{head}{then}{sep}{rest}", limit + len(then))
+
+    return Item(item.key, led(item.text, ITEM_CHARS), led(item.short, SHORT_CHARS))
 
 
 def _key(hit: SearchResult) -> str:
