@@ -193,26 +193,20 @@ def expire_states(settings: Settings, now: float, dry_run: bool = False) -> int:
 
 
 def pack(head: str, items: Sequence[Item], seen: set[str], limit: int) -> tuple[str, list[str]]:
-    """`head` and the new items that fit in `limit` characters, index first: as many items as
-    fit in their short form (whole when they have none), then, in order, each made whole while
-    the budget allows (the agent can `get` the rest by id). Returns the text (empty when no
+    """`head` and the new items that fit in `limit` characters, each whole or else in its
+    short form (index first: the agent can `get` the rest); returns the text (empty when no
     item is new) and the keys of the items it holds."""
-    chosen: list[Item] = []
-    used = len(head)
+    lines, keys, used = [head], [], len(head)
     for item in items:
-        first = item.short or item.text
-        if item.key in seen or any(c.key == item.key for c in chosen):
+        if item.key in seen or item.key in keys:
             continue
-        if used + 1 + len(first) <= limit:  # else a shorter one further down may still fit
-            chosen.append(item)
-            used += 1 + len(first)
-    lines = []
-    for item in chosen:
-        first = item.short or item.text
-        whole = used - len(first) + len(item.text) <= limit
-        lines.append(item.text if whole else first)
-        used += len(item.text) - len(first) if whole else 0
-    return ("\n".join([head, *lines]) if chosen else ""), [item.key for item in chosen]
+        text = next((t for t in (item.text, item.short) if t and used + 1 + len(t) <= limit), "")
+        if not text:
+            continue  # a shorter one further down may still fit
+        lines.append(text)
+        keys.append(item.key)
+        used += 1 + len(text)
+    return ("\n".join(lines) if keys else ""), keys
 
 
 def _briefing_items(activity: RecentActivity, session_id: str) -> list[Item]:
