@@ -194,7 +194,7 @@ def expire_states(settings: Settings, now: float, dry_run: bool = False) -> int:
 
 def pack(head: str, items: Sequence[Item], seen: set[str], limit: int) -> tuple[str, list[str]]:
     """`head` and the new items that fit in `limit` characters, each whole or else in its
-    short form (index first: the agent can `get` the rest); returns the text (empty when no
+    short form (its id: the agent can `get` the rest); returns the text (empty when no
     item is new) and the keys of the items it holds."""
     lines, keys, used = [head], [], len(head)
     for item in items:
