@@ -25,6 +25,7 @@ from arq import ArqRedis
 from memoryd import jobs, projects, queue
 from memoryd.config import DEFAULT_MODEL, Settings, load_settings
 from memoryd.daemon.runtime import Runtime
+from memoryd.embedded import EmbeddedRedis
 from memoryd.embedding import Embedder
 from memoryd.results import SearchRequest
 
@@ -149,6 +150,26 @@ async def _serving(data_dir: Path, embedder: Embedder, scheduled: bool) -> Async
         yield rt
     finally:
         await rt.close()
+
+
+@asynccontextmanager
+async def external_redis_worker(
+    data_dir: Path, short_tmp: Path, embedder: Embedder
+) -> AsyncIterator[tuple[EmbeddedRedis, Runtime]]:
+    """Server mode as far as it runs here: a Redis of its own (not a data dir's private one)
+    and a worker serving it, not exclusive, so it holds no daemon lock and no query channel."""
+    redis = EmbeddedRedis(Path(tempfile.mkdtemp(dir=short_tmp)))
+    redis.start()
+    try:
+        worker = Runtime(settings_for(data_dir, redis_url=redis.url), embedder)
+        try:
+            await worker.start_queue()
+            await worker.serve(scheduled=False)
+            yield redis, worker
+        finally:
+            await worker.close()
+    finally:
+        redis.stop()
 
 
 @pytest_asyncio.fixture

@@ -11,7 +11,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,11 +19,10 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from memoryd.agent import mcp_server, mcp_service, mcp_shim
 from memoryd.daemon.runtime import Runtime
-from memoryd.embedded import EmbeddedRedis
 from memoryd.embedding import Embedder
 from memoryd.errors import NOT_RUNNING
 from tests.clients import ClaudeHome, ScriptedAnthropic, install_clients, text, tool_names
-from tests.conftest import MEMORYD, _serving, settings_for
+from tests.conftest import MEMORYD, _serving, external_redis_worker, settings_for
 from tests.hog import cpu_hog
 from tests.test_agents import call, clean_env, mcp_stdio
 
@@ -131,27 +129,17 @@ async def test_with_an_external_redis_and_no_daemon_here_a_child_serves_calls_ov
     """Workers elsewhere serve the queue and no daemon holds this data dir's channel: the shim
     still lists the tools itself, and a call starts `memoryd mcp --in-process`, whose tools
     reach the workers through the queue."""
-    redis = EmbeddedRedis(Path(tempfile.mkdtemp(dir=short_tmp)))
-    redis.start()
-    try:
-        worker = Runtime(settings_for(data_dir, redis_url=redis.url), embedder)
-        try:
-            await worker.start_queue()  # not exclusive: no daemon lock, no channel
-            await worker.serve(scheduled=False)
-            assert not worker.settings.channel_socket.exists()
-            env = clean_env(data_dir, MEMORYD_REDIS_URL=redis.url)
-            params = StdioServerParameters(command=MEMORYD, args=["mcp"], cwd=data_dir, env=env)
-            async with stdio_client(params) as (read, write), ClientSession(read, write) as mcp:
-                await mcp.initialize()
-                listed = await mcp.list_tools()
-                assert [tool.name for tool in listed.tools] == await sdk_tool_names(data_dir)
-                error, status = await call(mcp, "status")
-            assert not error
-            assert status.splitlines()[:2] == ["daemon running: True", f"data dir: {data_dir}"]
-        finally:
-            await worker.close()
-    finally:
-        redis.stop()
+    async with external_redis_worker(data_dir, short_tmp, embedder) as (redis, worker):
+        assert not worker.settings.channel_socket.exists()
+        env = clean_env(data_dir, MEMORYD_REDIS_URL=redis.url)
+        params = StdioServerParameters(command=MEMORYD, args=["mcp"], cwd=data_dir, env=env)
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as mcp:
+            await mcp.initialize()
+            listed = await mcp.list_tools()
+            assert [tool.name for tool in listed.tools] == await sdk_tool_names(data_dir)
+            error, status = await call(mcp, "status")
+        assert not error
+        assert status.splitlines()[:2] == ["daemon running: True", f"data dir: {data_dir}"]
 
 
 @pytest.mark.e2e

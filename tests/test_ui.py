@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,14 +24,21 @@ from memoryd import channel
 from memoryd.agent.present_graph import short_key
 from memoryd.client import Client, connect
 from memoryd.daemon.runtime import Runtime
-from memoryd.embedded import EmbeddedRedis
 from memoryd.embedding import Embedder
 from memoryd.results import Related, SearchRequest
 from memoryd.ui import UI_QUERY
 from memoryd.ui.app import COOKIE, CSP, UiApp
 from memoryd.ui.pages import RELATIONS, when
 from memoryd.vocabulary import EDGES
-from tests.conftest import MEMORYD, cli, git, git_init, index_tree, orphaned_by, settings_for
+from tests.conftest import (
+    MEMORYD,
+    cli,
+    external_redis_worker,
+    git,
+    git_init,
+    index_tree,
+    orphaned_by,
+)
 from tests.fixtures import S37, SMALL
 from tests.test_agents import clean_env
 from tests.test_codegraph import ARQ
@@ -482,42 +488,32 @@ async def test_with_an_external_redis_and_no_daemon_here_memoryd_ui_serves_the_p
     """Server mode as far as it runs here (no SurrealDB server, no Docker): workers serve an
     external Redis and no daemon holds this data dir's query channel, so `memoryd ui` serves
     the page itself, reading through the queue, until it is stopped."""
-    redis = EmbeddedRedis(Path(tempfile.mkdtemp(dir=short_tmp)))
-    redis.start()
-    try:
-        worker = Runtime(settings_for(data_dir, redis_url=redis.url), embedder)
+    async with external_redis_worker(data_dir, short_tmp, embedder) as (redis, worker):
+        root = tmp_path / "repo"
+        root.mkdir()
+        (root / "a.py").write_text("def a():\n    return 1\n")
+        git_init(root)
+        await index_tree(worker, root)
+        assert not worker.settings.channel_socket.exists()
+        env = clean_env(data_dir, MEMORYD_REDIS_URL=redis.url)
+        page_process = subprocess.Popen(
+            [MEMORYD, "ui", "--no-open"], env=env, stdout=subprocess.PIPE, text=True
+        )
         try:
-            await worker.start_queue()  # not exclusive: no daemon lock, no channel
-            await worker.serve(scheduled=False)
-            root = tmp_path / "repo"
-            root.mkdir()
-            (root / "a.py").write_text("def a():\n    return 1\n")
-            git_init(root)
-            await index_tree(worker, root)
-            assert not worker.settings.channel_socket.exists()
-            env = clean_env(data_dir, MEMORYD_REDIS_URL=redis.url)
-            page_process = subprocess.Popen(
-                [MEMORYD, "ui", "--no-open"], env=env, stdout=subprocess.PIPE, text=True
-            )
-            try:
-                assert page_process.stdout is not None
-                # (In a thread: the worker answering its queries runs on this event loop.)
-                url = (await asyncio.to_thread(page_process.stdout.readline)).strip()
-                assert url.startswith("http://127.0.0.1:")
-                page = await browser.new_page(viewport={"width": 1280, "height": 800})
-                await page.goto(url)
-                [project] = await Client(worker.redis, worker.settings).index_progress()
-                assert project["index"] is not None
-                assert await _rows(page, "projects") == [
-                    [project["name"], str(root), "ready", "1/1", "1", "0"]
-                ]
-                await page.goto(url.split("?")[0] + "file?path=" + str(root / "a.py"))
-                assert await _rows(page, "file-chunks") == [["1-2", "function", "a"]]
-                await page.close()
-            finally:
-                page_process.terminate()
-                page_process.wait(timeout=60)
+            assert page_process.stdout is not None
+            # (In a thread: the worker answering its queries runs on this event loop.)
+            url = (await asyncio.to_thread(page_process.stdout.readline)).strip()
+            assert url.startswith("http://127.0.0.1:")
+            page = await browser.new_page(viewport={"width": 1280, "height": 800})
+            await page.goto(url)
+            [project] = await Client(worker.redis, worker.settings).index_progress()
+            assert project["index"] is not None
+            assert await _rows(page, "projects") == [
+                [project["name"], str(root), "ready", "1/1", "1", "0"]
+            ]
+            await page.goto(url.split("?")[0] + "file?path=" + str(root / "a.py"))
+            assert await _rows(page, "file-chunks") == [["1-2", "function", "a"]]
+            await page.close()
         finally:
-            await worker.close()
-    finally:
-        redis.stop()
+            page_process.terminate()
+            page_process.wait(timeout=60)
