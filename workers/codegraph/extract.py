@@ -745,6 +745,9 @@ _JAVA_TYPES = frozenset(
 )
 
 
+_JAVA_CALLS = ("method_invocation", "object_creation_expression")
+
+
 def _java(root: Node, graph: FileGraph) -> None:
     scopes = _Scopes(graph)
 
@@ -797,7 +800,7 @@ def _java(root: Node, graph: FileGraph) -> None:
                 visit(child, owner)
 
     def java_calls(node: Node, scope: str | None) -> None:
-        for sub in _walk(node):
+        for sub in _found("java", _JAVA_CALLS, node):
             if sub.type == "method_invocation":
                 name = _text(sub.child_by_field_name("name"))
                 receiver = _receiver(sub.child_by_field_name("object"))
