@@ -41,10 +41,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from itertools import accumulate
 
-from tree_sitter import Language, Node, Parser
+from tree_sitter import Language, Node, Parser, Tree
 from tree_sitter_language_pack import get_language
 
-__all__ = ["Chunk", "chunk_text", "language_for_path", "parser_for"]
+__all__ = ["Chunk", "chunk_text", "language_for_path", "parse", "parser_for"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +162,13 @@ def _parser(name: str) -> Parser | None:
 
 
 parser_for = _parser  # the code graph (workers/stages/codegraph) parses with the same grammars
+
+
+def parse(text: str, language: str) -> Tree | None:
+    """The syntax tree of `text`; None for a language without a grammar. One parse serves the
+    chunker and the code graph (workers/codegraph) of a file."""
+    parser = _parser(language)
+    return parser.parse(text.encode("utf-8", "replace")) if parser else None  # lone surrogates: "?"
 
 
 # --- node tables --------------------------------------------------------------------------------
@@ -715,10 +722,9 @@ def _describe(group: list[_Atom], lines: _Lines, ctx: _Ctx) -> tuple[str, str | 
 
 
 def _tree_atoms(text: str, language: str, lines: _Lines) -> list[_Atom] | None:
-    parser = _parser(language)
-    if parser is None:
+    tree = parse(text, language)
+    if tree is None:
         return None
-    tree = parser.parse(text.encode("utf-8", "replace"))  # lone surrogates become "?"
     ctx = _Ctx(language, plain_type="section" if language == "markdown" else "module")
     last = lines.count - 1
     atoms = _pieces(_units(tree.root_node), 0, last, lines, ctx)

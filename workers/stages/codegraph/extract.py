@@ -10,13 +10,14 @@ function is not a symbol: its calls count as calls of the symbol around it.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
-from tree_sitter import Node
+from tree_sitter import Node, Query, QueryCursor
 
-from workers.stages.chunking import parser_for
+from workers.stages.chunking import parse, parser_for
 
 __all__ = ["GRAPH_LANGUAGES", "Call", "Definition", "FileGraph", "Import", "Inherit", "extract"]
 
@@ -93,6 +94,35 @@ def _walk(node: Node) -> Iterator[Node]:
         stack.extend(reversed(child.children))
 
 
+@functools.cache
+def _query(language: str, kinds: tuple[str, ...]) -> Query | None:
+    """A query capturing nodes of these kinds (those the grammar has) as `node`."""
+    parser = parser_for(language)
+    grammar = parser.language if parser is not None else None
+    if grammar is None:
+        return None
+    known = [k for k in kinds if grammar.id_for_node_kind(k, True)]
+    return Query(grammar, "[" + " ".join(f"({k})" for k in known) + "] @node") if known else None
+
+
+def _position(node: Node) -> tuple[int, int]:
+    return node.start_byte, -node.end_byte
+
+
+def _found(language: str, kinds: tuple[str, ...], node: Node) -> list[Node]:
+    """The nodes of these kinds under `node` (itself included), in document order, an outer
+    node before the nodes inside it: the order a depth-first walk meets them. The query runs
+    in the grammar's C code: walking every node in Python cost most of the extraction (a
+    large Java file has 100,000 nodes and a few thousand calls)."""
+    query = _query(language, kinds)
+    if query is None:
+        return []
+    found = QueryCursor(query).captures(node).get("node", [])
+    # Captures starting at one byte do not come outer first.
+    found.sort(key=_position)
+    return found
+
+
 class _Scopes:
     """Walks the tree keeping the symbol a node sits in: `scope` for calls, `parent` for
     definitions."""
@@ -109,105 +139,168 @@ class _Scopes:
 # --- Python -------------------------------------------------------------------------------------
 
 
+_PYTHON_NODES = (
+    "function_definition",
+    "class_definition",
+    "call",
+    "assignment",
+    "as_pattern",
+    "import_statement",
+    "import_from_statement",
+)
+# Statements whose children are at the level of their container (a module, a class body).
+_PYTHON_LEVEL = frozenset({"block", "if_statement", "else_clause"})
+
+
+@dataclass(slots=True)
+class _Open:
+    """A definition the nodes that follow may sit in: its header (decorators, bases,
+    parameters) is in the scope around it, its body in its own scope."""
+
+    end: int
+    body: int  # where the body starts
+    outer: tuple[str | None, str | None]  # (class, scope) around it
+    inner: tuple[str | None, str | None]  # (class, scope) of its body
+    is_symbol_class: bool  # a class whose body's definitions are symbols
+    unread: tuple[int, int]  # a function's type parameters: no call of them is counted
+
+
 def _python(root: Node, graph: FileGraph) -> None:
     scopes = _Scopes(graph)
     typing = _PythonTypes()
+    symbol_classes: set[int] = set()  # start bytes of the classes whose members are symbols
 
-    def visit(node: Node, cls: str | None, scope: str | None, top: bool) -> None:
-        for child in node.children:
-            kind = child.type
-            if kind in ("assignment", "as_pattern") and scope is not None:
-                typing.note(child, cls, scope)
-            if kind == "decorated_definition":
-                inner = child.child_by_field_name("definition")
-                for deco in child.children:
-                    if deco.type == "decorator":
-                        visit(deco, cls, scope, False)
-                if inner is not None:
-                    visit_def(inner, cls, scope, top)
-            elif kind in ("function_definition", "class_definition"):
-                visit_def(child, cls, scope, top)
-            elif kind == "import_statement":
-                for name in child.children_by_field_name("name"):
-                    if name.type == "aliased_import":
-                        module = _text(name.child_by_field_name("name"))
-                        alias = _text(name.child_by_field_name("alias"))
-                        graph.imports.append(Import(module, _line(child), alias=alias))
-                    else:
-                        module = _text(name)
-                        # `import a.b` binds `a`; calls through `a.b.f` are seen as receiver a.b
-                        graph.imports.append(Import(module, _line(child), alias=module))
-            elif kind == "import_from_statement":
-                module = _text(child.child_by_field_name("module_name"))
-                names: list[tuple[str, str]] = []
-                for name in child.children_by_field_name("name"):
-                    if name.type == "aliased_import":
-                        names.append(
-                            (
-                                _text(name.child_by_field_name("name")),
-                                _text(name.child_by_field_name("alias")),
-                            )
-                        )
-                    else:
-                        names.append((_text(name), _text(name).rsplit(".", 1)[-1]))
-                graph.imports.append(Import(module, _line(child), tuple(names)))
-            elif kind == "call":
-                add_call(child, scope)
-                visit(child, cls, scope, False)
-            elif top and kind in ("assignment", "expression_statement"):
-                # The grammar puts a module's assignments straight under it (no statement).
-                for assign in (child, *child.children):
-                    if assign.type == "assignment":
-                        left = assign.child_by_field_name("left")
-                        if left is not None and left.type == "identifier":
-                            scopes.define(_text(left), cls, "name", left)
-                visit(child, cls, scope, False)
-            elif child.child_count:  # a leaf (half the nodes) holds nothing: no call for it
-                visit(child, cls, scope, top and kind in ("block", "if_statement", "else_clause"))
+    def at_top(container: Node | None) -> bool:
+        """Whether the children of `container` are at module or symbol-class level: reached
+        from there through blocks, `if` and `else` only (not `elif`, `try`, `with`...)."""
+        while container is not None:
+            kind = container.type
+            if kind == "module":
+                return True
+            if kind not in _PYTHON_LEVEL:
+                return False
+            parent = container.parent
+            if parent is not None and parent.type == "class_definition":
+                return parent.start_byte in symbol_classes
+            container = parent
+        return False
 
-    def visit_def(node: Node, cls: str | None, scope: str | None, top: bool) -> None:
-        name = _text(node.child_by_field_name("name"))
-        is_class = node.type == "class_definition"
-        if top:  # a symbol: module level or a class body
-            kind = "class" if is_class else ("method" if cls else "function")
-            qualified = scopes.define(name, cls, kind, node)
-        else:
-            qualified = scope or name
-        if is_class:
-            bases = node.child_by_field_name("superclasses")
-            for base in bases.named_children if bases is not None else []:
-                if base.type in ("identifier", "attribute"):
-                    graph.inherits.append(Inherit(qualified, _text(base), _line(base)))
-            for part in ("superclasses", "type_parameters"):
-                sub = node.child_by_field_name(part)
-                if sub is not None:
-                    visit(sub, cls, scope, False)
-        for part in ("parameters", "return_type"):
-            sub = node.child_by_field_name(part)
-            if sub is not None:
-                visit(sub, cls, scope, False)
-        if not is_class:
-            typing.parameters(node.child_by_field_name("parameters"), qualified)
-        body = node.child_by_field_name("body")
-        if body is not None:
-            if is_class and top:
-                visit(body, name, qualified, True)
+    stack: list[_Open] = []
+    for node in _found("python", _PYTHON_NODES, root):
+        start = node.start_byte
+        while stack and stack[-1].end <= start:
+            stack.pop()
+        cls = scope = None
+        maybe_top = not stack
+        if stack:
+            around = stack[-1]
+            if start >= around.body:
+                cls, scope = around.inner
+                maybe_top = around.is_symbol_class
+            elif around.unread[0] <= start < around.unread[1]:
+                continue
             else:
-                visit(body, cls, qualified, False)
-
-    def add_call(node: Node, scope: str | None) -> None:
-        func = node.child_by_field_name("function")
-        if func is None:
-            return
-        if func.type == "identifier":
-            graph.calls.append(Call(scope, _text(func), None, _line(node)))
-        elif func.type == "attribute":
-            receiver = func.child_by_field_name("object")
-            attr = _text(func.child_by_field_name("attribute"))
-            graph.calls.append(Call(scope, attr, _receiver(receiver), _line(node)))
-
-    visit(root, None, None, True)
+                cls, scope = around.outer
+        kind = node.type
+        if kind in ("function_definition", "class_definition"):
+            parent = node.parent
+            if parent is not None and parent.type == "decorated_definition":
+                parent = parent.parent
+            top = maybe_top and at_top(parent)
+            stack.append(_python_definition(node, cls, scope, top, scopes, typing))
+            if top and kind == "class_definition":
+                symbol_classes.add(start)
+        elif kind == "call":
+            _python_call(node, scope, graph)
+        elif kind == "import_statement":
+            for name in node.children_by_field_name("name"):
+                if name.type == "aliased_import":
+                    module = _text(name.child_by_field_name("name"))
+                    alias = _text(name.child_by_field_name("alias"))
+                    graph.imports.append(Import(module, _line(node), alias=alias))
+                else:
+                    module = _text(name)
+                    # `import a.b` binds `a`; calls through `a.b.f` are seen as receiver a.b
+                    graph.imports.append(Import(module, _line(node), alias=module))
+        elif kind == "import_from_statement":
+            module = _text(node.child_by_field_name("module_name"))
+            names: list[tuple[str, str]] = []
+            for name in node.children_by_field_name("name"):
+                if name.type == "aliased_import":
+                    names.append(
+                        (
+                            _text(name.child_by_field_name("name")),
+                            _text(name.child_by_field_name("alias")),
+                        )
+                    )
+                else:
+                    names.append((_text(name), _text(name).rsplit(".", 1)[-1]))
+            graph.imports.append(Import(module, _line(node), tuple(names)))
+        else:  # an assignment or `... as x`
+            if scope is not None:
+                typing.note(node, cls, scope)
+            if kind == "assignment" and maybe_top:
+                # A module's (a class's) names: `x = ...` at that level, and `x = y = ...`
+                # (the grammar nests the second assignment in the first).
+                parent = node.parent
+                if parent is not None and parent.type in ("expression_statement", "assignment"):
+                    parent = parent.parent
+                left = node.child_by_field_name("left")
+                if left is not None and left.type == "identifier" and at_top(parent):
+                    scopes.define(_text(left), cls, "name", left)
     graph.calls = [typing.typed(call, _class_of(call.scope, graph)) for call in graph.calls]
+
+
+def _python_definition(
+    node: Node,
+    cls: str | None,
+    scope: str | None,
+    top: bool,
+    scopes: _Scopes,
+    typing: _PythonTypes,
+) -> _Open:
+    """A `def` or `class`: a symbol when `top` (module level or a class body), else its calls
+    count for the scope around it."""
+    graph = scopes.graph
+    name = _text(node.child_by_field_name("name"))
+    is_class = node.type == "class_definition"
+    if top:
+        kind = "class" if is_class else ("method" if cls else "function")
+        qualified = scopes.define(name, cls, kind, node)
+    else:
+        qualified = scope or name
+    unread = (0, 0)
+    if is_class:
+        bases = node.child_by_field_name("superclasses")
+        for base in bases.named_children if bases is not None else []:
+            if base.type in ("identifier", "attribute"):
+                graph.inherits.append(Inherit(qualified, _text(base), _line(base)))
+    else:
+        typing.parameters(node.child_by_field_name("parameters"), qualified)
+        params = node.child_by_field_name("type_parameters")
+        if params is not None:
+            unread = (params.start_byte, params.end_byte)
+    body = node.child_by_field_name("body")
+    return _Open(
+        end=node.end_byte,
+        body=body.start_byte if body is not None else node.end_byte,
+        outer=(cls, scope),
+        inner=(name if is_class and top else cls, qualified),
+        is_symbol_class=is_class and top,
+        unread=unread,
+    )
+
+
+def _python_call(node: Node, scope: str | None, graph: FileGraph) -> None:
+    func = node.child_by_field_name("function")
+    if func is None:
+        return
+    if func.type == "identifier":
+        graph.calls.append(Call(scope, _text(func), None, _line(node)))
+    elif func.type == "attribute":
+        receiver = func.child_by_field_name("object")
+        attr = _text(func.child_by_field_name("attribute"))
+        graph.calls.append(Call(scope, attr, _receiver(receiver), _line(node)))
 
 
 def _class_of(scope: str | None, graph: FileGraph) -> str | None:
@@ -652,6 +745,9 @@ _JAVA_TYPES = frozenset(
 )
 
 
+_JAVA_CALLS = ("method_invocation", "object_creation_expression")
+
+
 def _java(root: Node, graph: FileGraph) -> None:
     scopes = _Scopes(graph)
 
@@ -704,7 +800,7 @@ def _java(root: Node, graph: FileGraph) -> None:
                 visit(child, owner)
 
     def java_calls(node: Node, scope: str | None) -> None:
-        for sub in _walk(node):
+        for sub in _found("java", _JAVA_CALLS, node):
             if sub.type == "method_invocation":
                 name = _text(sub.child_by_field_name("name"))
                 receiver = _receiver(sub.child_by_field_name("object"))
@@ -733,10 +829,9 @@ def extract(text: str, language: str | None) -> FileGraph | None:
     """The graph facts of one file; None for a language without an extractor."""
     if language not in _EXTRACTORS:
         return None
-    parser = parser_for(language)
-    if parser is None:
+    tree = parse(text, language)
+    if tree is None:
         return None
-    tree = parser.parse(text.encode("utf-8", "surrogatepass"))
     graph = FileGraph(language)
     _EXTRACTORS[language](tree.root_node, graph)
     return graph
