@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import blake3
+from tree_sitter import Tree
 
 from memoryd import jobs, queue
 from memoryd.embedding import embed_off_loop
@@ -63,8 +64,9 @@ from memoryd.searchindex.indexsync import IndexSync
 from memoryd.store import QueryFailed
 from workers.context import JobContext
 from workers.locks import held
-from workers.stages.chunking import chunk_text, language_for_path
+from workers.stages.chunking import chunk_text, language_for_path, parse
 from workers.stages.codegraph import GraphRows, file_graph
+from workers.stages.codegraph.extract import GRAPH_LANGUAGES
 from workers.stages.reader import MANY_FILES
 from workers.stages.redact import SecretMemory, redact
 
@@ -106,7 +108,12 @@ class FilePlan:
 
 
 def plan_file(
-    project_id: str, rel_path: str, text: str, file_hash: str, max_chars: int
+    project_id: str,
+    rel_path: str,
+    text: str,
+    file_hash: str,
+    max_chars: int,
+    parsed: Tree | None = None,
 ) -> FilePlan:
     """Chunk a file and give each chunk a deterministic id: project + path + content hash
     (+ occurrence number, so two identical chunks in one file stay two rows). Chunks of a named
@@ -114,14 +121,17 @@ def plan_file(
 
     The file's secrets are redacted before it is cut, so no chunk, vector or search index ever
     holds one; redaction keeps every line where it was, so line numbers are the file's own. A
-    value found once is redacted wherever else it appears in the file."""
-    text = redact(text, SecretMemory(rel_path))
+    value found once is redacted wherever else it appears in the file. `parsed`: the syntax
+    tree of `text` the code graph uses too; redaction that changed the text needs its own."""
+    redacted = redact(text, SecretMemory(rel_path))
+    if redacted != text:
+        text, parsed = redacted, None
     language = language_for_path(rel_path)
     seen: dict[str, int] = {}
     rows = []
     symbols: dict[str, dict[str, Any]] = {}
     entity_id = file_entity_id(project_id, rel_path)
-    for chunk in chunk_text(text, language, max_chars=max_chars):
+    for chunk in chunk_text(text, language, max_chars=max_chars, parsed=parsed):
         content_hash = blake3.blake3(chunk.content.encode("utf-8", "surrogatepass")).hexdigest()
         occurrence = seen.get(content_hash, 0)
         seen[content_hash] = occurrence + 1
@@ -305,9 +315,13 @@ def _look(
         look.action, look.reason = "skipped", content.skip_reason or "not text"
         return look
     try:
-        look.plan = plan_file(project_id, rel, content.text, content.hash, max_chars)
+        # One parse for the chunker and the code graph: parsing again cost as much as a third
+        # of the graph's extraction.
+        language = language_for_path(rel)
+        parsed = parse(content.text, language) if language in GRAPH_LANGUAGES else None
+        look.plan = plan_file(project_id, rel, content.text, content.hash, max_chars, parsed)
         # The code graph, resolved against the tree on disk (workers/stages/codegraph).
-        look.plan.graph = file_graph(project_id, root, rel, content.text, language_for_path(rel))
+        look.plan.graph = file_graph(project_id, root, rel, content.text, language, parsed=parsed)
     except Exception as exc:  # a chunker bug must not cost the rest of the batch
         look.action, look.reason = "skipped", f"chunking failed: {type(exc).__name__}: {exc}"
     if look.plan is not None and len(look.plan.chunks) > max_chunks:

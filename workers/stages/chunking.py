@@ -166,7 +166,7 @@ parser_for = _parser  # the code graph (workers/stages/codegraph) parses with th
 
 def parse(text: str, language: str) -> Tree | None:
     """The syntax tree of `text`; None for a language without a grammar. One parse serves the
-    chunker and the code graph (workers/codegraph) of a file."""
+    chunker and the code graph (workers/stages/codegraph) of a file."""
     parser = _parser(language)
     return parser.parse(text.encode("utf-8", "replace")) if parser else None  # lone surrogates: "?"
 
@@ -721,8 +721,8 @@ def _describe(group: list[_Atom], lines: _Lines, ctx: _Ctx) -> tuple[str, str | 
 # --- entry point ----------------------------------------------------------------------------
 
 
-def _tree_atoms(text: str, language: str, lines: _Lines) -> list[_Atom] | None:
-    tree = parse(text, language)
+def _tree_atoms(text: str, language: str, lines: _Lines, parsed: Tree | None) -> list[_Atom] | None:
+    tree = parsed or parse(text, language)
     if tree is None:
         return None
     ctx = _Ctx(language, plain_type="section" if language == "markdown" else "module")
@@ -735,16 +735,22 @@ def _tree_atoms(text: str, language: str, lines: _Lines) -> list[_Atom] | None:
 
 
 def chunk_text(
-    text: str, language: str | None, *, max_chars: int = 1500, min_chars: int = 200
+    text: str,
+    language: str | None,
+    *,
+    max_chars: int = 1500,
+    min_chars: int = 200,
+    parsed: Tree | None = None,
 ) -> list[Chunk]:
-    """Chunks covering every line of ``text`` exactly once, in order; [] for blank text."""
+    """Chunks covering every line of ``text`` exactly once, in order; [] for blank text.
+    ``parsed``: the text's syntax tree (`parse`) when the caller has it for the code graph."""
     if not text.strip():
         return []
     lines = _Lines(text, _line_offsets(text), max(1, max_chars), min_chars)
     atoms: list[_Atom] | None = None
     parseable = len(text) <= _MAX_PARSE_CHARS and len(text) <= _MAX_AVERAGE_LINE * lines.count
     if language and parseable:
-        atoms = _tree_atoms(text, language, lines)
+        atoms = _tree_atoms(text, language, lines, parsed)
     if atoms is None:
         atoms = [
             _Atom(lo, hi, final=("lines", None, None))

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from tree_sitter import Tree
+
 from workers.stages.chunking import language_for_path
 from workers.stages.codegraph.extract import extract
 from workers.stages.codegraph.resolve import GraphRows, resolve
@@ -47,11 +49,13 @@ def file_graph(
     text: str,
     language: str | None,
     tree: DiskTree | None = None,
+    parsed: Tree | None = None,
 ) -> GraphRows:
     """One file's graph rows; a language without an extractor gives none (but still replaces
     what an earlier version of the file had, should its name have changed language). `tree`:
-    the project's files as a batch shares them."""
-    facts = extract(text, language)
+    the project's files as a batch shares them; `parsed`: the text's syntax tree when the caller
+    has it."""
+    facts = extract(text, language, parsed)
     if facts is None:
         return GraphRows(rel)
     return resolve(project_id, rel, facts, tree or DiskTree(root))

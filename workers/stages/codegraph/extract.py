@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
-from tree_sitter import Node, Query, QueryCursor
+from tree_sitter import Node, Query, QueryCursor, Tree
 
 from workers.stages.chunking import parse, parser_for
 
@@ -825,11 +825,12 @@ _EXTRACTORS: dict[str, Callable[[Node, FileGraph], None]] = {
 GRAPH_LANGUAGES = frozenset(_EXTRACTORS)
 
 
-def extract(text: str, language: str | None) -> FileGraph | None:
-    """The graph facts of one file; None for a language without an extractor."""
+def extract(text: str, language: str | None, parsed: Tree | None = None) -> FileGraph | None:
+    """The graph facts of one file; None for a language without an extractor. `parsed`: the
+    text's syntax tree (`parse`) when the caller has it, the chunker's too."""
     if language not in _EXTRACTORS:
         return None
-    tree = parse(text, language)
+    tree = parsed or parse(text, language)
     if tree is None:
         return None
     graph = FileGraph(language)
