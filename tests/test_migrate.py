@@ -14,17 +14,19 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from memoryd import projects, queue
+from memoryd import client, projects, queue
 from memoryd.config import Settings
 from memoryd.daemon.runtime import Runtime
 from memoryd.database.migrate import DataStep, migrate
 from memoryd.errors import MemorydError
+from memoryd.ids import stable_id
 from memoryd.results import SearchRequest
 from memoryd.searchindex.search import search
 from memoryd.store import VECTOR_TABLES, Store
 from memoryd.store.base import rid, unpack_vector
 from memoryd.store.blobs import BODY_CHARS
 from memoryd.views import session
+from memoryd.vocabulary import MENTIONS
 from tests.conftest import git_init, index_tree
 from tests.fixtures import CODERABBIT_SESSION, CODERABBIT_SUBAGENT, CODEX_ROLLOUT, S37, SMALL
 
@@ -433,3 +435,41 @@ async def test_what_fixed_each_failure_is_derived_for_sessions_stored_before_it_
     }
     rows.pop("schema_version")
     assert after == rows
+
+
+@pytest.mark.e2e
+async def test_notes_mentions_get_the_key_every_edge_has(stack: Runtime, tmp_path: Path) -> None:
+    """Notes' MENTIONS edges as an earlier memoryd keyed them (`stable_id("mentions", memory,
+    entity key)`): step 033 gives each the key `Edge.row_id` gives, every field and end as it
+    was, so the same note remembered again is the same two edges, not four."""
+    assert stack.store is not None
+    store = stack.store
+    (tmp_path / "a.py").write_text("A = 1\n")
+    (tmp_path / "b.md").write_text("# b\n")
+    memoryd = client.Client(stack.redis, stack.settings)
+    text = "Decision: a.py holds the constants, b.md explains them."
+    memory = (await memoryd.remember(text, "decision", ["a.py", "b.md"], cwd=tmp_path))["id"]
+    memory = memory.split(":", 1)[1]
+    named = {str(e["id"]): e for e in (await store.dump())["entity"]}
+    today = {str(e["id"].id): e for e in (await store.dump())["mentions"]}
+    ends = {key: named[str(e["out"])] for key, e in today.items()}
+    assert sorted(key for key in today) == sorted(
+        MENTIONS.row_id(memory, end["kind"], end["key"]) for end in ends.values()
+    )
+    assert sorted(end["key"].rsplit("/", 1)[-1] for end in ends.values()) == ["a.py", "b.md"]
+    # As the earlier memoryd wrote them.
+    earlier = [
+        e | {"id": rid("mentions", stable_id("mentions", memory, ends[key]["key"]))}
+        for key, e in today.items()
+    ]
+    await store.query(
+        "DELETE $today; INSERT RELATION INTO mentions $earlier RETURN NONE; "
+        "DELETE schema_version:033_rekey_note_mentions;",
+        {"today": [e["id"] for e in today.values()], "earlier": earlier},
+    )
+    assert not {str(e["id"].id) for e in (await store.dump())["mentions"]} & set(today)
+
+    assert await migrate(store, stack.settings, None) == ["033_rekey_note_mentions"]
+    assert {str(e["id"].id): e for e in (await store.dump())["mentions"]} == today
+    await memoryd.remember(text, "decision", ["a.py", "b.md"], cwd=tmp_path)
+    assert {str(e["id"].id) for e in (await store.dump())["mentions"]} == set(today)

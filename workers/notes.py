@@ -23,7 +23,7 @@ from memoryd.errors import InvalidRequest
 from memoryd.ids import entity_id, stable_id
 from memoryd.store import Ref
 from memoryd.store.recall import NOTES_AGENT
-from memoryd.vocabulary import SYMBOL
+from memoryd.vocabulary import MENTIONS, SYMBOL
 from workers.context import JobContext
 from workers.ingest import EMBED_CHARS
 from workers.stages.entities import Entity, canonical_file
@@ -127,7 +127,7 @@ async def remember(
         [_entity_row(e, at) for e in entities],
         [
             {
-                "id": Ref(vocabulary.MENTIONS.table, stable_id("mentions", memory_id, e.key)),
+                "id": Ref(MENTIONS.table, MENTIONS.row_id(memory_id, e.kind, e.key)),
                 "in": memory,
                 "out": Ref("entity", entity_id(e.kind, e.key)),
                 "session": session,

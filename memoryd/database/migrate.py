@@ -30,6 +30,7 @@ from memoryd.vocabulary import (
     CODE_GRAPH_EDGES,
     FILE,
     MEMORY_ENTITY_EDGE_TABLES,
+    MENTIONS,
     RESOLVED_BY,
     RETIRED_EDGE_TABLES,
 )
@@ -167,6 +168,22 @@ async def _rehash_note_files(store: Store, _: Settings) -> None:
         after = key_of(notes[-1]["id"])
 
 
+async def _rekey_note_mentions(store: Store, _: Settings) -> None:
+    """Notes' MENTIONS edges, which an earlier memoryd keyed by a recipe of their own, get the
+    key every other edge has (`Edge.row_id`): the same note remembered again is then the same
+    edge, not a second one. Resumable: an edge with today's key is left as it is."""
+    after: str | None = None
+    while edges := await store.note_mentions_after(after, _PAGE):
+        await store.rekey_mentions(
+            {
+                edge["id"]: new
+                for edge in edges
+                if (new := MENTIONS.row_id(edge["memory"], edge["kind"], edge["key"])) != edge["id"]
+            }
+        )
+        after = edges[-1]["id"]
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerStep:
     """A step that runs a worker's stage again over stored rows (workers/migrations/steps.py),
@@ -218,6 +235,7 @@ DATA_STEPS: tuple[DataStep, ...] = (
     ),
     DataStep(31, "anchor_actions", _anchor_actions, changes=()),
     DataStep(32, "rehash_note_files", _rehash_note_files, changes=()),
+    DataStep(33, "rekey_note_mentions", _rekey_note_mentions, changes=()),
 )
 
 
