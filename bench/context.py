@@ -263,6 +263,11 @@ async def evaluate(
             os.replace(fresh, tree / AIDER_LOG)
             project = await index(rt, tree)
             await memoryd.ingest([str(tree / AIDER_LOG)])
+            # The writes an ingest leaves to land later (its edits' code anchors) and those
+            # each hook's reads leave (access counts): settled before the next step reads, so
+            # what k is shown does not depend on how the writes and reads interleave.
+            assert rt.store is not None
+            await rt.store.settled(300)
             files = tree_files(git_dir, s.parent)
             relevant = set(s.files) & files
             unique: dict[str, int] = {}
@@ -270,7 +275,9 @@ async def evaluate(
                 unique[f.rsplit("/", 1)[-1]] = unique.get(f.rsplit("/", 1)[-1], 0) + 1
             base = {"session_id": f"bench-{s.sha}", "cwd": str(tree)}
             brief = await hook_text(memoryd, "session-start", base | {"source": "startup"})
+            await rt.store.settled(300)
             prompt = await hook_text(memoryd, "user-prompt-submit", base | {"prompt": s.prompt})
+            await rt.store.settled(300)
             injected = "\n".join(t for t in (brief, prompt) if t)
             # Before its first edit (of a file there before it), in the same session.
             first = next(f for f in s.files if f in relevant)

@@ -161,6 +161,14 @@ def test_an_item_that_does_not_fit_whole_comes_as_its_short_line() -> None:
     text, keys = hooks.pack("head", items, set(), 100)
     assert text == "head\n- a\n- [code:2] code b.py:1-3 g (current index):\nreturn 1"
     assert keys == ["code:1", "code:2"]
+    # Index first: every item's short line, then whole items in order while they fit.
+    text, keys = hooks.pack("head", [items[1], items[0]], set(), 500)
+    assert text == f"head\n{items[1].text}\n{items[0].text}" and keys == ["code:2", "code:1"]
+    text, _ = hooks.pack("head", [items[0], items[1]], set(), 70)
+    assert text == "head\n- a\n- [code:2] code b.py:1-3 g (current index):\nreturn 1"
+    # A long first item does not crowd out the next: it stays short so both are there.
+    text, keys = hooks.pack("head", [items[0], items[1]], set(), 360)
+    assert text == "head\n- a\n- [code:2] code b.py:1-3 g (current index):\nreturn 1"
     code = hooks.record_item(
         {
             "id": "code:9",

@@ -68,15 +68,16 @@ ANSWER_SHARE = 0.8
 # Hits looked at per kind by a prompt hook's search (code: 20, as bench/context.py's code-only
 # search: the fused order of shorter candidate lists is worse), and items it injects at most.
 PROMPT_HITS = (("memory", 20), ("code", 20), ("docs", 4))
-PROMPT_ITEMS = 8
+PROMPT_ITEMS = 12
 ITEM_CHARS = 400
 # A memory's line when its whole item does not fit: where it is and how it begins.
 SHORT_CHARS = 200
 RECENT_DAYS = 7
 # Files a briefing lists at most: the likeliest to be touched next, not all a long session did;
-# sessions it lists before them.
+# sessions it lists before them (the newest: where the work stands; the rest come after the
+# files, since a goal takes the room of two files and the files are what the next work touches).
 BRIEFING_FILES = 8
-BRIEFING_SESSIONS = 3
+BRIEFING_SESSIONS = 1
 # Say nothing: fewer words than this, or an acknowledgement this short.
 MIN_WORDS = 4
 ACK_WORDS = 8
@@ -193,20 +194,27 @@ def expire_states(settings: Settings, now: float, dry_run: bool = False) -> int:
 
 
 def pack(head: str, items: Sequence[Item], seen: set[str], limit: int) -> tuple[str, list[str]]:
-    """`head` and the new items that fit in `limit` characters, each whole or else in its
-    short form (its id: the agent can `get` the rest); returns the text (empty when no
-    item is new) and the keys of the items it holds."""
-    lines, keys, used = [head], [], len(head)
+    """`head` and the new items that fit in `limit` characters, index first: as many items as
+    fit in their short form (whole when they have none), then, in order, each made whole while
+    the budget allows (the agent can `get` the rest by id): a long first item must not crowd
+    out the ones after it. Returns the text (empty when no item is new) and the keys of the
+    items it holds."""
+    chosen: list[Item] = []
+    used = len(head)
     for item in items:
-        if item.key in seen or item.key in keys:
+        first = item.short or item.text
+        if item.key in seen or any(c.key == item.key for c in chosen):
             continue
-        text = next((t for t in (item.text, item.short) if t and used + 1 + len(t) <= limit), "")
-        if not text:
-            continue  # a shorter one further down may still fit
-        lines.append(text)
-        keys.append(item.key)
-        used += 1 + len(text)
-    return ("\n".join(lines) if keys else ""), keys
+        if used + 1 + len(first) <= limit:  # else a shorter one further down may still fit
+            chosen.append(item)
+            used += 1 + len(first)
+    lines = []
+    for item in chosen:
+        first = item.short or item.text
+        whole = used - len(first) + len(item.text) <= limit
+        lines.append(item.text if whole else first)
+        used += len(item.text) - len(first) if whole else 0
+    return ("\n".join([head, *lines]) if chosen else ""), [item.key for item in chosen]
 
 
 def _briefing_items(activity: RecentActivity, session_id: str) -> list[Item]:
