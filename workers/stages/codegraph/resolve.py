@@ -18,6 +18,7 @@ exactly its rows.
 from __future__ import annotations
 
 import builtins
+import functools
 import posixpath
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -67,8 +68,10 @@ class GraphRows:
     modules: list[dict[str, Any]] = field(default_factory=list)
     edges: list[dict[str, Any]] = field(default_factory=list)
     refs: list[dict[str, Any]] = field(default_factory=list)
-    # The rows above by id: a call made twice from one symbol is one edge with two lines.
-    seen: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
+    # The rows above by what their id hashes: a call made twice from one symbol is one edge
+    # with two lines, and its id is hashed once (hashing every call site cost a quarter of
+    # resolving).
+    seen: dict[tuple[str | None, ...], dict[str, Any]] = field(default_factory=dict, repr=False)
 
 
 @dataclass(slots=True)
@@ -93,9 +96,7 @@ def resolve(project_id: str, rel: str, graph: FileGraph, tree: Tree) -> GraphRow
     defined = {d.qualified for d in graph.definitions}
     for found in graph.definitions:
         key = symbol_key(project_id, rel, found.name, found.parent)
-        rows.symbols.append(
-            {"entity_id": symbol_entity_id(key), "key": key, "name": found.qualified}
-        )
+        rows.symbols.append({"entity_id": _symbol_id(key), "key": key, "name": found.qualified})
         _edge(rows, DEFINES.table, source_file, key, found.line, found.qualified)
 
     names: dict[str, _Target] = {}  # local name -> what it is
@@ -230,12 +231,17 @@ def resolve(project_id: str, rel: str, graph: FileGraph, tree: Tree) -> GraphRow
     return rows
 
 
+# A symbol's id, hashed once per key: a file's calls come from a few symbols, to a few others,
+# many times each (hashing them again was most of resolving's time on kafka).
+_symbol_id = functools.lru_cache(maxsize=1 << 16)(symbol_entity_id)
+
+
 def _symbol_or_file(project_id: str, rel: str, qualified: str | None, file_id: str) -> str:
     """The entity a call or a base sits in: its symbol, or the file at module level."""
     if not qualified:
         return file_id
     parent, _, name = qualified.rpartition(".")
-    return symbol_entity_id(symbol_key(project_id, rel, name, parent or None))
+    return _symbol_id(symbol_key(project_id, rel, name, parent or None))
 
 
 def _edge(
@@ -251,11 +257,19 @@ def _edge(
     if kind == "module":
         target = module_entity_id(target_key)
     elif "#" in target_key:
-        target = symbol_entity_id(target_key)
+        target = _symbol_id(target_key)
     else:
         target = file_entity_id(*target_key.split(":", 1))
-    edge = {"table": table, "id": stable_id(table, rows.path, source, target), "in": source}
-    _add(rows, rows.edges, edge | {"out": target, "target": target_key, "line": line, "name": name})
+    parts = (table, rows.path, source, target)
+    if _seen_again(rows, parts, line):
+        return
+    edge = {"table": table, "id": stable_id(*parts), "in": source}
+    _add(
+        rows,
+        parts,
+        rows.edges,
+        edge | {"out": target, "target": target_key, "line": line, "name": name},
+    )
 
 
 def _ref(
@@ -267,13 +281,19 @@ def _ref(
     candidates: Iterable[str],
     owner: str | None = None,
 ) -> None:
+    parts = (
+        ("ref", table, rows.path, source, name)
+        if owner is None
+        else ("ref", table, rows.path, source, owner, name)
+    )
+    if _seen_again(rows, parts, line):
+        return
     ref: dict[str, Any] = {"verb": table, "source": source, "name": name, "line": line}
     ref["paths"] = sorted(set(candidates))
-    if owner is None:
-        ref["id"] = stable_id("ref", table, rows.path, source, name)
-    else:  # the field is absent, not null, when there is none (the table's type)
-        ref |= {"id": stable_id("ref", table, rows.path, source, owner, name), "owner": owner}
-    _add(rows, rows.refs, ref)
+    ref["id"] = stable_id(*parts)
+    if owner is not None:  # the field is absent, not null, when there is none (the table's type)
+        ref["owner"] = owner
+    _add(rows, parts, rows.refs, ref)
 
 
 def guess(ref: dict[str, Any], candidates: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -304,14 +324,20 @@ def _package(path: str | None) -> str | None:
     return f"{here}/" if here else None  # the root's own: as a module
 
 
-def _add(rows: GraphRows, into: list[dict[str, Any]], row: dict[str, Any]) -> None:
-    """A new row, or one more line of the same edge (a function called twice by one symbol)."""
-    known = rows.seen.get(row["id"])
+def _seen_again(rows: GraphRows, parts: tuple[str | None, ...], line: int) -> bool:
+    """Whether the row these id parts hash to is known: then it has one more line (a function
+    called twice by one symbol)."""
+    known = rows.seen.get(parts)
     if known is not None:
-        known["lines"].append(row["line"])
-        return
+        known["lines"].append(line)
+    return known is not None
+
+
+def _add(
+    rows: GraphRows, parts: tuple[str | None, ...], into: list[dict[str, Any]], row: dict[str, Any]
+) -> None:
     row["lines"] = [row["line"]]
-    rows.seen[row["id"]] = row
+    rows.seen[parts] = row
     into.append(row)
 
 
