@@ -206,20 +206,33 @@ def resolve(project_id: str, rel: str, graph: FileGraph, tree: Tree) -> GraphRow
             return symbol_key(project_id, found.path, name, None), None, None
         return None, found.dir_files or None, None
 
+    calls_table = CALLS.table
+    # A file calls one name the same way from one scope many times: resolved once, then each
+    # further call site is one more line of the same row (None: a call no row is kept for).
+    made: dict[tuple[str | None, ...], dict[str, Any] | None] = {}
     for call in graph.calls:
+        how = (call.scope, call.receiver, call.instance_of, call.name)
+        if how in made:
+            row = made[how]
+            if row is not None:
+                row["lines"].append(call.line)
+            continue
         if call.receiver == COMPUTED:
             key, candidates, owner = None, (), None
         elif call.instance_of is not None:
             key, candidates, owner = instance_call(call.instance_of, call.name)
         else:
             key, candidates, owner = target_of(call.scope, call.receiver, call.name)
+        row = None
         if candidates == () and graph.language in _JS and call.name in _JS_BUILTIN_METHODS:
-            continue  # `x.toString()`, `this.cache.has(k)`: a string's, a Map's…
-        source = _symbol_or_file(project_id, rel, call.scope, source_file)
-        if key is not None:
-            _edge(rows, CALLS.table, source, key, call.line, call.name)
+            pass  # `x.toString()`, `this.cache.has(k)`: a string's, a Map's…
+        elif key is not None:
+            source = _symbol_or_file(project_id, rel, call.scope, source_file)
+            row = _edge(rows, calls_table, source, key, call.line, call.name)
         elif candidates is not None:
-            _ref(rows, CALLS.table, source, call.name, call.line, candidates, owner)
+            source = _symbol_or_file(project_id, rel, call.scope, source_file)
+            row = _ref(rows, calls_table, source, call.name, call.line, candidates, owner)
+        made[how] = row
     for inherit in graph.inherits:
         source = _symbol_or_file(project_id, rel, inherit.cls, source_file)
         receiver, _, name = inherit.base.replace("::", ".").rpartition(".")
@@ -252,8 +265,8 @@ def _edge(
     line: int,
     name: str,
     kind: str | None = None,
-) -> None:
-    """One edge per (source, target) of the file: the first line it was seen on."""
+) -> dict[str, Any]:
+    """One edge per (source, target) of the file, with the lines it was seen on."""
     if kind == "module":
         target = module_entity_id(target_key)
     elif "#" in target_key:
@@ -261,10 +274,10 @@ def _edge(
     else:
         target = file_entity_id(*target_key.split(":", 1))
     parts = (table, rows.path, source, target)
-    if _seen_again(rows, parts, line):
-        return
+    if (known := _seen_again(rows, parts, line)) is not None:
+        return known
     edge = {"table": table, "id": stable_id(*parts), "in": source}
-    _add(
+    return _add(
         rows,
         parts,
         rows.edges,
@@ -280,20 +293,20 @@ def _ref(
     line: int,
     candidates: Iterable[str],
     owner: str | None = None,
-) -> None:
+) -> dict[str, Any]:
     parts = (
         ("ref", table, rows.path, source, name)
         if owner is None
         else ("ref", table, rows.path, source, owner, name)
     )
-    if _seen_again(rows, parts, line):
-        return
+    if (known := _seen_again(rows, parts, line)) is not None:
+        return known
     ref: dict[str, Any] = {"verb": table, "source": source, "name": name, "line": line}
     ref["paths"] = sorted(set(candidates))
     ref["id"] = stable_id(*parts)
     if owner is not None:  # the field is absent, not null, when there is none (the table's type)
         ref["owner"] = owner
-    _add(rows, parts, rows.refs, ref)
+    return _add(rows, parts, rows.refs, ref)
 
 
 def guess(ref: dict[str, Any], candidates: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -324,21 +337,22 @@ def _package(path: str | None) -> str | None:
     return f"{here}/" if here else None  # the root's own: as a module
 
 
-def _seen_again(rows: GraphRows, parts: tuple[str | None, ...], line: int) -> bool:
-    """Whether the row these id parts hash to is known: then it has one more line (a function
-    called twice by one symbol)."""
+def _seen_again(rows: GraphRows, parts: tuple[str | None, ...], line: int) -> dict[str, Any] | None:
+    """The row these id parts hash to, if known: then with one more line (a function called
+    twice by one symbol)."""
     known = rows.seen.get(parts)
     if known is not None:
         known["lines"].append(line)
-    return known is not None
+    return known
 
 
 def _add(
     rows: GraphRows, parts: tuple[str | None, ...], into: list[dict[str, Any]], row: dict[str, Any]
-) -> None:
+) -> dict[str, Any]:
     row["lines"] = [row["line"]]
     rows.seen[parts] = row
     into.append(row)
+    return row
 
 
 # --- where an import points, per language -------------------------------------------------------
