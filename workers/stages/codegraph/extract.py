@@ -746,108 +746,71 @@ _JAVA_TYPES = frozenset(
 
 
 _JAVA_CALLS = ("method_invocation", "object_creation_expression")
-_JAVA_NODES = (
-    *_JAVA_TYPES,
-    "method_declaration",
-    "constructor_declaration",
-    "field_declaration",
-    "package_declaration",
-    "import_declaration",
-    *_JAVA_CALLS,
-)
-# Bodies whose declarations are symbols when the body is the root's or a symbol class's.
-_JAVA_BODIES = frozenset({"class_body", "interface_body", "enum_body", "enum_body_declarations"})
 
 
 def _java(root: Node, graph: FileGraph) -> None:
-    """One query for every node that matters, in document order. Symbols are the types at the
-    top and in the body of a symbol type, and the methods, constructors and fields of those;
-    a call counts for the method or field (its class) it sits in, one in none (a static
-    block, an enum constant's arguments) for nothing."""
     scopes = _Scopes(graph)
-    # Containers whose children are symbols, by node id: the class they are members of.
-    owners: dict[int, str | None] = {root.id: None}
-    missing = "\x00"  # no class name: the container's declarations are no symbols
 
-    def owner_of(container: Node | None) -> str | None:
-        """The class a container's declarations are members of; `missing` when they are not
-        symbols (a method's body, an anonymous class)."""
-        if container is None:
-            return missing
-        found: str | None = owners.get(container.id, missing)
-        if found is missing and container.type in _JAVA_BODIES:
-            found = owners[container.id] = owner_of(container.parent)
-        return found
+    def visit(node: Node, owner: str | None) -> None:
+        for child in node.children:
+            kind = child.type
+            if kind == "package_declaration":
+                graph.package = _text(child).removeprefix("package").removesuffix(";").strip()
+            elif kind == "import_declaration":
+                text = _text(child).removeprefix("import").removesuffix(";").strip()
+                text = text.removeprefix("static ").strip()
+                module, _, name = text.rpartition(".")
+                if name == "*":
+                    graph.imports.append(Import(module, _line(child)))
+                else:
+                    graph.imports.append(Import(module, _line(child), ((name, name),)))
+            elif kind in _JAVA_TYPES:
+                name = _text(child.child_by_field_name("name"))
+                scopes.define(name, owner, "class", child)
+                for part in ("superclass", "interfaces"):
+                    sub = child.child_by_field_name(part)
+                    for base in _walk(sub) if sub is not None else []:
+                        # `Comparable<X>` names Comparable; `a.B` is one base, not two
+                        outer = base.parent.type if base.parent is not None else ""
+                        if base.type in ("type_identifier", "scoped_type_identifier") and outer in (
+                            "superclass",
+                            "type_list",
+                            "generic_type",
+                        ):
+                            if outer == "generic_type" and base.prev_sibling is not None:
+                                continue
+                            graph.inherits.append(Inherit(name, _text(base), _line(base)))
+                for sub in child.children:
+                    if sub.type == "extends_interfaces":
+                        for base in _walk(sub):
+                            if base.type == "type_identifier":
+                                graph.inherits.append(Inherit(name, _text(base), _line(base)))
+                body = child.child_by_field_name("body")
+                if body is not None:
+                    visit(body, name)
+            elif kind in ("method_declaration", "constructor_declaration") and owner:
+                name = _text(child.child_by_field_name("name"))
+                scope = scopes.define(name, owner, "method", child)
+                java_calls(child, scope)
+            elif kind == "field_declaration" and owner:
+                for decl in child.children_by_field_name("declarator"):
+                    scopes.define(_text(decl.child_by_field_name("name")), owner, "name", decl)
+                java_calls(child, owner)
+            elif kind in ("class_body", "interface_body", "enum_body", "enum_body_declarations"):
+                visit(child, owner)
 
-    member_end, member_scope = -1, None
-    for node in _found("java", _JAVA_NODES, root):
-        kind = node.type
-        if kind in _JAVA_CALLS:
-            if node.start_byte < member_end:
-                _java_call(node, member_scope, graph)
-            continue
-        owner = owner_of(node.parent)
-        if owner == missing:
-            continue
-        if kind in _JAVA_TYPES:
-            name = _text(node.child_by_field_name("name"))
-            scopes.define(name, owner, "class", node)
-            _java_bases(node, name, graph)
-            body = node.child_by_field_name("body")
-            if body is not None:
-                owners[body.id] = name
-        elif kind == "package_declaration":
-            graph.package = _text(node).removeprefix("package").removesuffix(";").strip()
-        elif kind == "import_declaration":
-            text = _text(node).removeprefix("import").removesuffix(";").strip()
-            text = text.removeprefix("static ").strip()
-            module, _, name = text.rpartition(".")
-            if name == "*":
-                graph.imports.append(Import(module, _line(node)))
-            else:
-                graph.imports.append(Import(module, _line(node), ((name, name),)))
-        elif not owner:
-            continue  # a method or field outside any class: nothing's member
-        elif kind == "field_declaration":
-            for decl in node.children_by_field_name("declarator"):
-                scopes.define(_text(decl.child_by_field_name("name")), owner, "name", decl)
-            member_end, member_scope = node.end_byte, owner
-        else:  # a method or a constructor
-            name = _text(node.child_by_field_name("name"))
-            member_scope = scopes.define(name, owner, "method", node)
-            member_end = node.end_byte
+    def java_calls(node: Node, scope: str | None) -> None:
+        for sub in _found("java", _JAVA_CALLS, node):
+            if sub.type == "method_invocation":
+                name = _text(sub.child_by_field_name("name"))
+                receiver = _receiver(sub.child_by_field_name("object"))
+                graph.calls.append(Call(scope, name, receiver, _line(sub)))
+            elif sub.type == "object_creation_expression":
+                typ = sub.child_by_field_name("type")
+                if typ is not None:
+                    graph.calls.append(Call(scope, _text(typ).split("<")[0], None, _line(sub)))
 
-
-def _java_call(node: Node, scope: str | None, graph: FileGraph) -> None:
-    if node.type == "method_invocation":
-        name = _text(node.child_by_field_name("name"))
-        receiver = _receiver(node.child_by_field_name("object"))
-        graph.calls.append(Call(scope, name, receiver, _line(node)))
-    else:  # `new T(...)`
-        typ = node.child_by_field_name("type")
-        if typ is not None:
-            graph.calls.append(Call(scope, _text(typ).split("<")[0], None, _line(node)))
-
-
-def _java_bases(node: Node, name: str, graph: FileGraph) -> None:
-    for part in ("superclass", "interfaces"):
-        sub = node.child_by_field_name(part)
-        for base in _walk(sub) if sub is not None else []:
-            # `Comparable<X>` names Comparable; `a.B` is one base, not two
-            outer = base.parent.type if base.parent is not None else ""
-            if base.type in ("type_identifier", "scoped_type_identifier") and outer in (
-                "superclass",
-                "type_list",
-                "generic_type",
-            ):
-                if outer == "generic_type" and base.prev_sibling is not None:
-                    continue
-                graph.inherits.append(Inherit(name, _text(base), _line(base)))
-    for sub in node.children:
-        if sub.type == "extends_interfaces":
-            for base in _walk(sub):
-                if base.type == "type_identifier":
-                    graph.inherits.append(Inherit(name, _text(base), _line(base)))
+    visit(root, None)
 
 
 _EXTRACTORS: dict[str, Callable[[Node, FileGraph], None]] = {
