@@ -625,9 +625,7 @@ def _calls_in(
     *members: str,
 ) -> None:
     """Calls under `node` whose callee (field `field_name`) is a name or a member access."""
-    for sub in _walk(node):
-        if sub.type != call_type:
-            continue
+    for sub in _found(graph.language, (call_type,), node):
         func = sub.child_by_field_name(field_name)
         if func is None:
             continue
