@@ -22,7 +22,9 @@ from workers.stages.chunking import parse, parser_for
 __all__ = ["GRAPH_LANGUAGES", "Call", "Definition", "FileGraph", "Import", "Inherit", "extract"]
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass's __init__ sets each field through object.__setattr__, three
+# times the cost, and a large Java file has tens of thousands of calls. Never changed after.
+@dataclass(slots=True)
 class Definition:
     name: str
     parent: str | None  # the innermost class-like definition around it
@@ -46,7 +48,7 @@ class Import:
     alias: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen, as Definition
 class Call:
     """A call in `scope` (a definition's qualified name; None at module level) of `name`,
     through `receiver` (`self`, a module alias, a class name…) when there is one."""
