@@ -65,7 +65,7 @@ from memoryd.store import QueryFailed
 from workers.context import JobContext
 from workers.locks import held
 from workers.stages.chunking import chunk_text, language_for_path, parse
-from workers.stages.codegraph import GraphRows, file_graph
+from workers.stages.codegraph import DiskTree, GraphRows, file_graph
 from workers.stages.codegraph.extract import GRAPH_LANGUAGES
 from workers.stages.reader import MANY_FILES
 from workers.stages.redact import SecretMemory, redact
@@ -268,9 +268,11 @@ def _look(
     max_chunks: int,
     wanted: bool,
     secret_globs: list[str],
+    batch: int,
 ) -> _Look:
-    """Everything this job does with one file on disk (runs in a thread). `wanted`: the
-    ignore rules keep it (decided for the whole job at once)."""
+    """Everything this job does with one file on disk (runs in a thread, or the reader's
+    process). `wanted`: the ignore rules keep it (decided for the whole job at once); `batch`:
+    the round of the job it is read in, whose files share what the disk holds."""
     if not wanted:
         return _Look(rel, "ignored")
     path = root / rel
@@ -321,7 +323,9 @@ def _look(
         parsed = parse(content.text, language) if language in GRAPH_LANGUAGES else None
         look.plan = plan_file(project_id, rel, content.text, content.hash, max_chars, parsed)
         # The code graph, resolved against the tree on disk (workers/stages/codegraph).
-        look.plan.graph = file_graph(project_id, root, rel, content.text, language, parsed=parsed)
+        look.plan.graph = file_graph(
+            project_id, root, rel, content.text, language, _tree_of(root, batch), parsed
+        )
     except Exception as exc:  # a chunker bug must not cost the rest of the batch
         look.action, look.reason = "skipped", f"chunking failed: {type(exc).__name__}: {exc}"
     if look.plan is not None and len(look.plan.chunks) > max_chunks:
@@ -329,6 +333,20 @@ def _look(
         look.reason = f"{len(look.plan.chunks)} chunks, over max_file_chunks ({max_chunks})"
         look.plan = None
     return look
+
+
+# The files of the round being read, as imports resolve against them, in the process that reads
+# it: one per round (an import's candidate paths are stat'ed once for the round, not per file),
+# never kept past it (a later round sees files added since).
+_TREES: dict[tuple[Path, int], DiskTree] = {}
+
+
+def _tree_of(root: Path, batch: int) -> DiskTree:
+    tree = _TREES.get((root, batch))
+    if tree is None:
+        _TREES.clear()
+        tree = _TREES[(root, batch)] = DiskTree(root)
+    return tree
 
 
 def _points_outside(root: Path, path: Path) -> bool:
@@ -619,6 +637,7 @@ async def _index_round(
     groups: dict[str, _Rows] = {}
     # A job of many files reads them in the reader's process (workers/stages/reader.py).
     reader = ctx.get("reader") if len(paths) >= MANY_FILES else None
+    batch = time.monotonic_ns()  # this round, for `_tree_of`
     for rel in paths:
         previous = states.get(rel)
         args = (
@@ -631,6 +650,7 @@ async def _index_round(
             settings.max_file_chunks,
             rel in keep,
             settings.secret_files,
+            batch,
         )
         look = await (reader.run(_look, *args) if reader else asyncio.to_thread(_look, *args))
         looks.append(look)

@@ -22,7 +22,9 @@ from workers.stages.chunking import parse, parser_for
 __all__ = ["GRAPH_LANGUAGES", "Call", "Definition", "FileGraph", "Import", "Inherit", "extract"]
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass's __init__ sets each field through object.__setattr__, three
+# times the cost, and a large Java file has tens of thousands of calls. Never changed after.
+@dataclass(slots=True)
 class Definition:
     name: str
     parent: str | None  # the innermost class-like definition around it
@@ -46,7 +48,7 @@ class Import:
     alias: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen, as Definition
 class Call:
     """A call in `scope` (a definition's qualified name; None at module level) of `name`,
     through `receiver` (`self`, a module alias, a class name…) when there is one."""
@@ -422,51 +424,47 @@ _JS_FUNCTION = frozenset({"function_declaration", "generator_function_declaratio
 _JS_METHOD = frozenset({"method_definition", "method_signature", "abstract_method_signature"})
 
 
+# What below the top level still counts: calls, imports, and the bases of a class.
+_JS_INNER = (
+    "call_expression",
+    "new_expression",
+    "import_statement",
+    *_JS_CLASS,
+    "interface_declaration",
+)
+
+
 def _js(root: Node, graph: FileGraph) -> None:
     scopes = _Scopes(graph)
 
-    def visit(node: Node, cls: str | None, scope: str | None, top: bool) -> None:
+    def visit(node: Node, cls: str | None, scope: str | None) -> None:
+        """The top level (the program, export statements, a top class's body): its
+        definitions are symbols."""
         for child in node.children:
             kind = child.type
             if kind in ("export_statement", "program"):
-                visit(child, cls, scope, top)
+                visit(child, cls, scope)
             elif kind in _JS_CLASS or kind == "interface_declaration":
                 name = _text(child.child_by_field_name("name"))
-                qualified = scopes.define(name, cls, "class", child) if top and name else scope
-                for sub in _walk(child):
-                    # JavaScript's heritage holds the expression; TypeScript's, clauses
-                    if sub.type in (
-                        "class_heritage",
-                        "extends_clause",
-                        "implements_clause",
-                        "extends_type_clause",
-                    ):
-                        for base in sub.named_children:
-                            if base.type in ("identifier", "type_identifier", "member_expression"):
-                                graph.inherits.append(
-                                    Inherit(qualified or name, _text(base), _line(base))
-                                )
-                    if sub.type in ("class_body", "interface_body", "object_type"):
-                        break
+                qualified = scopes.define(name, cls, "class", child) if name else scope
+                _js_bases(child, qualified or name, graph)
                 body = child.child_by_field_name("body")
                 if body is not None:
-                    visit(body, name if top else cls, qualified, top)
+                    visit(body, name, qualified)
             elif kind in _JS_FUNCTION:
                 name = _text(child.child_by_field_name("name"))
-                qualified = scopes.define(name, cls, "function", child) if top else scope
-                visit(child, cls, qualified, False)
-            elif kind in _JS_METHOD and top and cls:
+                inner(child, scopes.define(name, cls, "function", child))
+            elif kind in _JS_METHOD and cls:
                 name = _text(child.child_by_field_name("name"))
-                qualified = scopes.define(name, cls, "method", child)
-                visit(child, cls, qualified, False)
-            elif kind in ("lexical_declaration", "variable_declaration") and top:
+                inner(child, scopes.define(name, cls, "method", child))
+            elif kind in ("lexical_declaration", "variable_declaration"):
                 for decl in child.named_children:
                     if decl.type != "variable_declarator":
                         continue
                     name_node = decl.child_by_field_name("name")
                     _js_require(decl, graph)
                     if name_node is None or name_node.type != "identifier":
-                        visit(decl, cls, scope, False)
+                        inner(decl, scope)
                         continue
                     value = decl.child_by_field_name("value")
                     is_fn = value is not None and value.type in (
@@ -477,18 +475,31 @@ def _js(root: Node, graph: FileGraph) -> None:
                     qualified = scopes.define(
                         _text(name_node), cls, "function" if is_fn else "name", name_node
                     )
-                    visit(decl, cls, qualified if is_fn else scope, False)
-            elif kind == "public_field_definition" and top and cls:
+                    inner(decl, qualified if is_fn else scope)
+            elif kind == "public_field_definition" and cls:
                 name = _text(child.child_by_field_name("name"))
-                qualified = scopes.define(name, cls, "name", child)
-                visit(child, cls, qualified, False)
+                inner(child, scopes.define(name, cls, "name", child))
             elif kind == "import_statement":
                 _js_import(child, graph)
             elif kind in ("call_expression", "new_expression"):
                 add_call(child, scope)
-                visit(child, cls, scope, False)
+                inner(child, scope)
             else:
-                visit(child, cls, scope, False)
+                inner(child, scope)
+
+    def inner(node: Node, scope: str | None) -> None:
+        """Below the top level nothing is a symbol: its calls count for `scope`, a class's
+        bases for `scope` (the class when none). One query, not a walk in Python of every
+        node (that walk was most of a TypeScript file's extraction)."""
+        for sub in _found(graph.language, _JS_INNER, node):
+            kind = sub.type
+            if kind in ("call_expression", "new_expression"):
+                if sub != node:  # `node` itself is counted by who called this
+                    add_call(sub, scope)
+            elif kind == "import_statement":
+                _js_import(sub, graph)
+            else:
+                _js_bases(sub, scope or _text(sub.child_by_field_name("name")), graph)
 
     def add_call(node: Node, scope: str | None) -> None:
         func = node.child_by_field_name(
@@ -504,7 +515,24 @@ def _js(root: Node, graph: FileGraph) -> None:
                 Call(scope, _text(prop), _receiver(func.child_by_field_name("object")), _line(node))
             )
 
-    visit(root, None, None, True)
+    visit(root, None, None)
+
+
+def _js_bases(node: Node, name: str, graph: FileGraph) -> None:
+    """The bases of a class or an interface (named `name`), before its body."""
+    for sub in _walk(node):
+        # JavaScript's heritage holds the expression; TypeScript's, clauses
+        if sub.type in (
+            "class_heritage",
+            "extends_clause",
+            "implements_clause",
+            "extends_type_clause",
+        ):
+            for base in sub.named_children:
+                if base.type in ("identifier", "type_identifier", "member_expression"):
+                    graph.inherits.append(Inherit(name, _text(base), _line(base)))
+        if sub.type in ("class_body", "interface_body", "object_type"):
+            break
 
 
 def _js_import(node: Node, graph: FileGraph) -> None:
@@ -625,9 +653,7 @@ def _calls_in(
     *members: str,
 ) -> None:
     """Calls under `node` whose callee (field `field_name`) is a name or a member access."""
-    for sub in _walk(node):
-        if sub.type != call_type:
-            continue
+    for sub in _found(graph.language, (call_type,), node):
         func = sub.child_by_field_name(field_name)
         if func is None:
             continue

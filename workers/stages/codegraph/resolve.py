@@ -18,6 +18,7 @@ exactly its rows.
 from __future__ import annotations
 
 import builtins
+import functools
 import posixpath
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -67,8 +68,10 @@ class GraphRows:
     modules: list[dict[str, Any]] = field(default_factory=list)
     edges: list[dict[str, Any]] = field(default_factory=list)
     refs: list[dict[str, Any]] = field(default_factory=list)
-    # The rows above by id: a call made twice from one symbol is one edge with two lines.
-    seen: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
+    # The rows above by what their id hashes: a call made twice from one symbol is one edge
+    # with two lines, and its id is hashed once (hashing every call site cost a quarter of
+    # resolving).
+    seen: dict[tuple[str | None, ...], dict[str, Any]] = field(default_factory=dict, repr=False)
 
 
 @dataclass(slots=True)
@@ -93,9 +96,7 @@ def resolve(project_id: str, rel: str, graph: FileGraph, tree: Tree) -> GraphRow
     defined = {d.qualified for d in graph.definitions}
     for found in graph.definitions:
         key = symbol_key(project_id, rel, found.name, found.parent)
-        rows.symbols.append(
-            {"entity_id": symbol_entity_id(key), "key": key, "name": found.qualified}
-        )
+        rows.symbols.append({"entity_id": _symbol_id(key), "key": key, "name": found.qualified})
         _edge(rows, DEFINES.table, source_file, key, found.line, found.qualified)
 
     names: dict[str, _Target] = {}  # local name -> what it is
@@ -205,20 +206,33 @@ def resolve(project_id: str, rel: str, graph: FileGraph, tree: Tree) -> GraphRow
             return symbol_key(project_id, found.path, name, None), None, None
         return None, found.dir_files or None, None
 
+    calls_table = CALLS.table
+    # A file calls one name the same way from one scope many times: resolved once, then each
+    # further call site is one more line of the same row (None: a call no row is kept for).
+    made: dict[tuple[str | None, ...], dict[str, Any] | None] = {}
     for call in graph.calls:
+        how = (call.scope, call.receiver, call.instance_of, call.name)
+        if how in made:
+            row = made[how]
+            if row is not None:
+                row["lines"].append(call.line)
+            continue
         if call.receiver == COMPUTED:
             key, candidates, owner = None, (), None
         elif call.instance_of is not None:
             key, candidates, owner = instance_call(call.instance_of, call.name)
         else:
             key, candidates, owner = target_of(call.scope, call.receiver, call.name)
+        row = None
         if candidates == () and graph.language in _JS and call.name in _JS_BUILTIN_METHODS:
-            continue  # `x.toString()`, `this.cache.has(k)`: a string's, a Map's…
-        source = _symbol_or_file(project_id, rel, call.scope, source_file)
-        if key is not None:
-            _edge(rows, CALLS.table, source, key, call.line, call.name)
+            pass  # `x.toString()`, `this.cache.has(k)`: a string's, a Map's…
+        elif key is not None:
+            source = _symbol_or_file(project_id, rel, call.scope, source_file)
+            row = _edge(rows, calls_table, source, key, call.line, call.name)
         elif candidates is not None:
-            _ref(rows, CALLS.table, source, call.name, call.line, candidates, owner)
+            source = _symbol_or_file(project_id, rel, call.scope, source_file)
+            row = _ref(rows, calls_table, source, call.name, call.line, candidates, owner)
+        made[how] = row
     for inherit in graph.inherits:
         source = _symbol_or_file(project_id, rel, inherit.cls, source_file)
         receiver, _, name = inherit.base.replace("::", ".").rpartition(".")
@@ -230,12 +244,17 @@ def resolve(project_id: str, rel: str, graph: FileGraph, tree: Tree) -> GraphRow
     return rows
 
 
+# A symbol's id, hashed once per key: a file's calls come from a few symbols, to a few others,
+# many times each (hashing them again was most of resolving's time on kafka).
+_symbol_id = functools.lru_cache(maxsize=1 << 16)(symbol_entity_id)
+
+
 def _symbol_or_file(project_id: str, rel: str, qualified: str | None, file_id: str) -> str:
     """The entity a call or a base sits in: its symbol, or the file at module level."""
     if not qualified:
         return file_id
     parent, _, name = qualified.rpartition(".")
-    return symbol_entity_id(symbol_key(project_id, rel, name, parent or None))
+    return _symbol_id(symbol_key(project_id, rel, name, parent or None))
 
 
 def _edge(
@@ -246,16 +265,24 @@ def _edge(
     line: int,
     name: str,
     kind: str | None = None,
-) -> None:
-    """One edge per (source, target) of the file: the first line it was seen on."""
+) -> dict[str, Any]:
+    """One edge per (source, target) of the file, with the lines it was seen on."""
     if kind == "module":
         target = module_entity_id(target_key)
     elif "#" in target_key:
-        target = symbol_entity_id(target_key)
+        target = _symbol_id(target_key)
     else:
         target = file_entity_id(*target_key.split(":", 1))
-    edge = {"table": table, "id": stable_id(table, rows.path, source, target), "in": source}
-    _add(rows, rows.edges, edge | {"out": target, "target": target_key, "line": line, "name": name})
+    parts = (table, rows.path, source, target)
+    if (known := _seen_again(rows, parts, line)) is not None:
+        return known
+    edge = {"table": table, "id": stable_id(*parts), "in": source}
+    return _add(
+        rows,
+        parts,
+        rows.edges,
+        edge | {"out": target, "target": target_key, "line": line, "name": name},
+    )
 
 
 def _ref(
@@ -266,14 +293,20 @@ def _ref(
     line: int,
     candidates: Iterable[str],
     owner: str | None = None,
-) -> None:
+) -> dict[str, Any]:
+    parts = (
+        ("ref", table, rows.path, source, name)
+        if owner is None
+        else ("ref", table, rows.path, source, owner, name)
+    )
+    if (known := _seen_again(rows, parts, line)) is not None:
+        return known
     ref: dict[str, Any] = {"verb": table, "source": source, "name": name, "line": line}
     ref["paths"] = sorted(set(candidates))
-    if owner is None:
-        ref["id"] = stable_id("ref", table, rows.path, source, name)
-    else:  # the field is absent, not null, when there is none (the table's type)
-        ref |= {"id": stable_id("ref", table, rows.path, source, owner, name), "owner": owner}
-    _add(rows, rows.refs, ref)
+    ref["id"] = stable_id(*parts)
+    if owner is not None:  # the field is absent, not null, when there is none (the table's type)
+        ref["owner"] = owner
+    return _add(rows, parts, rows.refs, ref)
 
 
 def guess(ref: dict[str, Any], candidates: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -304,15 +337,22 @@ def _package(path: str | None) -> str | None:
     return f"{here}/" if here else None  # the root's own: as a module
 
 
-def _add(rows: GraphRows, into: list[dict[str, Any]], row: dict[str, Any]) -> None:
-    """A new row, or one more line of the same edge (a function called twice by one symbol)."""
-    known = rows.seen.get(row["id"])
+def _seen_again(rows: GraphRows, parts: tuple[str | None, ...], line: int) -> dict[str, Any] | None:
+    """The row these id parts hash to, if known: then with one more line (a function called
+    twice by one symbol)."""
+    known = rows.seen.get(parts)
     if known is not None:
-        known["lines"].append(row["line"])
-        return
+        known["lines"].append(line)
+    return known
+
+
+def _add(
+    rows: GraphRows, parts: tuple[str | None, ...], into: list[dict[str, Any]], row: dict[str, Any]
+) -> dict[str, Any]:
     row["lines"] = [row["line"]]
-    rows.seen[row["id"]] = row
+    rows.seen[parts] = row
     into.append(row)
+    return row
 
 
 # --- where an import points, per language -------------------------------------------------------
@@ -341,12 +381,11 @@ def _first(tree: Tree, candidates: Iterable[str]) -> str | None:
     return None
 
 
-def _python_bases(rel: str, module: str, tree: Tree) -> tuple[list[str], str]:
+def _python_bases(here: str, module: str, tree: Tree) -> tuple[list[str], str]:
     """Directories a module path may start from, and the dotted rest. An absolute import
     starts at a source root: the project's root, `src`, or a directory above the file that is
     not itself a package (`import typing` in arq/jobs.py is the standard library's, not
-    arq/typing.py)."""
-    here = posixpath.dirname(rel)
+    arq/typing.py). `here`: the importing file's directory."""
     if module.startswith("."):
         level = len(module) - len(module.lstrip("."))
         base = here
@@ -361,8 +400,8 @@ def _python_bases(rel: str, module: str, tree: Tree) -> tuple[list[str], str]:
     return ["", "src", *roots], module
 
 
-def _python_file(rel: str, module: str, tree: Tree) -> str | None:
-    bases, rest = _python_bases(rel, module, tree)
+def _python_file(here: str, module: str, tree: Tree) -> str | None:
+    bases, rest = _python_bases(here, module, tree)
     parts = rest.replace(".", "/")
     candidates = []
     for base in bases:
@@ -375,22 +414,35 @@ def _python_file(rel: str, module: str, tree: Tree) -> str | None:
     return _first(tree, candidates)
 
 
-def _module_files(graph: FileGraph, rel: str, imp: Import, tree: Tree) -> list[str]:
-    language, module = graph.language, imp.module
-    here = posixpath.dirname(rel)
+def _module_files(graph: FileGraph, rel: str, imp: Import, tree: Tree) -> tuple[str, ...]:
+    """The files of the project an import names (none: outside it)."""
+    # The files of a directory (Rust: of a module) import much the same: each import is
+    # resolved once per tree (a third of resolving kafka went to the same Java imports).
+    where = rel if graph.language == "rust" else posixpath.dirname(rel)
+    first = imp.names[0][0] if imp.names else None
+    return _files_of(tree, graph.language, where, graph.package, imp.module, first)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _files_of(
+    tree: Tree, language: str, where: str, package: str | None, module: str, first: str | None
+) -> tuple[str, ...]:
+    """`_module_files` from the importing file's directory `where` (Rust: the file), `first`
+    the first name imported, if any."""
+    here = where
     if language == "python":
-        found = _python_file(rel, module, tree)
-        return [found] if found else []
+        found = _python_file(here, module, tree)
+        return (found,) if found else ()
     if language in ("javascript", "typescript", "tsx"):
         if not module.startswith("."):
-            return []
+            return ()
         stem = posixpath.join(here, module)
         js_candidates = [stem] + [stem + s for s in _JS_SUFFIXES]
         js_candidates += [posixpath.join(stem, "index" + s) for s in _JS_SUFFIXES]
         # `./x.js` written in TypeScript sources names x.ts
         js_candidates += [stem.rsplit(".", 1)[0] + s for s in _JS_SUFFIXES if "." in module[2:]]
         found = _first(tree, js_candidates)
-        return [found] if found else []
+        return (found,) if found else ()
     if language == "go":
         parts = module.split("/")
         for start in range(len(parts)):
@@ -400,20 +452,21 @@ def _module_files(graph: FileGraph, rel: str, imp: Import, tree: Tree) -> list[s
                 if not f.endswith("_test.go")
             ]
             if files:
-                return files
-        return []
+                return tuple(files)
+        return ()
     if language == "rust":
-        return [f for f in [_rust_file(rel, module, tree)] if f]
-    if language == "java" and graph.package:
-        root = _java_root(rel, graph.package)
+        found = _rust_file(where, module, tree)
+        return (found,) if found else ()
+    if language == "java" and package:
+        root = _java_root(here, package)
         if root is None:
-            return []
+            return ()
         stem = posixpath.join(root, module.replace(".", "/"))
-        if imp.names:
-            found = _first(tree, [f"{stem}/{imp.names[0][0]}.java", f"{stem}.java"])
-            return [found] if found else []
-        return tree.files_in(stem, ".java")
-    return []
+        if first is not None:
+            found = _first(tree, [f"{stem}/{first}.java", f"{stem}.java"])
+            return (found,) if found else ()
+        return tuple(tree.files_in(stem, ".java"))
+    return ()
 
 
 def _submodule(graph: FileGraph, rel: str, imp: Import, name: str, tree: Tree) -> str | None:
@@ -421,7 +474,7 @@ def _submodule(graph: FileGraph, rel: str, imp: Import, name: str, tree: Tree) -
     if graph.language != "python":
         return None
     joined = f"{imp.module}.{name}" if imp.module.strip(".") else imp.module + name
-    return _python_file(rel, joined, tree)
+    return _python_file(posixpath.dirname(rel), joined, tree)
 
 
 def _rust_file(rel: str, module: str, tree: Tree) -> str | None:
@@ -451,8 +504,7 @@ def _rust_file(rel: str, module: str, tree: Tree) -> str | None:
     return None
 
 
-def _java_root(rel: str, package: str) -> str | None:
-    here = posixpath.dirname(rel)
+def _java_root(here: str, package: str) -> str | None:
     suffix = package.replace(".", "/")
     if here == suffix:
         return ""
@@ -473,7 +525,7 @@ def _in_dir(here: str) -> str:
     return f"{here}/*" if here else "*"
 
 
-def _package_files(files: list[str]) -> tuple[str, ...]:
+def _package_files(files: tuple[str, ...]) -> tuple[str, ...]:
     """A package's files as a reference's paths: `dir/*` when they share one directory."""
     dirs = {posixpath.dirname(f) for f in files}
     return (_in_dir(dirs.pop()),) if len(files) > 1 and len(dirs) == 1 else tuple(files)
