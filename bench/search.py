@@ -21,10 +21,13 @@ real model's vectors of its tokens (bench/corpus.py; the model's output space, f
 its vector computed by the real model inside the timing, as a user's new query pays it (with
 `static` vectors the static vector of the same query is what is searched).
 
-Prints the build rate (upsert + commit in batches of 1,000, as index jobs do), the time to
-reopen from disk, p50/p95 of hybrid, BM25 and k-NN (limit 10) next to the targets, recall@10 of
-memoryd's k-NN against an exact scan of the rows that pass the same filters (valid now; `as_of`
-over the retired rows too), the process's peak memory, with the load average.
+Prints the build rate (upsert + commit in batches of 1,000, as index jobs do); then, from a
+process of its own that opens the built index from disk and loads the query model as the daemon
+does, the time to reopen, p50/p95 of hybrid, BM25 and k-NN (limit 10) next to the targets, and
+that serving process's peak memory (VmHWM; the bench process's own peak counts its rows and
+vectors); then recall@10 of memoryd's k-NN against an exact scan of the rows that pass the same
+filters (valid now; `as_of` over the retired rows too), with the load average. Build 1M rows
+outside the repo: `--cache` and TMPDIR on a disk with a few GB free.
 """
 
 from __future__ import annotations
@@ -283,7 +286,8 @@ def dataset(args: argparse.Namespace, most: int) -> list[Doc]:
         replace(d, vector=[1.0] if embedded else None)  # a mark: rows ingestion embeds
         for d, embedded in memory_docs(int(most * args.memory_share))
     ]
-    code = cached_code_docs(args.trees, most - len(memories), args.cache)
+    # Cached by `most` (bench/ann_recall.py asks the same), the memories' share left out.
+    code = cached_code_docs(args.trees, most, args.cache)[: most - len(memories)]
     rng = random.Random(11)
     marked = []
     for d in code:
