@@ -630,7 +630,7 @@ def test_the_ann_finds_the_exact_top_10_of_real_vectors_where_a_narrow_beam_miss
 ) -> None:
     """Asked for 10 × OVERSAMPLE as memoryd's k-NN asks with no filter, the product's search
     beam finds the exact top 10 of the queries at recall >= 0.95, and usearch's default beam
-    of 64 does not (what the beam is for; bench/ann_recall.py measures 100k and 1M)."""
+    of 64 does not (what the beam is for; bench/ann_recall.py measures 100k)."""
     monkeypatch.setattr(ann, "EXPANSION_SEARCH", beam)
     rows, queries = numpy_blocks_vectors
     index = ann.Vectors(tmp_path, "v")
