@@ -143,7 +143,11 @@ def passing(docs: list[Doc], filters: Filters) -> np.ndarray:
 
 
 def recall(
-    ix: SearchIndex, docs: list[Doc], vectors: np.ndarray, filters: Filters, queries: Queries
+    ix: SearchIndex,
+    docs: list[Doc],
+    vectors: np.ndarray,
+    filters: Filters,
+    queries: Queries,
 ) -> tuple[float, int]:
     """Mean recall@10 of memoryd's k-NN against an exact scan of the rows that pass."""
     rows = passing(docs, filters)
@@ -166,10 +170,18 @@ def serving_peak_mib() -> float:
     return peak_mib()  # no /proc: getrusage's figure is the same peak
 
 
-def serve(directory: Path, dtype: str, project: str, static_cache: Path | None) -> None:
+def serve(
+    directory: Path,
+    dtype: str,
+    project: str,
+    static_cache: Path | None,
+    hnsw: tuple[int, int, int],
+) -> None:
     """The serving side, in a process of its own as in the daemon: the index opened from disk
     and the query model loaded, nothing of the bench's rows or vectors, so its peak memory is
     what serving this many rows costs. Times each search with a fresh query's vector."""
+    # The HNSW settings the bench was asked for: a spawned process imports the product's.
+    ann.CONNECTIVITY, ann.EXPANSION_ADD, ann.EXPANSION_SEARCH = hnsw
     embedder = Embedder(DEFAULT_MODEL, directory.parent / "models")
     static = None if static_cache is None else lambda q: static_vectors(q, static_cache)
     queries = Queries(embedder, static)
@@ -241,7 +253,14 @@ def run(
     # Spawned, not forked: a fork would count this process's rows and vectors as its memory.
     static_cache = None if args.vectors == "model" else args.cache
     server = multiprocessing.get_context("spawn").Process(
-        target=serve, args=(directory, args.dtype, docs[0].project, static_cache)
+        target=serve,
+        args=(
+            directory,
+            args.dtype,
+            docs[0].project,
+            static_cache,
+            (ann.CONNECTIVITY, ann.EXPANSION_ADD, ann.EXPANSION_SEARCH),
+        ),
     )
     server.start()
     server.join()
@@ -308,7 +327,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument(
-        "--trees", type=Path, nargs="+", default=[Path(sysconfig.get_paths()["purelib"])]
+        "--trees",
+        type=Path,
+        nargs="+",
+        default=[Path(sysconfig.get_paths()["purelib"])],
     )
     parser.add_argument("--vectors", choices=("model", "static"), default="model")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "md-bench")
