@@ -4,9 +4,9 @@ The rows are code chunks of real trees (bench/search.py's `cached_code_docs`) em
 product's first-pass model, so 100k real vectors cost a minute; `--vectors` keeps them in a
 .npy file (grown to each size as it comes, smallest first). Each size is split as the product
 splits it: `--retired-share` of the rows in a retired index, the rest in the valid-now index.
-A valid-now search asks the
-valid index for k × OVERSAMPLE as memoryd's k-NN does with no filter; an `as_of` search merges
-both indexes' nearest. Each search beam given is measured on the same built indexes.
+A valid-now search asks the valid index for k × OVERSAMPLE as memoryd's k-NN does with no
+filter; an `as_of` search merges both indexes' nearest. Each search beam given is measured on
+the same built indexes.
 
     .venv/bin/python -m bench.ann_recall --vectors CACHE/first-pass.npy --rows 10000 100000
 """
