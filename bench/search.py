@@ -21,15 +21,19 @@ real model's vectors of its tokens (bench/corpus.py; the model's output space, f
 its vector computed by the real model inside the timing, as a user's new query pays it (with
 `static` vectors the static vector of the same query is what is searched).
 
-Prints the build rate (upsert + commit in batches of 1,000, as index jobs do), the time to
-reopen from disk, p50/p95 of hybrid, BM25 and k-NN (limit 10) next to the targets, recall@10 of
-memoryd's k-NN against an exact scan of the rows that pass the same filters (valid now; `as_of`
-over the retired rows too), the process's peak memory, with the load average.
+Prints the build rate (upsert + commit in batches of 1,000, as index jobs do); then, from a
+process of its own that opens the built index from disk and loads the query model as the daemon
+does, the time to reopen, p50/p95 of hybrid, BM25 and k-NN (limit 10) next to the targets, and
+that serving process's peak memory (VmHWM; the bench process's own peak counts its rows and
+vectors); then recall@10 of memoryd's k-NN against an exact scan of the rows that pass the same
+filters (valid now; `as_of` over the retired rows too), with the load average. Build 1M rows
+outside the repo: `--cache` and TMPDIR on a disk with a few GB free.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import pickle
 import random
@@ -60,6 +64,8 @@ AS_OF = RETIRED_AT - 1
 TARGETS = {"hybrid": (20.0, 50.0)}  # at 100k rows: p50, p95 in ms
 RECALL_TARGET = 0.95
 RECALL_QUERIES = 50
+# The daemon's peak memory at 1M rows (issue 34).
+SERVING_PEAK_TARGET_MIB = 1536
 # Timed calls per search and filter case (each with a query of its own).
 SAMPLES = 60
 
@@ -137,7 +143,11 @@ def passing(docs: list[Doc], filters: Filters) -> np.ndarray:
 
 
 def recall(
-    ix: SearchIndex, docs: list[Doc], vectors: np.ndarray, filters: Filters, queries: Queries
+    ix: SearchIndex,
+    docs: list[Doc],
+    vectors: np.ndarray,
+    filters: Filters,
+    queries: Queries,
 ) -> tuple[float, int]:
     """Mean recall@10 of memoryd's k-NN against an exact scan of the rows that pass."""
     rows = passing(docs, filters)
@@ -152,25 +162,36 @@ def recall(
     return found / RECALL_QUERIES, len(rows)
 
 
-def run(
-    n: int, docs: list[Doc], vectors: np.ndarray, queries: Queries, dtype: str, workdir: Path
+def serving_peak_mib() -> float:
+    """This process's peak resident memory (VmHWM), as the kernel counts it for a daemon."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return peak_mib()  # no /proc: getrusage's figure is the same peak
+
+
+def serve(
+    directory: Path,
+    dtype: str,
+    project: str,
+    static_cache: Path | None,
+    hnsw: tuple[int, int, int],
 ) -> None:
-    docs = docs[:n]
-    retired = sum(d.valid_until is not None for d in docs)
-    memories = sum(d.table == "memory" for d in docs)
-    print(
-        f"\n== {n:,} rows ({retired:,} retired, {memories:,} memories), vectors {dtype}, "
-        f"HNSW connectivity {ann.CONNECTIVITY}, expansion add {ann.EXPANSION_ADD} / search "
-        f"{ann.EXPANSION_SEARCH}; load {load()}"
-    )
-    directory = build(n, docs, vectors, workdir, dtype)
+    """The serving side, in a process of its own as in the daemon: the index opened from disk
+    and the query model loaded, nothing of the bench's rows or vectors, so its peak memory is
+    what serving this many rows costs. Times each search with a fresh query's vector."""
+    # The HNSW settings the bench was asked for: a spawned process imports the product's.
+    ann.CONNECTIVITY, ann.EXPANSION_ADD, ann.EXPANSION_SEARCH = hnsw
+    embedder = Embedder(DEFAULT_MODEL, directory.parent / "models")
+    static = None if static_cache is None else lambda q: static_vectors(q, static_cache)
+    queries = Queries(embedder, static)
     start = time.perf_counter()
     ix = SearchIndex(directory, dtype)
-    print(f"reopen {(time.perf_counter() - start) * 1000:.0f} ms")
+    print(f"reopen {(time.perf_counter() - start) * 1000:.0f} ms", flush=True)
     cases = {
         "valid now, code": Filters(),
         "as_of (before retiring)": Filters(as_of=AS_OF),
-        "one project": Filters(project=docs[0].project),
+        "one project": Filters(project=project),
         "path glob": Filters(path="**/test*/**"),
         "memories": Filters(kinds=("memory",)),
         "every kind": Filters(kinds=("code", "docs", "memory", "goal")),
@@ -198,19 +219,68 @@ def run(
         for name, samples in times.items():
             p50, p95 = percentiles(samples)
             target = ""
-            if name in TARGETS and n >= 100_000:
+            if name in TARGETS and len(ix) >= 100_000:
                 t50, t95 = TARGETS[name]
                 target = f" (target <= {t50:.0f} / {t95:.0f})"
             parts.append(f"{name} p50 {p50:.2f} / p95 {p95:.2f} ms{target}")
         print(f"  {label:26} " + "; ".join(parts), flush=True)
-    for label in ("valid now, code", "as_of (before retiring)", "memories", "every kind"):
-        got, among = recall(ix, docs, vectors, cases[label], queries)
+    ix.close()
+    print(
+        f"  peak memory of the serving process (VmHWM: index + query model) "
+        f"{serving_peak_mib():,.0f} MiB (target <= {SERVING_PEAK_TARGET_MIB:,} MiB at 1M); "
+        f"load {load()}",
+        flush=True,
+    )
+
+
+def run(
+    n: int,
+    docs: list[Doc],
+    vectors: np.ndarray,
+    queries: Queries,
+    args: argparse.Namespace,
+    workdir: Path,
+) -> None:
+    docs = docs[:n]
+    retired = sum(d.valid_until is not None for d in docs)
+    memories = sum(d.table == "memory" for d in docs)
+    print(
+        f"\n== {n:,} rows ({retired:,} retired, {memories:,} memories), vectors {args.dtype}, "
+        f"HNSW connectivity {ann.CONNECTIVITY}, expansion add {ann.EXPANSION_ADD} / search "
+        f"{ann.EXPANSION_SEARCH}; load {load()}"
+    )
+    directory = build(n, docs, vectors, workdir, args.dtype)
+    # Spawned, not forked: a fork would count this process's rows and vectors as its memory.
+    static_cache = None if args.vectors == "model" else args.cache
+    server = multiprocessing.get_context("spawn").Process(
+        target=serve,
+        args=(
+            directory,
+            args.dtype,
+            docs[0].project,
+            static_cache,
+            (ann.CONNECTIVITY, ann.EXPANSION_ADD, ann.EXPANSION_SEARCH),
+        ),
+    )
+    server.start()
+    server.join()
+    if server.exitcode != 0:
+        raise SystemExit(f"the serving process failed ({server.exitcode})")
+    ix = SearchIndex(directory, args.dtype)
+    filters = {
+        "valid now, code": Filters(),
+        "as_of (before retiring)": Filters(as_of=AS_OF),
+        "memories": Filters(kinds=("memory",)),
+        "every kind": Filters(kinds=("code", "docs", "memory", "goal")),
+    }
+    for label, where in filters.items():
+        got, among = recall(ix, docs, vectors, where, queries)
         print(
             f"  recall@10 {label:26} {got:.3f} among {among:,} rows "
             f"(target >= {RECALL_TARGET}, {RECALL_QUERIES} queries)",
             flush=True,
         )
-    print(f"  peak memory of this process {peak_mib():,.0f} MiB; load average after: {load()}")
+    print(f"  peak memory of this bench process {peak_mib():,.0f} MiB; load after: {load()}")
     ix.close()
     shutil.rmtree(directory, ignore_errors=True)
 
@@ -235,7 +305,8 @@ def dataset(args: argparse.Namespace, most: int) -> list[Doc]:
         replace(d, vector=[1.0] if embedded else None)  # a mark: rows ingestion embeds
         for d, embedded in memory_docs(int(most * args.memory_share))
     ]
-    code = cached_code_docs(args.trees, most - len(memories), args.cache)
+    # Cached by `most` (bench/ann_recall.py asks the same), the memories' share left out.
+    code = cached_code_docs(args.trees, most, args.cache)[: most - len(memories)]
     rng = random.Random(11)
     marked = []
     for d in code:
@@ -256,7 +327,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument(
-        "--trees", type=Path, nargs="+", default=[Path(sysconfig.get_paths()["purelib"])]
+        "--trees",
+        type=Path,
+        nargs="+",
+        default=[Path(sysconfig.get_paths()["purelib"])],
     )
     parser.add_argument("--vectors", choices=("model", "static"), default="model")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "md-bench")
@@ -293,7 +367,7 @@ def main() -> None:
         static = None if args.vectors == "model" else lambda q: static_vectors(q, cache)
         queries = Queries(embedder, static)
         for n in sorted(args.rows):
-            run(n, docs, vectors, queries, args.dtype, workdir)
+            run(n, docs, vectors, queries, args, workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
