@@ -49,7 +49,8 @@ def test_tests_sharing_a_module_fixture_run_on_one_worker_and_build_it_once(
         "\n__all__ = ['pytest_collection_modifyitems', 'pytest_xdist_make_scheduler']\n"
     )
     (tmp_path / "test_shared.py").write_text(SHARED)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # The run's own options (PYTEST_ADDOPTS: plugins of the outer run) are not this run's.
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"} | {"PYTHONPATH": str(ROOT)}
     args = ["-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider", "-q", "-rN"]
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-c", str(tmp_path / "pytest.ini"), *args],
