@@ -36,21 +36,59 @@ MEMORYD = str(VENV_BIN / "memoryd")
 # --- running side by side (pyproject's addopts: `-n 2 --dist loadgroup`) ---
 
 
+GROUPS = "xdist-groups.json"  # in the run's folder: test id -> its group, from a worker
+
+
+def _run_folder(config: pytest.Config) -> Path:
+    """The run's folder, shared by its workers (each has its own folder under it)."""
+    folder = config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    return folder.parent if os.environ.get("PYTEST_XDIST_WORKER") else folder
+
+
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests that share a module-scoped fixture (a daemon, an ingested data dir) run on one
-    worker, so that it starts once; before xdist's own hook reads the groups."""
+    worker, one after the other, so that it starts once. xdist's own loadgroup tells the
+    scheduler a test's group by a suffix it writes into the worker's test ids, which pytest 9
+    no longer reads (its ids are structured): every test was scheduled alone and each such
+    fixture was built on both workers, again whenever a worker came back to its module. So a
+    worker writes the groups down for the scheduler below."""
+    groups: dict[str, str] = {}
     for item in items:
         info = getattr(item, "_fixtureinfo", None)
-        if info is None:
-            continue
-        shared = [
-            name
+        if info is not None and any(
+            name in info.names_closure and defs and defs[-1].scope == "module"
             for name, defs in info.name2fixturedefs.items()
-            if name in info.names_closure and defs and defs[-1].scope == "module"
-        ]
-        if shared:
+        ):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+        names = sorted({str(mark.args[0]) for mark in item.iter_markers("xdist_group")})
+        if names:
+            groups[item.nodeid] = "_".join(names)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # Both workers collect the same tests; each writes whole, then renames.
+        written = _run_folder(config) / f"{GROUPS}.{os.environ['PYTEST_XDIST_WORKER']}"
+        written.write_text(json.dumps(groups))
+        written.replace(_run_folder(config) / GROUPS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """`--dist loadgroup` with the groups the workers wrote: a group is one unit of work, sent
+    to one worker whole; every other test is a unit of its own."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Groups(LoadScopeScheduling):
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            # Asked first once every worker has collected (so has written the file).
+            if self.groups is None:
+                self.groups = json.loads((_run_folder(config) / GROUPS).read_text())
+            return self.groups.get(nodeid, nodeid)
+
+    return Groups(config, log)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -58,9 +96,7 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     """A test marked `alone` has the machine to itself: it takes a lock that every test
     (setup, call and teardown) holds shared, exclusively. The turnstile lets it in ahead of the
     tests that come after it, which would otherwise always hold the shared lock between them."""
-    folder = item.config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        folder = folder.parent  # the run's folder, shared by its workers
+    folder = _run_folder(item.config)
     alone = item.get_closest_marker("alone") is not None
     with (
         (folder / "turnstile.lock").open("a") as turnstile,
