@@ -42,7 +42,14 @@ GROUPS = "xdist-groups.json"  # in the run's folder: test id -> its group, from 
 def _run_folder(config: pytest.Config) -> Path:
     """The run's folder, shared by its workers (each has its own folder under it)."""
     folder = config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
-    return folder.parent if os.environ.get("PYTEST_XDIST_WORKER") else folder
+    return folder.parent if _worker(config) else folder
+
+
+def _worker(config: pytest.Config) -> str | None:
+    """This process's xdist worker id, None in the controller or a run without workers. From
+    the config, not PYTEST_XDIST_WORKER: a pytest a test starts inherits its worker's variable."""
+    workerinput = getattr(config, "workerinput", None)
+    return str(workerinput["workerid"]) if workerinput else None
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -64,9 +71,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         names = sorted({str(mark.args[0]) for mark in item.iter_markers("xdist_group")})
         if names:
             groups[item.nodeid] = "_".join(names)
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    if worker := _worker(config):
         # Both workers collect the same tests; each writes whole, then renames.
-        written = _run_folder(config) / f"{GROUPS}.{os.environ['PYTEST_XDIST_WORKER']}"
+        written = _run_folder(config) / f"{GROUPS}.{worker}"
         written.write_text(json.dumps(groups))
         written.replace(_run_folder(config) / GROUPS)
 
