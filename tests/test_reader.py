@@ -19,9 +19,13 @@ def _gone(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
-    # A child that exited stays a zombie until reaped: that is gone too.
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    # A child that exited stays a zombie until reaped: that is gone too. Reaped between the
+    # two looks (the reader's pool reaps it), its /proc entry is gone as well.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
 
 
 async def _until_gone(pid: int, seconds: float = 10.0) -> bool:
