@@ -19,8 +19,10 @@ ingest and in migration step 031), and :func:`action_states` says how that stand
 transcripts do not reliably hold the whole file a call read or left (a read may be a window,
 an edit holds only the replaced lines, and each agent's transcript differs), so the hash comes
 from the indexer's chunks valid at the call's time: for a read, those valid when it was made;
-for an edit, the first version the indexer wrote at or after the call (the call's time is when
-it was made, before the file changed), i.e. what the edit left. That hash is a digest of the
+for an edit, the first version at or after the call (the call's time is when it was made,
+before the file changed), i.e. what the edit left. A version's time is when the file came to
+hold it (its mtime, workers/indexing.py), not when the indexer wrote it: a version read before
+the call but written after it is not what the call left. That hash is a digest of the
 chunks' own `content_hash`es, not the chunks' `file_hash`: a chunk that outlives a change of
 its file has its `file_hash` rewritten to the new file's, so `file_hash` cannot say what the
 file was at an earlier time; the chunks' own hashes can.
@@ -193,7 +195,7 @@ def action_version(
     verb: str, rows: Sequence[dict[str, Any]], at: datetime
 ) -> tuple[datetime, list[dict[str, Any]]] | None:
     """The time and chunks of the file as an action at `at` saw it (a read: the chunks valid
-    then) or left it (an edit: the first version the indexer wrote at or after the call, where
+    then) or left it (an edit: the first version at or after the call, where
     chunks were added or retired). None when the index does not know it: the file was not
     indexed then, or the edit is not indexed yet."""
     when = at

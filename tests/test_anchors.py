@@ -23,10 +23,13 @@ from memoryd import client
 from memoryd.agent import present
 from memoryd.agent.present import get_text, hit_line
 from memoryd.agent_shared import Scope
+from memoryd.anchors import action_version
 from memoryd.daemon.runtime import Runtime
 from memoryd.database.migrate import migrate
+from memoryd.ids import file_key
 from memoryd.results import FileHistory, RecentActivity, SearchRequest
 from memoryd.scan import project_id_for
+from memoryd.vocabulary import FILE, MODIFIES
 from tests.conftest import MEMORYD, index_tree
 
 SYMBOL = "connections.py#RedisSettings.from_dsn"
@@ -306,3 +309,33 @@ async def cli_history(stack: Runtime, path: Path) -> str:
     out, err = await asyncio.wait_for(process.communicate(), 600)
     assert process.returncode == 0, err.decode()
     return out.decode()
+
+
+@pytest.mark.e2e
+async def test_an_edit_is_anchored_to_what_it_left_when_the_version_before_it_is_indexed_late(
+    stack: Runtime, tmp_path: Path
+) -> None:
+    """An agent breaks a file, then (at `edit`) fixes it; the indexer read the broken version
+    before the fix but wrote it after `edit`. The fix's anchor is the fixed version: a version
+    is valid from when the file came to hold it (its mtime), not from when it was written."""
+    assert stack.store is not None
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    source = repo / "total.py"
+    good, bad = "import json\n\nprint(json.dumps(1))\n", "import jsony as json\n\nprint(1)\n"
+    source.write_text(good)
+    await index_tree(stack, repo)
+    source.write_text(bad)
+    # The fix is asked for just after the break, before the break is indexed.
+    edit = datetime.fromtimestamp(source.stat().st_mtime_ns / 1e9, UTC) + timedelta(microseconds=1)
+    await index_tree(stack, repo)
+    source.write_text(good)
+    await index_tree(stack, repo)
+
+    key = file_key(project_id_for(repo), "total.py")
+    [rows] = await stack.store.anchor_chunks([(FILE, key, edit)])
+    version = action_version(MODIFIES.name, rows, edit)
+    assert version is not None
+    assert "".join(str(c["content"]) for c in version[1]) == good
+    [broken] = [r for r in rows if "jsony" in str(r["content"])]
+    assert broken["valid_from"] < edit < broken["valid_until"]

@@ -334,7 +334,7 @@ async def test_in_server_mode_each_workers_indexes_follow_the_others_writes(
     assert two.index.generation == one.index.generation == written.generation
 
     # The other way: a rewrite retires the old chunk (kept for as_of), then a delete.
-    then = written.at
+    then = max(written.valid_from.values())
     await write(two, "flux.py", flux.replace("quasar", "pulsar"))
     await one.catch_up()
     for sync in (one, two):

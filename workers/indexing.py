@@ -35,6 +35,7 @@ import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -420,6 +421,19 @@ class _Rows:
     symbols: list[dict[str, Any]] = field(default_factory=list)
     retire: list[str] = field(default_factory=list)
     graph: list[GraphRows] = field(default_factory=list)
+    since: dict[str, datetime] = field(default_factory=dict)
+
+
+def _version_time(info: os.stat_result, previous: dict[str, Any] | None) -> datetime:
+    """When the file came to hold the content read: its mtime, not when the index wrote it.
+    An edit's anchor is the first version at or after the edit (memoryd/anchors.py); a version
+    read before the agent's next edit but written after it would otherwise pass for what that
+    edit left. Never before the version the index holds (a copy that kept an old mtime) nor
+    after now (a clock ahead)."""
+    held = datetime.fromtimestamp(info.st_mtime_ns / 1e9, UTC)
+    if previous is not None and previous.get("indexed_at") is not None:
+        held = max(held, previous["indexed_at"])
+    return min(held, datetime.now(UTC))
 
 
 def _rows_for(project_id: str, look: _Look, previous: dict[str, Any] | None) -> _Rows | None:
@@ -450,8 +464,9 @@ def _rows_for(project_id: str, look: _Look, previous: dict[str, Any] | None) -> 
         rows.states.append(state("skipped", look.reason))
         return rows
     rows.states.append(state("indexed", None))
-    if look.action == "indexed" and look.plan is not None:
+    if look.action == "indexed" and look.plan is not None and look.info is not None:
         rows.retire.append(look.rel)
+        rows.since[look.rel] = _version_time(look.info, previous)
         rows.chunks = look.plan.chunks
         rows.symbols = look.plan.symbols
         rows.graph = [look.plan.graph] if look.plan.graph is not None else []
@@ -709,6 +724,7 @@ async def _write(
             [p for r in parts for p in r.retire],
             [s for r in parts for s in r.symbols],
             [g for r in parts for g in r.graph],
+            {p: t for r in parts for p, t in r.since.items()},
         )
 
     batches = [list(groups.items())]

@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -350,10 +350,11 @@ class IndexSync:
         retire_paths: list[str],
         symbols: list[dict[str, Any]] | None = None,
         graph: Sequence[Any] = (),
+        since: Mapping[str, datetime] | None = None,
     ) -> FileIndexWrite:
         async with self._writing() as turn:
             done = await self.store.write_file_index(
-                project_id, chunks, file_states, files, retire_paths, symbols, graph
+                project_id, chunks, file_states, files, retire_paths, symbols, graph, since
             )
 
             async def update() -> None:
@@ -370,9 +371,11 @@ class IndexSync:
                     for c in chunks
                 ]
                 await self._upsert("code_chunk", rows)
-                if done.retired:
-                    at = micros(done.at)
-                    await asyncio.to_thread(self.index.retire, "code_chunk", done.retired, at)
+                by_time: dict[datetime, list[str]] = {}
+                for key, until in done.retired.items():
+                    by_time.setdefault(until, []).append(key)
+                for until, keys in by_time.items():
+                    await asyncio.to_thread(self.index.retire, "code_chunk", keys, micros(until))
 
             keys = [c["id"] for c in chunks] + list(done.retired)
             await self._follow(turn, done.generation, update, [("code_chunk", keys)])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -26,12 +26,11 @@ _PLAN_ONLY = frozenset({"entity_id", "symbol_id", "symbol_edge_id"})
 
 
 class FileIndexWrite(NamedTuple):
-    """What `write_file_index` changed beyond its input: the keys of the chunks it retired,
-    when (their valid_until), the search generation of the records after it, and each
-    written chunk's valid_from (a chunk that existed keeps its own)."""
+    """What `write_file_index` changed beyond its input: the chunks it retired (key -> their
+    valid_until), the search generation of the records after it, and each written chunk's
+    valid_from (a chunk that existed keeps its own)."""
 
-    retired: list[str]
-    at: datetime
+    retired: dict[str, datetime]
     generation: int
     valid_from: dict[str, datetime]
 
@@ -119,15 +118,17 @@ class CodeQueries(StoreBase):
         retire_paths: list[str],
         symbols: list[dict[str, Any]] | None = None,
         graph: Sequence[Any] = (),
+        since: Mapping[str, datetime] | None = None,
     ) -> FileIndexWrite:
         """One transaction: upsert chunks, retire the chunks of `retire_paths` not in `chunks`,
-        record file states (a retired chunk whose text comes back is valid again from now:
-        its validity says when the file held it, which memoryd/anchors.py reads), upsert file
+        record file states (a retired chunk whose text comes back is valid again: its validity
+        says when the file held it, which memoryd/anchors.py reads), upsert file
         and symbol entities and DEFINED_IN edges (chunk -> its
         file; chunk -> the symbol it defines, for chunks with a `symbol_id`), and bump the
         search generation. Retired chunks keep their edges: readers filter on `valid_until`.
         `graph`: the code graph rows of these files (memoryd/store/codegraph.py), replaced
-        like their chunks."""
+        like their chunks. `since`: path -> when the file came to hold the content written
+        (workers/indexing.py), its chunks' validity bound; now for a path not in it."""
         at = now()
         project = rid("project", project_id)
         # Keys go as plain strings and become record ids in the engine: the SDK's encoder took
@@ -156,7 +157,7 @@ class CodeQueries(StoreBase):
             f"""
             BEGIN;
             LET $chunks = $chunks.map(|$c| $c + {{ id: type::record("code_chunk", $c.id),
-                project: $project, valid_from: $at, indexed_at: $at }});
+                project: $project, valid_from: $since[$c.path] ?? $at, indexed_at: $at }});
             LET $keep = $chunks.map(|$c| $c.id);
             INSERT INTO code_chunk $chunks ON DUPLICATE KEY UPDATE
                 valid_from = IF valid_until IS NONE THEN valid_from ELSE $input.valid_from END,
@@ -166,8 +167,9 @@ class CodeQueries(StoreBase):
                 embedding = $input.embedding, embedding_model = $input.embedding_model
                 RETURN NONE;
             LET $retired = array::flatten($retire.map(|$path| (UPDATE code_chunk {BY_PATH}
-                SET valid_until = $at WHERE project = $project AND path = $path
-                AND valid_until IS NONE AND id NOTINSIDE $keep RETURN VALUE record::id(id))));
+                SET valid_until = $since[$path] ?? $at WHERE project = $project AND path = $path
+                AND valid_until IS NONE AND id NOTINSIDE $keep
+                RETURN record::id(id) AS key, valid_until)));
             INSERT INTO file_state $states ON DUPLICATE KEY UPDATE
                 size = $input.size, mtime_ns = $input.mtime_ns, hash = $input.hash,
                 status = $input.status, reason = $input.reason, indexed_at = $input.indexed_at
@@ -193,21 +195,24 @@ class CodeQueries(StoreBase):
                 "retire": retire_paths,
                 "project": project,
                 "at": at,
+                "since": dict(since or {}),
                 **graph_params(graph, (row["id"] for row in entity_rows)),
             },
         )
         done = returned(result)
         valid_from = {row["key"]: row["valid_from"] for row in done["valid_from"]}
-        return FileIndexWrite(list(done["retired"]), at, done["generation"], valid_from)
+        retired = {row["key"]: row["valid_until"] for row in done["retired"]}
+        return FileIndexWrite(retired, done["generation"], valid_from)
 
     async def code_file_states(
         self, project_id: str, paths: Sequence[str]
     ) -> dict[str, dict[str, Any]]:
-        """Stored state of these files (size, mtime, hash, status and the skip reason)."""
+        """Stored state of these files (size, mtime, hash, status, the skip reason and when it
+        was written)."""
         rows = (
             await self.query(
                 # By key: `path IN $paths` read every file state of the project.
-                "SELECT path, size, mtime_ns, hash, status, reason FROM $ids",
+                "SELECT path, size, mtime_ns, hash, status, reason, indexed_at FROM $ids",
                 {"ids": [rid("file_state", file_state_id(project_id, p)) for p in paths]},
             )
         )[0] or []
