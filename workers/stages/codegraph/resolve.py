@@ -29,6 +29,7 @@ from memoryd.ids import (
     file_key,
     module_entity_id,
     module_key,
+    split_file_key,
     stable_id,
     symbol_entity_id,
     symbol_key,
@@ -210,6 +211,15 @@ def resolve(project_id: str, rel: str, graph: FileGraph, tree: Tree) -> GraphRow
     # A file calls one name the same way from one scope many times: resolved once, then each
     # further call site is one more line of the same row (None: a call no row is kept for).
     made: dict[tuple[str | None, ...], dict[str, Any] | None] = {}
+    # The entity each scope is, found once (a method makes many calls).
+    sources: dict[str | None, str] = {}
+
+    def source_of(scope: str | None) -> str:
+        found = sources.get(scope)
+        if found is None:
+            found = sources[scope] = _symbol_or_file(project_id, rel, scope, source_file)
+        return found
+
     for call in graph.calls:
         how = (call.scope, call.receiver, call.instance_of, call.name)
         if how in made:
@@ -227,10 +237,9 @@ def resolve(project_id: str, rel: str, graph: FileGraph, tree: Tree) -> GraphRow
         if candidates == () and graph.language in _JS and call.name in _JS_BUILTIN_METHODS:
             pass  # `x.toString()`, `this.cache.has(k)`: a string's, a Map's…
         elif key is not None:
-            source = _symbol_or_file(project_id, rel, call.scope, source_file)
-            row = _edge(rows, calls_table, source, key, call.line, call.name)
+            row = _edge(rows, calls_table, source_of(call.scope), key, call.line, call.name)
         elif candidates is not None:
-            source = _symbol_or_file(project_id, rel, call.scope, source_file)
+            source = source_of(call.scope)
             row = _ref(rows, calls_table, source, call.name, call.line, candidates, owner)
         made[how] = row
     for inherit in graph.inherits:
@@ -247,6 +256,12 @@ def resolve(project_id: str, rel: str, graph: FileGraph, tree: Tree) -> GraphRow
 # A symbol's id, hashed once per key: a file's calls come from a few symbols, to a few others,
 # many times each (hashing them again was most of resolving's time on kafka).
 _symbol_id = functools.lru_cache(maxsize=1 << 16)(symbol_entity_id)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _file_id(key: str) -> str:
+    """A file's id from its key, hashed once: a directory's files import the same files."""
+    return file_entity_id(*split_file_key(key))
 
 
 def _symbol_or_file(project_id: str, rel: str, qualified: str | None, file_id: str) -> str:
@@ -272,7 +287,7 @@ def _edge(
     elif "#" in target_key:
         target = _symbol_id(target_key)
     else:
-        target = file_entity_id(*target_key.split(":", 1))
+        target = _file_id(target_key)
     parts = (table, rows.path, source, target)
     if (known := _seen_again(rows, parts, line)) is not None:
         return known
