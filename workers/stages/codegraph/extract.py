@@ -127,24 +127,6 @@ def _found(language: str, kinds: tuple[str, ...], node: Node) -> list[Node]:
     return found
 
 
-def _in_ranges(
-    nodes: list[Node], ranges: list[tuple[int, int, str | None]]
-) -> Iterator[tuple[Node, str | None]]:
-    """The nodes (in document order) inside one of the ranges (start byte, end byte, scope;
-    disjoint, in document order), with that range's scope. One query over the whole file
-    and this merge cost half of one query per definition (kafka has 85,000 of them)."""
-    at = 0
-    for node in nodes:
-        start = node.start_byte
-        while at < len(ranges) and ranges[at][1] <= start:
-            at += 1
-        if at == len(ranges):
-            return
-        begin, end, scope = ranges[at]
-        if begin <= start and node.end_byte <= end:
-            yield node, scope
-
-
 class _Scopes:
     """Walks the tree keeping the symbol a node sits in: `scope` for calls, `parent` for
     definitions."""
@@ -839,27 +821,26 @@ def _java(root: Node, graph: FileGraph) -> None:
             elif kind in ("method_declaration", "constructor_declaration") and owner:
                 name = _text(child.child_by_field_name("name"))
                 scope = scopes.define(name, owner, "method", child)
-                calls_in.append((child.start_byte, child.end_byte, scope))
+                java_calls(child, scope)
             elif kind == "field_declaration" and owner:
                 for decl in child.children_by_field_name("declarator"):
                     scopes.define(_text(decl.child_by_field_name("name")), owner, "name", decl)
-                calls_in.append((child.start_byte, child.end_byte, owner))
+                java_calls(child, owner)
             elif kind in ("class_body", "interface_body", "enum_body", "enum_body_declarations"):
                 visit(child, owner)
 
-    # Where calls count, with their scope: methods, constructors and fields, never inside one
-    # another (the visit does not enter a method's body), in document order.
-    calls_in: list[tuple[int, int, str | None]] = []
+    def java_calls(node: Node, scope: str | None) -> None:
+        for sub in _found("java", _JAVA_CALLS, node):
+            if sub.type == "method_invocation":
+                name = _text(sub.child_by_field_name("name"))
+                receiver = _receiver(sub.child_by_field_name("object"))
+                graph.calls.append(Call(scope, name, receiver, _line(sub)))
+            elif sub.type == "object_creation_expression":
+                typ = sub.child_by_field_name("type")
+                if typ is not None:
+                    graph.calls.append(Call(scope, _text(typ).split("<")[0], None, _line(sub)))
+
     visit(root, None)
-    for sub, scope in _in_ranges(_found("java", _JAVA_CALLS, root), calls_in):
-        if sub.type == "method_invocation":
-            name = _text(sub.child_by_field_name("name"))
-            receiver = _receiver(sub.child_by_field_name("object"))
-            graph.calls.append(Call(scope, name, receiver, _line(sub)))
-        else:  # object_creation_expression
-            typ = sub.child_by_field_name("type")
-            if typ is not None:
-                graph.calls.append(Call(scope, _text(typ).split("<")[0], None, _line(sub)))
 
 
 _EXTRACTORS: dict[str, Callable[[Node, FileGraph], None]] = {
