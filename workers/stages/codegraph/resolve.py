@@ -289,15 +289,15 @@ def _edge(
     else:
         target = _file_id(target_key)
     parts = (table, rows.path, source, target)
-    if (known := _seen_again(rows, parts, line)) is not None:
+    known = rows.seen.get(parts)
+    if known is not None:  # a function called twice by one symbol: one more line
+        known["lines"].append(line)
         return known
-    edge = {"table": table, "id": stable_id(*parts), "in": source}
-    return _add(
-        rows,
-        parts,
-        rows.edges,
-        edge | {"out": target, "target": target_key, "line": line, "name": name},
-    )
+    edge = {"table": table, "id": stable_id(*parts), "in": source, "out": target}
+    edge |= {"target": target_key, "line": line, "name": name, "lines": [line]}
+    rows.seen[parts] = edge
+    rows.edges.append(edge)
+    return edge
 
 
 def _ref(
@@ -314,14 +314,19 @@ def _ref(
         if owner is None
         else ("ref", table, rows.path, source, owner, name)
     )
-    if (known := _seen_again(rows, parts, line)) is not None:
+    known = rows.seen.get(parts)
+    if known is not None:
+        known["lines"].append(line)
         return known
     ref: dict[str, Any] = {"verb": table, "source": source, "name": name, "line": line}
-    ref["paths"] = sorted(set(candidates))
+    ref["paths"] = sorted(set(candidates)) if candidates else []
     ref["id"] = stable_id(*parts)
     if owner is not None:  # the field is absent, not null, when there is none (the table's type)
         ref["owner"] = owner
-    return _add(rows, parts, rows.refs, ref)
+    ref["lines"] = [line]
+    rows.seen[parts] = ref
+    rows.refs.append(ref)
+    return ref
 
 
 def guess(ref: dict[str, Any], candidates: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -350,24 +355,6 @@ def _package(path: str | None) -> str | None:
         return None
     here = posixpath.dirname(path)
     return f"{here}/" if here else None  # the root's own: as a module
-
-
-def _seen_again(rows: GraphRows, parts: tuple[str | None, ...], line: int) -> dict[str, Any] | None:
-    """The row these id parts hash to, if known: then with one more line (a function called
-    twice by one symbol)."""
-    known = rows.seen.get(parts)
-    if known is not None:
-        known["lines"].append(line)
-    return known
-
-
-def _add(
-    rows: GraphRows, parts: tuple[str | None, ...], into: list[dict[str, Any]], row: dict[str, Any]
-) -> dict[str, Any]:
-    row["lines"] = [row["line"]]
-    rows.seen[parts] = row
-    into.append(row)
-    return row
 
 
 # --- where an import points, per language -------------------------------------------------------
