@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -192,10 +193,16 @@ async def code_only(memoryd: client.Client, prompt: str, project: str) -> str:
 
 
 async def index(rt: Runtime, tree: Path) -> str:
+    """The tree indexed (vectors included) and its history counted into CHANGES_WITH, which
+    the pre-edit hook reads: none of it left to land while a hook runs."""
     assert rt.redis is not None
     project = projects.resolve(tree)
     for job, _ in await projects.sync(rt.redis, project, rt.settings.index_batch_files):
         await queue.embedded_later(rt.redis, await queue.wait_for(job, timeout=7200), 7200)
+    head = subprocess.run(
+        ["git", "-C", str(tree), "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    await queue.wait_for(projects.cochange_job(rt.redis, project.id, head), timeout=7200)
     return project.id
 
 
@@ -254,13 +261,19 @@ async def evaluate(
             s = history[n]
             assert s.parent is not None
             started = time.perf_counter()
-            checkout(tree, s.parent)
             # As if session k started now: the briefing looks at the days before it. A new
-            # file (the ingester reads a replaced file again from its start, same ids).
-            shift = datetime.now() - datetime.strptime(s.at, TIME)
-            fresh = tree / (AIDER_LOG + ".new")
-            fresh.write_text(aider_log(history[start:n], shift))
-            os.replace(fresh, tree / AIDER_LOG)
+            # file, which the ingester reads again from its start (same ids, this shift's
+            # times) because its inode is not the one it read last: that file is held open
+            # until the new one is in place, so the filesystem cannot hand its inode on (it
+            # often did, and then only the appended sessions were read and the earlier ones
+            # kept the times of an earlier shift, recent or not by chance).
+            log = tree / AIDER_LOG
+            with open(log, "rb") if log.exists() else contextlib.nullcontext():
+                checkout(tree, s.parent)
+                shift = datetime.now() - datetime.strptime(s.at, TIME)
+                fresh = tree / (AIDER_LOG + ".new")
+                fresh.write_text(aider_log(history[start:n], shift))
+                os.replace(fresh, log)
             project = await index(rt, tree)
             await memoryd.ingest([str(tree / AIDER_LOG)])
             # The writes an ingest leaves to land later (its edits' code anchors) and those
