@@ -15,7 +15,10 @@ files its edits. The replayed transcript is an aider chat log of those sessions,
 writes one (`# aider chat started at <commit time>`, `#### <message>`, `> Applied edit to
 <file>` per changed file), kept in the tree, so memoryd ingests it as it ingests aider's own;
 its times are shifted so that the session evaluated starts now (the briefing looks at the
-week before it).
+week before it). Each step writes the log anew and memoryd reads it again from its start: the
+sessions and prompts take the new times, but an edit keeps those of the step that first read
+it (the ingester updates only an action edge's target), so an earlier session's edits may
+look more recent than they were, by at most the time from its commit to the evaluated one's.
 
 Evaluated sessions: the newest `--sessions` commits that change 1 to 20 files of which at
 least one exists in the tree before it. Before the first of them, up to REPLAY earlier
