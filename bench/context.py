@@ -15,7 +15,10 @@ files its edits. The replayed transcript is an aider chat log of those sessions,
 writes one (`# aider chat started at <commit time>`, `#### <message>`, `> Applied edit to
 <file>` per changed file), kept in the tree, so memoryd ingests it as it ingests aider's own;
 its times are shifted so that the session evaluated starts now (the briefing looks at the
-week before it).
+week before it). Each step writes the log anew and memoryd reads it again from its start: the
+sessions and prompts take the new times, but an edit keeps those of the step that first read
+it (the ingester updates only an action edge's target), so an earlier session's edits may
+look more recent than they were, by at most the time from its commit to the evaluated one's.
 
 Evaluated sessions: the newest `--sessions` commits that change 1 to 20 files of which at
 least one exists in the tree before it. Before the first of them, up to REPLAY earlier
@@ -37,6 +40,9 @@ the code-only baseline by >= 0.10.
 Before session k's first edit (of a file there before it), in the same session: what the
 pre-edit hook (PreToolUse on Edit) says, printed, with its recall of the other files k changes
 and its precision, measured the same way (the edited file itself is named by the hook's head).
+Printed too, not the target's measure: memoryd's recall with that text added (the edited file
+counting only if the first two hooks named it), against code only given as many more
+characters.
 
 After a failure: the histories reconstructed from commits have no failures, so the real
 Claude Code fixture of bench/agent_latency.py (21 failures) is replayed: `--earlier` copies of
@@ -50,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -179,23 +186,35 @@ async def hook_text(memoryd: client.Client, command: str, payload: dict[str, obj
     return json.loads(out)["hookSpecificOutput"]["additionalContext"] if out else ""
 
 
-async def code_only(memoryd: client.Client, prompt: str, project: str) -> str:
+async def code_only(
+    memoryd: client.Client, prompt: str, project: str, budgets: tuple[int, ...]
+) -> list[str]:
+    """The code-only baseline packed into each of these budgets (one search)."""
     request = SearchRequest(prompt, limit=CODE_HITS, project=project)
     hits = (await memoryd.search(request)).hits
     if not hits:
-        return ""
+        return ["" for _ in budgets]
     records = await memoryd.get(
         [qualified("code", h.id) for h in hits], hooks.ITEM_CHARS * len(hits)
     )
     head = "code related to this prompt:"
-    return hooks.pack(head, [hooks.record_item(r) for r in records], set(), BUDGET)[0]
+    items = [hooks.record_item(r) for r in records]
+    return [hooks.pack(head, items, set(), budget)[0] for budget in budgets]
 
 
 async def index(rt: Runtime, tree: Path) -> str:
+    """The tree indexed (vectors included) and its history counted into CHANGES_WITH, which
+    the pre-edit hook reads: none of it left to land while a hook runs."""
     assert rt.redis is not None
     project = projects.resolve(tree)
     for job, _ in await projects.sync(rt.redis, project, rt.settings.index_batch_files):
         await queue.embedded_later(rt.redis, await queue.wait_for(job, timeout=7200), 7200)
+    head = subprocess.run(
+        ["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+    )
+    if head.returncode == 0:  # else not a git tree: no history to count
+        job = projects.cochange_job(rt.redis, project.id, head.stdout.strip())
+        await queue.wait_for(job, timeout=7200)
     return project.id
 
 
@@ -254,13 +273,19 @@ async def evaluate(
             s = history[n]
             assert s.parent is not None
             started = time.perf_counter()
-            checkout(tree, s.parent)
             # As if session k started now: the briefing looks at the days before it. A new
-            # file (the ingester reads a replaced file again from its start, same ids).
-            shift = datetime.now() - datetime.strptime(s.at, TIME)
-            fresh = tree / (AIDER_LOG + ".new")
-            fresh.write_text(aider_log(history[start:n], shift))
-            os.replace(fresh, tree / AIDER_LOG)
+            # file, which the ingester reads again from its start (same ids, this shift's
+            # times) because its inode is not the one it read last: that file is held open
+            # until the new one is in place, so the filesystem cannot hand its inode on (it
+            # often did, and then only the appended sessions were read and the earlier ones
+            # kept the times of an earlier shift, recent or not by chance).
+            log = tree / AIDER_LOG
+            with open(log, "rb") if log.exists() else contextlib.nullcontext():
+                checkout(tree, s.parent)
+                shift = datetime.now() - datetime.strptime(s.at, TIME)
+                fresh = tree / (AIDER_LOG + ".new")
+                fresh.write_text(aider_log(history[start:n], shift))
+                os.replace(fresh, log)
             project = await index(rt, tree)
             await memoryd.ingest([str(tree / AIDER_LOG)])
             # The writes an ingest leaves to land later (its edits' code anchors) and those
@@ -286,7 +311,9 @@ async def evaluate(
                 "pre-tool-use",
                 base | {"tool_name": "Edit", "tool_input": {"file_path": str(tree / first)}},
             )
-            baseline = await code_only(memoryd, s.prompt, project)
+            baseline, wider = await code_only(
+                memoryd, s.prompt, project, (BUDGET, BUDGET + len(edit))
+            )
             (m_recall, m_precision), (c_recall, c_precision) = (
                 measure(injected, relevant, unique),
                 measure(baseline, relevant, unique),
@@ -298,6 +325,19 @@ async def evaluate(
             pre_edit = {"pre-edit chars": float(len(edit))}
             if e_recall is not None and e_precision is not None:
                 pre_edit |= {"pre-edit recall": e_recall, "pre-edit precision": e_precision}
+            # Not the target's measure: with what the pre-edit hook said too (the file it was
+            # asked about counts only if the session's first two hooks named it), against the
+            # code-only search given as many more characters.
+            named_first = float(named(injected, first, unique))
+            with_edit = (
+                named_first + measure(injected + "\n" + edit, others, unique)[0] * len(others)
+                if others
+                else named_first
+            ) / len(relevant)
+            pre_edit |= {
+                "memoryd with pre-edit": with_edit,
+                "code only, as many chars": measure(wider, relevant, unique)[0],
+            }
             rows.append(
                 pre_edit
                 | {

@@ -70,8 +70,18 @@ async def register(
     await queue.call(redis, jobs.REGISTER_PROJECT, project.id, fields, run, files_total)
     if fields["git_head"]:
         # Files changed together, from the commits new since the last head (once per head).
-        job_id = f"cochange:{project.id}:{fields['git_head']}"
+        job_id = cochange_job_id(project.id, fields["git_head"])
         await queue.enqueue(redis, jobs.COCHANGE, project.id, str(project.root), job_id=job_id)
+
+
+def cochange_job_id(project_id: str, head: str) -> str:
+    """The id of the job that counts a head's commits into CHANGES_WITH: one per head."""
+    return f"cochange:{project_id}:{head}"
+
+
+def cochange_job(redis: ArqRedis, project_id: str, head: str) -> Job:
+    """That job, to wait for (what reads CHANGES_WITH right after a head moved)."""
+    return Job(cochange_job_id(project_id, head), redis, _queue_name=jobs.COCHANGE.queue)
 
 
 async def sync(

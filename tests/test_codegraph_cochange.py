@@ -4,12 +4,12 @@ and counted again incrementally when HEAD moves; and what the pre-edit hook says
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
-from arq.jobs import Job
 
-from memoryd import client, jobs, projects, queue
+from memoryd import client, projects, queue
 from memoryd.agent import hooks
 from memoryd.daemon.runtime import Runtime
 from tests.conftest import git, git_init, index_tree
@@ -36,9 +36,7 @@ async def _counted(rt: Runtime, root: Path) -> dict:
     """Wait for the co-change job the project's registration queued for its HEAD."""
     assert rt.redis is not None
     head = git(root, "rev-parse", "HEAD").strip()
-    job = Job(
-        f"cochange:{projects.resolve(root).id}:{head}", rt.redis, _queue_name=jobs.COCHANGE.queue
-    )
+    job = projects.cochange_job(rt.redis, projects.resolve(root).id, head)
     return await queue.wait_for(job, timeout=300)
 
 
@@ -91,6 +89,18 @@ async def test_files_that_change_together(stack: Runtime, tmp_path: Path) -> Non
     ]
 
 
+async def _before_edit(memoryd: client.Client, root: Path, name: str, session: str) -> str:
+    payload = {
+        "session_id": session,
+        "cwd": str(root),
+        "hook_event_name": "PreToolUse",
+        "tool_name": "Edit",
+        "tool_input": {"file_path": str(root / name), "old_string": "x", "new_string": "y"},
+    }
+    answer = await hooks.run(memoryd, "claude-code", "pre-tool-use", json.dumps(payload), "", None)
+    return json.loads(answer)["hookSpecificOutput"]["additionalContext"] if answer else ""
+
+
 async def test_the_pre_edit_hook_names_files_that_usually_change_with_the_file(
     stack: Runtime, tmp_path: Path
 ) -> None:
@@ -109,17 +119,7 @@ async def test_the_pre_edit_hook_names_files_that_usually_change_with_the_file(
     memoryd = client.Client(stack.redis, stack.settings)
 
     async def before_edit(name: str, session: str = "s1") -> str:
-        payload = {
-            "session_id": session,
-            "cwd": str(root),
-            "hook_event_name": "PreToolUse",
-            "tool_name": "Edit",
-            "tool_input": {"file_path": str(root / name), "old_string": "x", "new_string": "y"},
-        }
-        answer = await hooks.run(
-            memoryd, "claude-code", "pre-tool-use", json.dumps(payload), "", None
-        )
-        return json.loads(answer)["hookSpecificOutput"]["additionalContext"] if answer else ""
+        return await _before_edit(memoryd, root, name, session)
 
     assert await before_edit("a.py") == (
         "memoryd: before you edit a.py:\n- usually changes with b.py (3 commits), c.py (2 commits)"
@@ -131,6 +131,64 @@ async def test_the_pre_edit_hook_names_files_that_usually_change_with_the_file(
     )
     assert await before_edit("d.py") == ""
     assert len(await before_edit("a.py", "s2")) <= stack.settings.hook_action_max_chars
+
+
+# Two aider sessions that edited a.py: the first with four other files (b.py twice) and
+# d.py only read, the second alone.
+TWO_SESSIONS = """
+# aider chat started at 2026-11-20 10:00:00
+
+> Added d.py to the chat
+
+#### rename the total helper everywhere
+
+> Applied edit to c.py
+> Applied edit to a.py
+> Applied edit to b.py
+> Applied edit to f.py
+> Applied edit to e.py
+> Applied edit to b.py
+
+# aider chat started at 2026-11-21 10:00:00
+
+#### make the script faster
+
+> Applied edit to a.py
+"""
+
+
+async def test_the_pre_edit_hook_names_the_files_each_session_edited_along_with_the_file(
+    stack: Runtime, tmp_path: Path
+) -> None:
+    """Before an edit of a.py, the line of each earlier session that edited it names the other
+    files that session modified (the most edited first, then the first edited, then by path),
+    at most three and how many more; a session that edited only a.py names none."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    _write(root, *SOURCES)
+    git_init(root)  # one commit of six files: no pair changes together twice
+    log = root / ".aider.chat.history.md"
+    log.write_text(TWO_SESSIONS)
+    await index_tree(stack, root)
+    memoryd = client.Client(stack.redis, stack.settings)
+    [report] = await memoryd.ingest([str(log)])
+    assert report["sessions"] == 2, report
+    when = r"\(aider, \d{4}-\d\d-\d\d \d\d:\d\d\) edited it \(code current\)"
+    assert re.fullmatch(
+        "memoryd: before you edit a.py, what earlier sessions did to it:\n"
+        f"- session [0-9a-f]{{32}} {when}; goal: make the script faster; no failure followed\n"
+        f"- session [0-9a-f]{{32}} {when} along with b.py, c.py, f.py \\(\\+1 more\\); "
+        "goal: rename the total helper everywhere; no failure followed",
+        await _before_edit(memoryd, root, "a.py", "s1"),
+    )
+    # From b.py: the first session's other files, each edited once, in the order it edited
+    # them first.
+    assert re.fullmatch(
+        "memoryd: before you edit b.py, what earlier sessions did to it:\n"
+        f"- session [0-9a-f]{{32}} {when} along with c.py, a.py, f.py \\(\\+1 more\\); "
+        "goal: rename the total helper everywhere; no failure followed",
+        await _before_edit(memoryd, root, "b.py", "s1"),
+    )
 
 
 async def test_the_window_counts_back_from_heads_commit_not_from_now(

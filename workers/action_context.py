@@ -30,15 +30,18 @@ FAILURES_PER_SESSION = 2
 # commits changed both before it says so: once is chance, not "usually".
 MAX_CO_CHANGED = 3
 MIN_CO_CHANGES = 2.0
+# The other files one session's line names as edited with this one, at most (the rest counted).
+MAX_EDITED_WITH = 3
 
 
 async def file_context(
     ctx: JobContext, project: str, cwd: str, path: str, session: str
 ) -> dict[str, Any]:
     """The earlier sessions of `project` that edited `path` (newest first: goal, agent, when,
-    how the file stands against what the session's last edit left, and the last few distinct
-    failures that followed the edit in that session with what fixed each, if anything did;
-    only those sessions' edits and those failures' fixes are read), the notes and
+    how the file stands against what the session's last edit left, the other files it
+    modified, and the last few distinct failures that followed the edit in that session with
+    what fixed each, if anything did; only those sessions' edits and those failures' fixes
+    are read), the notes and
     decisions agents linked to the file (with how the code they name stands), and the files
     the history usually changes with it. Empty when there are none."""
     store = ctx["store"]
@@ -86,6 +89,13 @@ async def file_context(
         a["session"]: anchor_text([state]) if state else ""
         for a, state in zip(left, await action_states(store, left), strict=True)
     }
+    # What else each session modified: the file an agent edits next is most often one an
+    # earlier session edited together with this one.
+    others: dict[str, list[dict[str, Any]]] = {}
+    for f in map(plain, await store.session_files(newest)):
+        owner, rel = split_file_key(f["target"] or "")
+        if f["target"] != entity.key and owner == project and rel:
+            others.setdefault(f["session"], []).append({**f, "path": rel})
     sessions = [
         {
             "session": s,
@@ -93,6 +103,7 @@ async def file_context(
             "goal": rows[s].get("goal"),
             "last_edit": last_edit[s],
             "anchor": code.get(s) or None,
+            "edited_with": _edited_with(others.get(s, [])),
             "failures": [
                 {
                     "name": f["name"],
@@ -161,6 +172,14 @@ async def error_context(ctx: JobContext, project: str, text: str, session: str) 
         "times": len(seen),
         "resolutions": fixes[-MAX_RESOLUTIONS:][::-1],
     }
+
+
+def _edited_with(files: list[dict[str, Any]]) -> dict[str, Any]:
+    """The files a session edited most (then first, then by path: the same answer wherever
+    the repository and the transcripts are), at most MAX_EDITED_WITH, and how many more."""
+    files = sorted(files, key=lambda f: (-f["edits"], f["first_at"] or "", f["path"]))
+    named = [f["path"] for f in files[:MAX_EDITED_WITH]]
+    return {"files": named, "more": len(files) - len(named)}
 
 
 def _distinct(failures: list[dict[str, Any]]) -> list[dict[str, Any]]:

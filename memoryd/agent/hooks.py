@@ -9,11 +9,12 @@ only passes the JSON over and prints the answer).
   changed lately, failures still open). UserPromptSubmit: the few memories and code chunks most
   relevant to the prompt.
 - Before an edit (PreToolUse; Gemini's AfterTool of an edit, its BeforeTool cannot add
-  context): the earlier sessions that edited the file (goal, agent, when), the failures that
-  followed those edits and what fixed them, the notes and decisions that name the file. After
-  a failed call (PostToolUseFailure, Codex's PostToolUse, Gemini's AfterTool): where the same
-  error (its signature) was seen before and what fixed it (RESOLVED_BY). Nothing when there is
-  nothing earlier; at most `hook_action_max_chars` (default 600); never a decision to block.
+  context): the earlier sessions that edited the file (goal, agent, when, the files they
+  edited along with it), the failures that followed those edits and what fixed them, the
+  notes and decisions that name the file. After a failed call (PostToolUseFailure, Codex's
+  PostToolUse, Gemini's AfterTool): where the same error (its signature) was seen before
+  and what fixed it (RESOLVED_BY). Nothing when there is nothing earlier; at most
+  `hook_action_max_chars` (default 600); never a decision to block.
 - At most `hook_max_chars` characters (default 2000); every item says where it came from (which
   session, which tool, when).
 - Never the same item twice in one session: what was injected is recorded in
@@ -451,7 +452,8 @@ def file_items(context: dict[str, Any]) -> list[Item]:
         after = "; ".join(outcome) or "no failure followed"
         text = (
             f"- session {s['session']} ({s.get('agent') or '?'}, {_when(s['last_edit'])}) "
-            f"edited it{code_state(s.get('anchor'))}{goal}; {after}"
+            f"edited it{code_state(s.get('anchor'))}{_along(s.get('edited_with'))}{goal}; "
+            f"{after}"
         )
         # Clipped, not dropped: a long session's line must still fit the small budget.
         items.append(Item(f"edit:{s['session']}:{context['file']}", one_line(text, ITEM_CHARS)))
@@ -465,6 +467,15 @@ def file_items(context: dict[str, Any]) -> list[Item]:
         files = ", ".join(f"{c['path']} ({c['count']:g} commits)" for c in usually)
         items.append(Item(f"usually:{context['file']}", f"- usually changes with {files}"))
     return items
+
+
+def _along(edited: dict[str, Any] | None) -> str:
+    """The other files a session edited, ahead of its goal (which the line's budget may cut):
+    what the agent will likely edit next."""
+    if not edited or not edited["files"]:
+        return ""
+    more = f" (+{edited['more']} more)" if edited["more"] else ""
+    return f" along with {', '.join(edited['files'])}{more}"
 
 
 def error_items(context: dict[str, Any]) -> list[Item]:

@@ -84,6 +84,21 @@ class ActionQueries(StoreBase):
         )
         return rows[0] or []
 
+    async def session_files(self, session_keys: Sequence[str]) -> list[dict[str, Any]]:
+        """The files each of these sessions modified successfully: one row per session and
+        file (its canonical key), with how many edits and the first one's time (grouped in the
+        database: a long session's hundreds of edits are not sent over)."""
+        if not session_keys:
+            return []
+        rows = await self.query(
+            "SELECT session, target.key AS target, edits, first_at FROM ("
+            "SELECT record::id(session) AS session, out AS target, count() AS edits, "
+            "time::min(event_time) AS first_at FROM modifies WITH INDEX modifies_session "
+            "WHERE session IN $s AND outcome = 'ok' GROUP BY session, target)",
+            {"s": [rid("session", k) for k in session_keys]},
+        )
+        return rows[0] or []
+
     async def session_goals(self, session_keys: Sequence[str]) -> list[dict[str, Any]]:
         """Each session's agent, project and first goal: no more (a hook waits for it)."""
         rows = await self.query(
