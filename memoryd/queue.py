@@ -78,6 +78,10 @@ def server_lost(exc: BaseException) -> bool:
     reports that, once (memoryd/daemon/runtime.py)."""
     if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
         return True
+    if isinstance(exc, redis.exceptions.WatchError):
+        # redis-py raises a connection lost under WATCH (arq's enqueue_job) as a WatchError
+        # raised while handling it; a watched key changed by another client has no such cause.
+        return exc.__context__ is not None and server_lost(exc.__context__)
     return isinstance(exc, redis.exceptions.ResponseError) and bool(_REFUSAL.search(str(exc)))
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -121,3 +123,43 @@ async def test_the_models_memory_is_not_counted_as_the_databases(
         r"(\d+|nothing) (?:MiB )?given back \((\d+) MiB -> (\d+)", line
     )[0]
     assert (given == "nothing") == (int(before) <= int(after))
+
+
+# Run in a process of its own: closing the engine under a running query aborts the process.
+_CLOSE_UNDER_A_QUERY = """
+import asyncio, sys
+from memoryd.store.connection import Connection
+
+async def main(url: str, rows: int) -> None:
+    db = await Connection.open(url, "t", "t")
+    await db.query_raw("DEFINE TABLE x SCHEMALESS", {})
+    write = asyncio.create_task(
+        db.query_raw(f"FOR $i IN 0..{rows} {{ CREATE x SET v = $i; }}", {})
+    )
+    await asyncio.sleep(0)  # the write's engine call is under way
+    write.cancel()  # its caller gives up (a job cut short, a shutdown)
+    await db.close()
+    db = await Connection.open(url, "t", "t")
+    counted = await db.query_raw("RETURN count(SELECT * FROM x)", {})
+    print(counted["result"][0]["result"])
+    await db.close()
+
+asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+"""
+
+
+def test_closing_waits_for_the_engines_calls_even_when_their_callers_gave_up(
+    tmp_path: Path,
+) -> None:
+    """Closing under a running query aborted the process ('panic in a function that cannot
+    unwind': a one-shot `memoryd status` exited -6 on a loaded machine). The engine finishes a
+    call whose caller was cancelled, so close waits for it: no abort, and every row is there."""
+    rows = 500
+    done = subprocess.run(
+        [sys.executable, "-c", _CLOSE_UNDER_A_QUERY, f"surrealkv://{tmp_path}/db", str(rows)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(rows)]

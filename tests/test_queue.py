@@ -4,10 +4,15 @@ bounded in count and in bytes, and a file already waiting in a queued job is not
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
 from arq.constants import result_key_prefix
+from redis.exceptions import WatchError
 
 from memoryd import jobs, queue
 from memoryd.daemon.runtime import Runtime
@@ -135,3 +140,33 @@ async def test_status_counts_the_finished_jobs_while_their_results_expire(
         assert {r.job_id for r in await queue.job_results(redis)} == kept
     status = await queue.call(redis, jobs.STATUS)
     assert status["queue"]["last_hour"] == {"done": 3, "failed": 0}
+
+
+async def test_a_server_lost_under_watch_is_lost_and_a_changed_key_is_not(data_dir: Path) -> None:
+    """arq enqueues under WATCH. The private Redis killed between the WATCH and the next
+    command surfaces as redis-py's WatchError: still a lost server (the daemon restarts Redis;
+    it failed a daemon's start once with a traceback), while a watched key that another client
+    changed is an ordinary conflict."""
+    async with Runtime(settings_for(data_dir)) as rt:
+        redis = await rt.start_queue()
+        service = rt.redis_service
+        assert service is not None and service.pid is not None
+        async with redis.pipeline(transaction=True) as pipe:
+            await pipe.watch("memoryd:test:watched")
+            await redis.set("memoryd:test:watched", "changed")
+            pipe.multi()
+            pipe.set("memoryd:test:watched", "mine")
+            with pytest.raises(WatchError) as conflict:
+                await pipe.execute()
+        assert not queue.server_lost(conflict.value)
+
+        async with redis.pipeline(transaction=True) as pipe:
+            await pipe.watch("memoryd:test:watched")
+            os.kill(service.pid, signal.SIGKILL)
+            deadline = time.monotonic() + 120
+            while service.exit_code() is None:
+                assert time.monotonic() < deadline, "redis-server outlived SIGKILL"
+                await asyncio.sleep(0.05)
+            with pytest.raises(WatchError) as lost:
+                await pipe.exists("memoryd:test:watched")
+        assert queue.server_lost(lost.value)

@@ -28,7 +28,6 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +50,8 @@ _CGROUP_LIMITS = (
     Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
 )
 _REOPEN_ATTEMPTS = 5
+# How long close waits for the engine's calls under way (a long write on a loaded machine).
+_CLOSE_WAIT_SECONDS = 120.0
 # The engine build every figure above was measured on (the memtable table below above all);
 # tests/test_engine.py fails when another is installed, so that it is measured again.
 MEASURED_ENGINE = "3.0.0b10"
@@ -233,6 +234,16 @@ class Connection:
         return cls(await _connect(url, *login), url, login, reopen_bytes)
 
     async def close(self) -> None:
+        """Close once the engine finished every call under way (bounded): closing it under a
+        running query aborts the process (a panic in a function that cannot unwind)."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), _CLOSE_WAIT_SECONDS)
+        except TimeoutError:
+            log.warning(
+                "%d database calls still running after %.0fs; closing the database anyway",
+                self._in_flight,
+                _CLOSE_WAIT_SECONDS,
+            )
         await self._db.close()
 
     def rebase(self) -> None:
@@ -248,25 +259,29 @@ class Connection:
         return None if rss is None else rss - self._baseline
 
     async def query_raw(self, sql: str, params: dict[str, Any]) -> dict[str, Any]:
-        async with self._in_use():
-            response: dict[str, Any] = await self._db.query_raw(sql, params)
-        await self._reopen_if_grown()
-        return response
-
-    @contextlib.asynccontextmanager
-    async def _in_use(self) -> AsyncIterator[None]:
         while not self._open.is_set():  # a reopen is under way: queries wait for it
             await self._open.wait()
         if self.broken is not None:
             raise self.broken
+        # The engine runs a call to its end even when its caller is cancelled, so the call is
+        # counted until the engine is done with it (a reopen or close waits for that), not
+        # until its caller stops waiting.
+        call: asyncio.Future[dict[str, Any]] = asyncio.ensure_future(
+            self._db.query_raw(sql, params)
+        )
         self._in_flight += 1
         self._idle.clear()
-        try:
-            yield
-        finally:
-            self._in_flight -= 1
-            if self._in_flight == 0:
-                self._idle.set()
+        call.add_done_callback(self._finished)
+        response = await asyncio.shield(call)
+        await self._reopen_if_grown()
+        return response
+
+    def _finished(self, call: asyncio.Future[dict[str, Any]]) -> None:
+        if not call.cancelled():
+            call.exception()  # a caller cancelled meanwhile never reads it: not an error to log
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._idle.set()
 
     async def _reopen_if_grown(self) -> None:
         if self._recycle is None or not self._open.is_set():
