@@ -88,6 +88,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
 
     class Groups(LoadScopeScheduling):
         groups: dict[str, str] | None = None
+        ordered = False
 
         def _split_scope(self, nodeid: str) -> str:
             # Asked first once every worker has collected (so has written the file).
@@ -95,7 +96,38 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
                 self.groups = json.loads((_run_folder(config) / GROUPS).read_text())
             return self.groups.get(nodeid, nodeid)
 
+        def _assign_work_unit(self, node: object) -> None:
+            # Longest first (by the durations last measured), so that the run does not end on
+            # one worker busy with a long unit while the other has nothing left: xdist's own
+            # order (groups by their number of tests, then the rest as collected) left the
+            # longest single tests to the end. Units of unknown length keep that order (the
+            # sort is stable).
+            if not self.ordered:
+                self.ordered = True
+                spent = measured_seconds(Path(__file__).with_name(DURATIONS))
+                units = sorted(
+                    self.workqueue.items(),
+                    key=lambda unit: -sum(spent.get(nodeid, 0.0) for nodeid in unit[1]),
+                )
+                self.workqueue.clear()
+                self.workqueue.update(units)
+            super()._assign_work_unit(node)  # type: ignore[arg-type]
+
     return Groups(config, log)
+
+
+# The slowest tests of a whole run, as pytest's `--durations` printed them (paste a new list
+# from CI's output when it has changed): only the order in which tests are handed out uses it.
+DURATIONS = "durations.txt"
+
+
+def measured_seconds(listing: Path) -> dict[str, float]:
+    """Seconds per test id (its setup, call and teardown summed) in a `--durations` listing."""
+    spent: dict[str, float] = {}
+    for line in listing.read_text().splitlines():
+        if found := re.fullmatch(r"([\d.]+)s (?:setup|call|teardown) +(\S+)", line.strip()):
+            spent[found[2]] = spent.get(found[2], 0.0) + float(found[1])
+    return spent
 
 
 @pytest.hookimpl(hookwrapper=True)
