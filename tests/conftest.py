@@ -13,16 +13,18 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
 from datetime import datetime
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import pytest_asyncio
 from arq import ArqRedis
 
 from memoryd import jobs, projects, queue
+from memoryd.client import Client
 from memoryd.config import DEFAULT_MODEL, Settings, load_settings
 from memoryd.daemon.runtime import Runtime
 from memoryd.embedded import EmbeddedRedis
@@ -31,6 +33,7 @@ from memoryd.results import SearchRequest
 
 VENV_BIN = Path(sys.executable).parent
 MEMORYD = str(VENV_BIN / "memoryd")
+T = TypeVar("T")
 
 
 # --- running side by side (pyproject's addopts: `-n 2 --dist loadgroup`) ---
@@ -225,6 +228,28 @@ async def _serving(data_dir: Path, embedder: Embedder, scheduled: bool) -> Async
         yield rt
     finally:
         await rt.close()
+
+
+def served(data_dir: Path, embedder: Embedder, work: Callable[[Client], Awaitable[T]]) -> T:
+    """`work` with a client of `data_dir` served in this process with the session's model: the
+    jobs a one-shot CLI command asks, without a process start and a model load each. For a
+    test about something else than the command (its status counts, its export)."""
+
+    async def main() -> T:
+        async with _serving(data_dir, embedder, scheduled=False) as rt:
+            assert rt.redis is not None
+            return await work(Client(rt.redis, rt.settings))
+
+    return asyncio.run(main())
+
+
+def status_counts(data_dir: Path, embedder: Embedder) -> dict[str, int]:
+    """Rows per table, as `memoryd status --json` prints them under "counts"."""
+
+    async def work(memoryd: Client) -> dict[str, int]:
+        return (await memoryd.status())["counts"]
+
+    return served(data_dir, embedder, work)
 
 
 @asynccontextmanager

@@ -3,14 +3,11 @@ in the tables, in search, or after its transcript is read again."""
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 import shutil
 import subprocess
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
 
 import numpy as np
 import pytest
@@ -24,36 +21,13 @@ from memoryd.database.export import read_jsonl, write_backup
 from memoryd.embedding import Embedder
 from memoryd.results import SearchRequest
 from memoryd.store import Store
-from tests.conftest import MEMORYD, _serving, cli
+from tests.conftest import MEMORYD, cli, served, status_counts
 from tests.fixtures import S37, SMALL
 
 # Each test here runs a whole scenario through a daemon or the full stack: not the quick loop.
 pytestmark = pytest.mark.e2e
 
 SESSION = S37.stem
-T = TypeVar("T")
-
-
-def _in_process(data: Path, embedder: Embedder, work: Callable[[Client], Awaitable[T]]) -> T:
-    """`work` with a client of `data` served in this process with the session's model: the
-    same jobs a `memoryd status` or `export` asks, without a process start and a model load
-    each (this test is about `forget` and `ingest`, which stay CLI commands)."""
-
-    async def main() -> T:
-        async with _serving(data, embedder, scheduled=False) as rt:
-            assert rt.redis is not None
-            return await work(Client(rt.redis, rt.settings))
-
-    return asyncio.run(main())
-
-
-def _counts(data: Path, embedder: Embedder) -> dict[str, int]:
-    """Rows per table, as `memoryd status --json` prints them under "counts"."""
-
-    async def work(memoryd: Client) -> dict[str, int]:
-        return (await memoryd.status())["counts"]
-
-    return _in_process(data, embedder, work)
 
 
 def _rows_naming(data: Path, embedder: Embedder, text: str) -> dict[str, list[dict]]:
@@ -63,7 +37,7 @@ def _rows_naming(data: Path, embedder: Embedder, text: str) -> dict[str, list[di
     async def work(memoryd: Client) -> int:
         return await memoryd.export(out)
 
-    _in_process(data, embedder, work)
+    served(data, embedder, work)
     found: dict[str, list[dict]] = {}
     for line in out.getvalue().decode().splitlines():
         if text in line:
@@ -93,7 +67,7 @@ def test_forget_session_leaves_nothing_and_stays_forgotten(
     shutil.copy(S37, mine)
     shutil.copy(SMALL, other)
     cli("ingest", str(transcripts), "--data-dir", str(data))
-    before = _counts(data, embedder)
+    before = status_counts(data, embedder)
     query = ("search", "_get_enhanced_session_navigation", "--kind", "memory", "--json")
     hits = json.loads(cli(*query, "--data-dir", str(data)).stdout)["results"]
     assert any(h["session"] == SESSION for h in hits)
@@ -103,14 +77,14 @@ def test_forget_session_leaves_nothing_and_stays_forgotten(
     dry = json.loads(cli(*args, "--dry-run").stdout)
     assert dry["dry_run"] is True and dry["sessions"] == [SESSION]
     assert dry["removed"]["session"] == 1 and dry["removed"]["memory"] == 282
-    unchanged = _counts(data, embedder)
+    unchanged = status_counts(data, embedder)
     assert unchanged == before
 
     done = json.loads(cli(*args).stdout)
     assert done["sessions"] == [SESSION]
     for table in ("session", "memory", "goal"):
         assert done["removed"][table] == dry["removed"][table]
-    after = _counts(data, embedder)
+    after = status_counts(data, embedder)
     assert before["memory"] - after["memory"] == 282 and before["session"] - after["session"] == 1
     assert before["goal"] - after["goal"] == dry["removed"]["goal"]
     _assert_forgotten(data, embedder, mine)
@@ -125,7 +99,7 @@ def test_forget_session_leaves_nothing_and_stays_forgotten(
     assert again["restarted"] is True and again["lines"] > 0
     assert again["memories"] == 0 and again["sessions"] == 0
     _assert_forgotten(data, embedder, mine)
-    final = _counts(data, embedder)
+    final = status_counts(data, embedder)
     assert final == after
 
 
