@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
 from datetime import datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 import pytest_asyncio
@@ -243,11 +243,11 @@ def served(data_dir: Path, embedder: Embedder, work: Callable[[Client], Awaitabl
     return asyncio.run(main())
 
 
-def status_counts(data_dir: Path, embedder: Embedder) -> dict[str, int]:
-    """Rows per table, as `memoryd status --json` prints them under "counts"."""
+def status_of(data_dir: Path, embedder: Embedder) -> dict[str, Any]:
+    """What `memoryd status --json` prints for `data_dir` (no daemon running)."""
 
-    async def work(memoryd: Client) -> dict[str, int]:
-        return (await memoryd.status())["counts"]
+    async def work(memoryd: Client) -> dict[str, Any]:
+        return await memoryd.status()
 
     return served(data_dir, embedder, work)
 

@@ -21,7 +21,7 @@ from memoryd.database.export import read_jsonl, write_backup
 from memoryd.embedding import Embedder
 from memoryd.results import SearchRequest
 from memoryd.store import Store
-from tests.conftest import MEMORYD, cli, served, status_counts
+from tests.conftest import MEMORYD, cli, served, status_of
 from tests.fixtures import S37, SMALL
 
 # Each test here runs a whole scenario through a daemon or the full stack: not the quick loop.
@@ -67,7 +67,7 @@ def test_forget_session_leaves_nothing_and_stays_forgotten(
     shutil.copy(S37, mine)
     shutil.copy(SMALL, other)
     cli("ingest", str(transcripts), "--data-dir", str(data))
-    before = status_counts(data, embedder)
+    before = status_of(data, embedder)["counts"]
     query = ("search", "_get_enhanced_session_navigation", "--kind", "memory", "--json")
     hits = json.loads(cli(*query, "--data-dir", str(data)).stdout)["results"]
     assert any(h["session"] == SESSION for h in hits)
@@ -77,14 +77,14 @@ def test_forget_session_leaves_nothing_and_stays_forgotten(
     dry = json.loads(cli(*args, "--dry-run").stdout)
     assert dry["dry_run"] is True and dry["sessions"] == [SESSION]
     assert dry["removed"]["session"] == 1 and dry["removed"]["memory"] == 282
-    unchanged = status_counts(data, embedder)
+    unchanged = status_of(data, embedder)["counts"]
     assert unchanged == before
 
     done = json.loads(cli(*args).stdout)
     assert done["sessions"] == [SESSION]
     for table in ("session", "memory", "goal"):
         assert done["removed"][table] == dry["removed"][table]
-    after = status_counts(data, embedder)
+    after = status_of(data, embedder)["counts"]
     assert before["memory"] - after["memory"] == 282 and before["session"] - after["session"] == 1
     assert before["goal"] - after["goal"] == dry["removed"]["goal"]
     _assert_forgotten(data, embedder, mine)
@@ -99,7 +99,7 @@ def test_forget_session_leaves_nothing_and_stays_forgotten(
     assert again["restarted"] is True and again["lines"] > 0
     assert again["memories"] == 0 and again["sessions"] == 0
     _assert_forgotten(data, embedder, mine)
-    final = status_counts(data, embedder)
+    final = status_of(data, embedder)["counts"]
     assert final == after
 
 

@@ -14,7 +14,7 @@ import pytest
 from memoryd.daemon.runtime import Runtime
 from memoryd.embedding import Embedder
 from memoryd.store import QueryFailed
-from tests.conftest import MEMORYD, Lines, cli, git_init, status_counts, wait_daemon
+from tests.conftest import MEMORYD, Lines, cli, git_init, status_of, wait_daemon
 from tests.fixtures import RENDERER, S37, SMALL
 
 # Each test here runs a whole scenario through a daemon or the full stack: not the quick loop.
@@ -115,7 +115,7 @@ def test_paused_capture_ingests_nothing_and_catches_up_only_if_told(
 
     def counts() -> dict[str, int]:
         # Read in this process: the test is about the pause and resume commands.
-        return status_counts(data, embedder)
+        return status_of(data, embedder)["counts"]
 
     assert "capture paused for 2h" in run("pause", "--for", "2h")["out"]
     assert run("status", "--json")["paused_since"] is not None
