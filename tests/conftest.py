@@ -13,16 +13,18 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
 from datetime import datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 import pytest_asyncio
 from arq import ArqRedis
 
 from memoryd import jobs, projects, queue
+from memoryd.client import Client
 from memoryd.config import DEFAULT_MODEL, Settings, load_settings
 from memoryd.daemon.runtime import Runtime
 from memoryd.embedded import EmbeddedRedis
@@ -31,6 +33,7 @@ from memoryd.results import SearchRequest
 
 VENV_BIN = Path(sys.executable).parent
 MEMORYD = str(VENV_BIN / "memoryd")
+T = TypeVar("T")
 
 
 # --- running side by side (pyproject's addopts: `-n 2 --dist loadgroup`) ---
@@ -88,6 +91,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
 
     class Groups(LoadScopeScheduling):
         groups: dict[str, str] | None = None
+        ordered = False
 
         def _split_scope(self, nodeid: str) -> str:
             # Asked first once every worker has collected (so has written the file).
@@ -95,7 +99,38 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
                 self.groups = json.loads((_run_folder(config) / GROUPS).read_text())
             return self.groups.get(nodeid, nodeid)
 
+        def _assign_work_unit(self, node: object) -> None:
+            # Longest first (by the durations last measured), so that the run does not end on
+            # one worker busy with a long unit while the other has nothing left: xdist's own
+            # order (groups by their number of tests, then the rest as collected) left the
+            # longest single tests to the end. Units of unknown length keep that order (the
+            # sort is stable).
+            if not self.ordered:
+                self.ordered = True
+                spent = measured_seconds(Path(__file__).with_name(DURATIONS))
+                units = sorted(
+                    self.workqueue.items(),
+                    key=lambda unit: -sum(spent.get(nodeid, 0.0) for nodeid in unit[1]),
+                )
+                self.workqueue.clear()
+                self.workqueue.update(units)
+            super()._assign_work_unit(node)  # type: ignore[arg-type]
+
     return Groups(config, log)
+
+
+# The slowest tests of a whole run, as pytest's `--durations` printed them (paste a new list
+# from CI's output when it has changed): only the order in which tests are handed out uses it.
+DURATIONS = "durations.txt"
+
+
+def measured_seconds(listing: Path) -> dict[str, float]:
+    """Seconds per test id (its setup, call and teardown summed) in a `--durations` listing."""
+    spent: dict[str, float] = {}
+    for line in listing.read_text().splitlines():
+        if found := re.fullmatch(r"([\d.]+)s (?:setup|call|teardown) +(\S+)", line.strip()):
+            spent[found[2]] = spent.get(found[2], 0.0) + float(found[1])
+    return spent
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -193,6 +228,28 @@ async def _serving(data_dir: Path, embedder: Embedder, scheduled: bool) -> Async
         yield rt
     finally:
         await rt.close()
+
+
+def served(data_dir: Path, embedder: Embedder, work: Callable[[Client], Awaitable[T]]) -> T:
+    """`work` with a client of `data_dir` served in this process with the session's model: the
+    jobs a one-shot CLI command asks, without a process start and a model load each. For a
+    test about something else than the command (its status counts, its export)."""
+
+    async def main() -> T:
+        async with _serving(data_dir, embedder, scheduled=False) as rt:
+            assert rt.redis is not None
+            return await work(Client(rt.redis, rt.settings))
+
+    return asyncio.run(main())
+
+
+def status_of(data_dir: Path, embedder: Embedder) -> dict[str, Any]:
+    """What `memoryd status --json` prints for `data_dir` (no daemon running)."""
+
+    async def work(memoryd: Client) -> dict[str, Any]:
+        return await memoryd.status()
+
+    return served(data_dir, embedder, work)
 
 
 @asynccontextmanager

@@ -18,9 +18,10 @@ from arq.jobs import serialize_result
 from memoryd.client import Client
 from memoryd.daemon.runtime import Runtime
 from memoryd.database.export import read_jsonl, write_backup
+from memoryd.embedding import Embedder
 from memoryd.results import SearchRequest
 from memoryd.store import Store
-from tests.conftest import MEMORYD, cli
+from tests.conftest import MEMORYD, cli, served, status_of
 from tests.fixtures import S37, SMALL
 
 # Each test here runs a whole scenario through a daemon or the full stack: not the quick loop.
@@ -29,20 +30,26 @@ pytestmark = pytest.mark.e2e
 SESSION = S37.stem
 
 
-def _rows_naming(data: Path, text: str) -> dict[str, list[dict]]:
+def _rows_naming(data: Path, embedder: Embedder, text: str) -> dict[str, list[dict]]:
     """Exported rows (every table) that contain `text`, per table."""
+    out = io.BytesIO()
+
+    async def work(memoryd: Client) -> int:
+        return await memoryd.export(out)
+
+    served(data, embedder, work)
     found: dict[str, list[dict]] = {}
-    for line in cli("export", "--data-dir", str(data)).stdout.splitlines():
+    for line in out.getvalue().decode().splitlines():
         if text in line:
             row = json.loads(line)
             found.setdefault(row["table"], []).append(row["row"])
     return found
 
 
-def _assert_forgotten(data: Path, transcript: Path) -> None:
+def _assert_forgotten(data: Path, embedder: Embedder, transcript: Path) -> None:
     """Nothing names the session but the note that it was forgotten, and the cursor of its
     transcript by the file's path (its saved parser state holds nothing of it)."""
-    found = _rows_naming(data, SESSION)
+    found = _rows_naming(data, embedder, SESSION)
     assert sorted(found) == ["forgotten_session", "transcript_cursor"]
     assert [r["id"] for r in found["forgotten_session"]] == [SESSION]
     [cursor] = found["transcript_cursor"]
@@ -51,8 +58,7 @@ def _assert_forgotten(data: Path, transcript: Path) -> None:
 
 
 def test_forget_session_leaves_nothing_and_stays_forgotten(
-    two_dirs: tuple[Path, Path],
-    tmp_path: Path,
+    two_dirs: tuple[Path, Path], tmp_path: Path, embedder: Embedder
 ) -> None:
     data = two_dirs[0]
     transcripts = tmp_path / "transcripts"
@@ -61,27 +67,27 @@ def test_forget_session_leaves_nothing_and_stays_forgotten(
     shutil.copy(S37, mine)
     shutil.copy(SMALL, other)
     cli("ingest", str(transcripts), "--data-dir", str(data))
-    before = json.loads(cli("status", "--data-dir", str(data), "--json").stdout)["counts"]
+    before = status_of(data, embedder)["counts"]
     query = ("search", "_get_enhanced_session_navigation", "--kind", "memory", "--json")
     hits = json.loads(cli(*query, "--data-dir", str(data)).stdout)["results"]
     assert any(h["session"] == SESSION for h in hits)
-    assert set(_rows_naming(data, SESSION)) >= {"session", "memory", "reads"}
+    assert set(_rows_naming(data, embedder, SESSION)) >= {"session", "memory", "reads"}
 
     args = ("forget", "--session", SESSION[:8], "--data-dir", str(data), "--json")
     dry = json.loads(cli(*args, "--dry-run").stdout)
     assert dry["dry_run"] is True and dry["sessions"] == [SESSION]
     assert dry["removed"]["session"] == 1 and dry["removed"]["memory"] == 282
-    unchanged = json.loads(cli("status", "--data-dir", str(data), "--json").stdout)["counts"]
+    unchanged = status_of(data, embedder)["counts"]
     assert unchanged == before
 
     done = json.loads(cli(*args).stdout)
     assert done["sessions"] == [SESSION]
     for table in ("session", "memory", "goal"):
         assert done["removed"][table] == dry["removed"][table]
-    after = json.loads(cli("status", "--data-dir", str(data), "--json").stdout)["counts"]
+    after = status_of(data, embedder)["counts"]
     assert before["memory"] - after["memory"] == 282 and before["session"] - after["session"] == 1
     assert before["goal"] - after["goal"] == dry["removed"]["goal"]
-    _assert_forgotten(data, mine)
+    _assert_forgotten(data, embedder, mine)
     hits = json.loads(cli(*query, "--data-dir", str(data)).stdout)["results"]
     assert not any(h["session"] == SESSION for h in hits)
 
@@ -92,8 +98,8 @@ def test_forget_session_leaves_nothing_and_stays_forgotten(
     [again] = report["reports"]
     assert again["restarted"] is True and again["lines"] > 0
     assert again["memories"] == 0 and again["sessions"] == 0
-    _assert_forgotten(data, mine)
-    final = json.loads(cli("status", "--data-dir", str(data), "--json").stdout)["counts"]
+    _assert_forgotten(data, embedder, mine)
+    final = status_of(data, embedder)["counts"]
     assert final == after
 
 

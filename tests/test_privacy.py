@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from memoryd.daemon.runtime import Runtime
+from memoryd.embedding import Embedder
 from memoryd.store import QueryFailed
-from tests.conftest import MEMORYD, Lines, cli, git_init, wait_daemon
+from tests.conftest import MEMORYD, Lines, cli, git_init, status_of, wait_daemon
 from tests.fixtures import RENDERER, S37, SMALL
 
 # Each test here runs a whole scenario through a daemon or the full stack: not the quick loop.
@@ -99,8 +100,7 @@ def test_excluded_repos_paths_and_sessions_never_reach_the_database(
 
 
 def test_paused_capture_ingests_nothing_and_catches_up_only_if_told(
-    two_dirs: tuple[Path, Path],
-    tmp_path: Path,
+    two_dirs: tuple[Path, Path], tmp_path: Path, embedder: Embedder
 ) -> None:
     data, folder = two_dirs[0], tmp_path / "transcripts"
     folder.mkdir()
@@ -114,7 +114,8 @@ def test_paused_capture_ingests_nothing_and_catches_up_only_if_told(
         return json.loads(done.stdout) if "--json" in args else {"out": done.stdout}
 
     def counts() -> dict[str, int]:
-        return run("status", "--json")["counts"]
+        # Read in this process: the test is about the pause and resume commands.
+        return status_of(data, embedder)["counts"]
 
     assert "capture paused for 2h" in run("pause", "--for", "2h")["out"]
     assert run("status", "--json")["paused_since"] is not None
@@ -129,7 +130,8 @@ def test_paused_capture_ingests_nothing_and_catches_up_only_if_told(
     assert run("status", "--json")["paused_since"] is None
     [report] = run("ingest", str(skipped), "--json")["reports"]
     assert report["memories"] == 0 and report["note"] == "up to date"
-    assert counts()["memory"] == 0 and counts()["session"] == 0
+    now = counts()
+    assert now["memory"] == 0 and now["session"] == 0
 
     run("pause")
     shutil.copy(SMALL, caught)
