@@ -2,8 +2,9 @@
 1M rows, in-process.
 
     .venv/bin/python -m bench.search [--rows 10000 100000 1000000] [--trees DIR ...]
-        [--vectors model|static] [--cache DIR] [--memory-share 0.5] [--retired-share 0.4]
-        [--dtype f16] [--connectivity N] [--expansion-add N] [--expansion-search N]
+        [--vectors model|static|first-pass] [--first-pass FILE.npy] [--cache DIR]
+        [--memory-share 0.5] [--retired-share 0.4] [--dtype f16] [--batch 1000]
+        [--connectivity N] [--expansion-add N] [--expansion-search N]
 
 Rows, every text distinct (bench/corpus.py): code chunks of the `--trees` (default: the installed
 packages' source, code nobody here wrote) cut by the indexer's chunker, then line windows of the
@@ -17,11 +18,16 @@ so an `as_of` search before it sees the retired rows and the older half of the r
 Vectors (`--vectors`): `model`, the real model's vector of every row (cached by text in
 `--cache`; ~37 texts/s on 2 idle cores, so for 10k rows), or `static`, each text's mean of the
 real model's vectors of its tokens (bench/corpus.py; the model's output space, far cheaper: for
-100k and 1M rows). Queries: a distinct task-style query per timed call (bench/fresh_queries.py),
-its vector computed by the real model inside the timing, as a user's new query pays it (with
-`static` vectors the static vector of the same query is what is searched).
+100k and 1M rows), or `first-pass`, the product's first-pass vectors (memoryd.static_embedding,
+256 dims: what a code row holds until the full model reaches it), read for the code rows from
+`--first-pass` when given (bench/ann_recall.py's `--vectors` file: the same rows in the same
+order, so 1M rows are tokenised once for both benches). Queries: a distinct task-style query
+per timed call (bench/fresh_queries.py), its vector computed by the real model inside the
+timing, as a user's new query pays it (with `static` or `first-pass` vectors, that kind of
+vector of the same query is what is searched).
 
-Prints the build rate (upsert + commit in batches of 1,000, as index jobs do); then, from a
+Prints the build rate (upsert + commit in batches of `--batch`: 1,000 as index jobs do; a
+larger batch builds 1M rows sooner, as a rebuild from the database does); then, from a
 process of its own that opens the built index from disk and loads the query model as the daemon
 does, the time to reopen, p50/p95 of hybrid, BM25 and k-NN (limit 10) next to the targets, and
 that serving process's peak memory (VmHWM; the bench process's own peak counts its rows and
@@ -56,8 +62,8 @@ from memoryd.config import DEFAULT_MODEL
 from memoryd.embedding import Embedder
 from memoryd.searchindex import Doc, Filters, SearchIndex
 from memoryd.searchindex import vectors as ann
+from memoryd.static_embedding import load as first_pass
 
-BATCH = 1000
 T0 = 1_700_000_000_000_000  # microseconds
 RETIRED_AT = T0 + 86_400_000_000
 AS_OF = RETIRED_AT - 1
@@ -98,29 +104,33 @@ class Queries:
         return text, vector if self.static is None else self.static([text])[0]
 
 
-def build(n: int, docs: list[Doc], vectors: np.ndarray, workdir: Path, dtype: str) -> Path:
+def build(
+    n: int, docs: list[Doc], vectors: np.ndarray, workdir: Path, dtype: str, batch: int
+) -> Path:
     directory = workdir / f"index-{n}"
     ix = SearchIndex(directory, dtype)
     retired = [d.id for d in docs[:n] if d.valid_until is not None]
-    start = time.perf_counter()
-    for lo in range(0, n, BATCH):
-        batch = [
+    start, cpu = time.perf_counter(), time.process_time()
+    for lo in range(0, n, batch):
+        rows = [
             replace(d, valid_until=None, vector=vectors[lo + i] if d.vector else None)
-            for i, d in enumerate(docs[lo : lo + BATCH])
+            for i, d in enumerate(docs[lo : lo + batch])
         ]
-        ix.upsert(batch, DEFAULT_MODEL)
+        ix.upsert(rows, DEFAULT_MODEL)
         ix.commit(lo)
-    took = time.perf_counter() - start
+    took, took_cpu = time.perf_counter() - start, time.process_time() - cpu
     start = time.perf_counter()
-    for lo in range(0, len(retired), BATCH):
-        ix.retire("code_chunk", retired[lo : lo + BATCH], RETIRED_AT)
+    for lo in range(0, len(retired), batch):
+        ix.retire("code_chunk", retired[lo : lo + batch], RETIRED_AT)
         ix.commit(n + lo)
     retire = time.perf_counter() - start
     ix.close()
     size = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
     print(
-        f"build {n / took:,.0f} rows/s (upsert+commit per {BATCH}); "
-        f"retire {len(retired) / max(retire, 1e-9):,.0f} rows/s; on disk {size / 2**20:.0f} MiB"
+        f"build {n / took:,.0f} rows/s ({took:.0f} s, {took_cpu:.0f} CPU s of this process; "
+        f"upsert+commit per {batch:,}); retire {len(retired) / max(retire, 1e-9):,.0f} rows/s; "
+        f"on disk {size / 2**20:.0f} MiB; load {load()}",
+        flush=True,
     )
     return directory
 
@@ -170,11 +180,20 @@ def serving_peak_mib() -> float:
     return peak_mib()  # no /proc: getrusage's figure is the same peak
 
 
+def query_vectors(kind: str, cache: Path) -> Callable[[list[str]], np.ndarray] | None:
+    """How a query is embedded for rows of `--vectors` `kind` (None: the real model's)."""
+    if kind == "static":
+        return lambda texts: static_vectors(texts, cache)
+    if kind == "first-pass":
+        return first_pass().embed
+    return None
+
+
 def serve(
     directory: Path,
     dtype: str,
     project: str,
-    static_cache: Path | None,
+    vectors: tuple[str, Path],
     hnsw: tuple[int, int, int],
 ) -> None:
     """The serving side, in a process of its own as in the daemon: the index opened from disk
@@ -183,8 +202,7 @@ def serve(
     # The HNSW settings the bench was asked for: a spawned process imports the product's.
     ann.CONNECTIVITY, ann.EXPANSION_ADD, ann.EXPANSION_SEARCH = hnsw
     embedder = Embedder(DEFAULT_MODEL, directory.parent / "models")
-    static = None if static_cache is None else lambda q: static_vectors(q, static_cache)
-    queries = Queries(embedder, static)
+    queries = Queries(embedder, query_vectors(*vectors))
     start = time.perf_counter()
     ix = SearchIndex(directory, dtype)
     print(f"reopen {(time.perf_counter() - start) * 1000:.0f} ms", flush=True)
@@ -249,16 +267,15 @@ def run(
         f"HNSW connectivity {ann.CONNECTIVITY}, expansion add {ann.EXPANSION_ADD} / search "
         f"{ann.EXPANSION_SEARCH}; load {load()}"
     )
-    directory = build(n, docs, vectors, workdir, args.dtype)
+    directory = build(n, docs, vectors, workdir, args.dtype, args.batch)
     # Spawned, not forked: a fork would count this process's rows and vectors as its memory.
-    static_cache = None if args.vectors == "model" else args.cache
     server = multiprocessing.get_context("spawn").Process(
         target=serve,
         args=(
             directory,
             args.dtype,
             docs[0].project,
-            static_cache,
+            (args.vectors, args.cache),
             (ann.CONNECTIVITY, ann.EXPANSION_ADD, ann.EXPANSION_SEARCH),
         ),
     )
@@ -323,6 +340,20 @@ def dataset(args: argparse.Namespace, most: int) -> list[Doc]:
     return [d for _, d in sorted(placed, key=lambda pair: pair[0])]
 
 
+def first_pass_vectors(docs: list[Doc], known: Path | None) -> np.ndarray:
+    """The first-pass vector of each row with a vector (zeros elsewhere): the code rows' from
+    `known` (the code rows' vectors in their order, as bench/ann_recall.py saves them) as far
+    as it reaches, the rest embedded now."""
+    vectors = np.zeros((len(docs), first_pass().dim), np.float32)
+    code = [i for i, d in enumerate(docs) if d.table == "code_chunk"]
+    saved = np.load(known, mmap_mode="r")[: len(code)] if known else np.empty((0, 0))
+    vectors[code[: len(saved)]] = saved
+    have = set(code[: len(saved)])
+    rest = [i for i, d in enumerate(docs) if d.vector and i not in have]
+    vectors[rest] = first_pass().embed([docs[i].content for i in rest])
+    return vectors
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[10_000, 100_000])
@@ -332,7 +363,8 @@ def main() -> None:
         nargs="+",
         default=[Path(sysconfig.get_paths()["purelib"])],
     )
-    parser.add_argument("--vectors", choices=("model", "static"), default="model")
+    parser.add_argument("--vectors", choices=("model", "static", "first-pass"), default="model")
+    parser.add_argument("--first-pass", type=Path, help="first-pass vectors of the code rows")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "md-bench")
     parser.add_argument("--memory-share", type=float, default=0.5)
     parser.add_argument("--retired-share", type=float, default=0.4)
@@ -340,6 +372,7 @@ def main() -> None:
     parser.add_argument("--connectivity", type=int, default=ann.CONNECTIVITY)
     parser.add_argument("--expansion-add", type=int, default=ann.EXPANSION_ADD)
     parser.add_argument("--expansion-search", type=int, default=ann.EXPANSION_SEARCH)
+    parser.add_argument("--batch", type=int, default=1000, help="rows per upsert and commit")
     args = parser.parse_args()
     # The product's HNSW settings, or others to compare (this process's indexes only).
     ann.CONNECTIVITY, ann.EXPANSION_ADD = args.connectivity, args.expansion_add
@@ -356,16 +389,18 @@ def main() -> None:
         )
         start = time.perf_counter()
         cache = args.cache
-        made = model_vectors(texts, cache) if args.vectors == "model" else None
-        if made is None:
-            made = static_vectors(texts, cache)
-        vectors = np.zeros((len(docs), made.shape[1]), np.float32)
-        vectors[[i for i, d in enumerate(docs) if d.vector]] = made
+        if args.vectors == "first-pass":
+            vectors = first_pass_vectors(docs, args.first_pass)
+        else:
+            made = model_vectors(texts, cache) if args.vectors == "model" else None
+            if made is None:
+                made = static_vectors(texts, cache)
+            vectors = np.zeros((len(docs), made.shape[1]), np.float32)
+            vectors[[i for i, d in enumerate(docs) if d.vector]] = made
         took = time.perf_counter() - start
-        print(f"{args.vectors} vectors of {len(texts):,} texts in {took:.0f} s")
+        print(f"{args.vectors} vectors of {len(texts):,} texts in {took:.0f} s; load {load()}")
         embedder = Embedder(DEFAULT_MODEL, workdir / "models")
-        static = None if args.vectors == "model" else lambda q: static_vectors(q, cache)
-        queries = Queries(embedder, static)
+        queries = Queries(embedder, query_vectors(args.vectors, cache))
         for n in sorted(args.rows):
             run(n, docs, vectors, queries, args, workdir)
     finally:
