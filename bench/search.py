@@ -3,7 +3,7 @@
 
     .venv/bin/python -m bench.search [--rows 10000 100000 1000000] [--trees DIR ...]
         [--vectors model|static|first-pass] [--first-pass FILE.npy] [--cache DIR]
-        [--memory-share 0.5] [--retired-share 0.4] [--dtype f16] [--batch 1000]
+        [--memory-share 0.5] [--retired-share 0.4] [--dtype f16] [--batch 1000] [--keep DIR]
         [--connectivity N] [--expansion-add N] [--expansion-search N]
 
 Rows, every text distinct (bench/corpus.py): code chunks of the `--trees` (default: the installed
@@ -27,13 +27,16 @@ timing, as a user's new query pays it (with `static` or `first-pass` vectors, th
 vector of the same query is what is searched).
 
 Prints the build rate (upsert + commit in batches of `--batch`: 1,000 as index jobs do; a
-larger batch builds 1M rows sooner, as a rebuild from the database does); then, from a
+larger batch builds 1M rows sooner, as a rebuild from the database does; the build inserts
+vectors on every core, where the daemon uses one); then, from a
 process of its own that opens the built index from disk and loads the query model as the daemon
 does, the time to reopen, p50/p95 of hybrid, BM25 and k-NN (limit 10) next to the targets, and
 that serving process's peak memory (VmHWM; the bench process's own peak counts its rows and
 vectors); then recall@10 of memoryd's k-NN against an exact scan of the rows that pass the same
 filters (valid now; `as_of` over the retired rows too), with the load average. Build 1M rows
-outside the repo: `--cache` and TMPDIR on a disk with a few GB free.
+outside the repo: `--cache` and TMPDIR on a disk with a few GB free, and `--keep DIR` to keep
+each size's index there and reuse it in later runs (same rows and settings: the caller's
+care), so a 1M index is built once.
 """
 
 from __future__ import annotations
@@ -74,6 +77,8 @@ RECALL_QUERIES = 50
 SERVING_PEAK_TARGET_MIB = 1536
 # Timed calls per search and filter case (each with a query of its own).
 SAMPLES = 60
+# Written in an index's directory when its build finished (`--keep` reuses only those).
+BUILT = "built-by-bench.txt"
 
 
 def load() -> str:
@@ -105,9 +110,8 @@ class Queries:
 
 
 def build(
-    n: int, docs: list[Doc], vectors: np.ndarray, workdir: Path, dtype: str, batch: int
-) -> Path:
-    directory = workdir / f"index-{n}"
+    n: int, docs: list[Doc], vectors: np.ndarray, directory: Path, dtype: str, batch: int
+) -> None:
     ix = SearchIndex(directory, dtype)
     retired = [d.id for d in docs[:n] if d.valid_until is not None]
     start, cpu = time.perf_counter(), time.process_time()
@@ -126,13 +130,13 @@ def build(
     retire = time.perf_counter() - start
     ix.close()
     size = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
-    print(
+    said = (
         f"build {n / took:,.0f} rows/s ({took:.0f} s, {took_cpu:.0f} CPU s of this process; "
         f"upsert+commit per {batch:,}); retire {len(retired) / max(retire, 1e-9):,.0f} rows/s; "
-        f"on disk {size / 2**20:.0f} MiB; load {load()}",
-        flush=True,
+        f"on disk {size / 2**20:.0f} MiB; load {load()}"
     )
-    return directory
+    print(said, flush=True)
+    (directory / BUILT).write_text(said + "\n")
 
 
 def passing(docs: list[Doc], filters: Filters) -> np.ndarray:
@@ -267,7 +271,13 @@ def run(
         f"HNSW connectivity {ann.CONNECTIVITY}, expansion add {ann.EXPANSION_ADD} / search "
         f"{ann.EXPANSION_SEARCH}; load {load()}"
     )
-    directory = build(n, docs, vectors, workdir, args.dtype, args.batch)
+    kept = None if args.keep is None else args.keep / f"index-{n}-{args.vectors}-{args.dtype}"
+    directory = kept or workdir / f"index-{n}"
+    if kept is not None and (kept / BUILT).exists():
+        print(f"reusing the index built before in {kept}: {(kept / BUILT).read_text()}", end="")
+    else:
+        shutil.rmtree(directory, ignore_errors=True)  # a build cut short
+        build(n, docs, vectors, directory, args.dtype, args.batch)
     # Spawned, not forked: a fork would count this process's rows and vectors as its memory.
     server = multiprocessing.get_context("spawn").Process(
         target=serve,
@@ -299,7 +309,8 @@ def run(
         )
     print(f"  peak memory of this bench process {peak_mib():,.0f} MiB; load after: {load()}")
     ix.close()
-    shutil.rmtree(directory, ignore_errors=True)
+    if kept is None:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def cached_code_docs(trees: list[Path], count: int, cache: Path) -> list[Doc]:
@@ -373,10 +384,12 @@ def main() -> None:
     parser.add_argument("--expansion-add", type=int, default=ann.EXPANSION_ADD)
     parser.add_argument("--expansion-search", type=int, default=ann.EXPANSION_SEARCH)
     parser.add_argument("--batch", type=int, default=1000, help="rows per upsert and commit")
+    parser.add_argument("--keep", type=Path, help="keep each size's index here, reuse it")
     args = parser.parse_args()
     # The product's HNSW settings, or others to compare (this process's indexes only).
     ann.CONNECTIVITY, ann.EXPANSION_ADD = args.connectivity, args.expansion_add
     ann.EXPANSION_SEARCH = args.expansion_search
+    ann.ADD_THREADS = 0  # this process builds the indexes in one go (see the docstring)
     workdir = Path(tempfile.mkdtemp(prefix="md-search-"))
     try:
         start = time.perf_counter()
