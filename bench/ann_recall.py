@@ -26,12 +26,14 @@ import numpy as np
 
 from bench.fresh_queries import take
 from bench.search import cached_code_docs
+from memoryd.searchindex import vectors as ann
 from memoryd.searchindex.index import OVERSAMPLE
 from memoryd.searchindex.vectors import EXPANSION_SEARCH, Vectors
 from memoryd.static_embedding import load
 
 K = 10
 RECALL_TARGET = 0.95
+SAVE_EVERY = 100_000
 
 
 def loadavg() -> str:
@@ -45,11 +47,14 @@ def real_vectors(args: argparse.Namespace, n: int) -> np.ndarray:
     if len(done) >= n:
         return done[:n]
     docs = cached_code_docs(args.trees, max(args.rows), args.cache)
-    made = load().embed([d.content for d in docs[len(done) : n]])
-    vectors = np.concatenate([done, made]) if len(done) else made
     args.vectors.parent.mkdir(parents=True, exist_ok=True)
-    np.save(args.vectors, vectors)
-    return vectors
+    # Saved every SAVE_EVERY rows: 1M texts take minutes, and a stopped run keeps its part.
+    for lo in range(len(done), n, SAVE_EVERY):
+        made = load().embed([d.content for d in docs[lo : min(n, lo + SAVE_EVERY)]])
+        done = np.concatenate([done, made]) if len(done) else made
+        np.save(args.vectors, done)
+        print(f"  first-pass vectors: {len(done):,}/{n:,}; load {loadavg()}", flush=True)
+    return done
 
 
 def exact_top(queries: np.ndarray, matrix: np.ndarray, labels: np.ndarray) -> list[set[int]]:
@@ -132,6 +137,9 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--beams", type=int, nargs="+", default=[64, EXPANSION_SEARCH])
     args = parser.parse_args()
+    # The indexes are built in one go here: every core inserts (the daemon's writer uses one).
+    # At 1M rows the insertion is the slow stage: ~650 CPU s on one thread, measured.
+    ann.ADD_THREADS = 0
     queries = load().embed(take(args.queries))
     for n in sorted(args.rows):
         start = time.process_time()

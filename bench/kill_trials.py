@@ -71,6 +71,10 @@ def _env(work: Path, transcripts: Path | None) -> dict[str, str]:
     return env
 
 
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def _status(data_dir: Path, env: dict[str, str]) -> dict[str, Any] | None:
     done = subprocess.run(
         [MEMORYD, "status", "--data-dir", str(data_dir), "--json"],
@@ -87,11 +91,11 @@ def _log(data_dir: Path) -> Path:
     return data_dir.with_suffix(".log")
 
 
-# The lines that say how many code chunk texts the model embedded: the embedding phase's, and
-# reembed's (its dict of counts per table).
+# The lines that say how many code chunk texts the model embedded, one per part of the
+# embedding phase and per batch of reembed, so a daemon killed mid-job has its work counted.
 _EMBEDDED_LINES = (
-    re.compile(r"embed_chunks: \d+ chunks given vectors \((\d+) texts embedded"),
-    re.compile(r"reembed: \{'code_chunk': (\d+)"),
+    re.compile(r"embed_chunks: (\d+) texts embedded for \d+ chunks"),
+    re.compile(r"reembed: (\d+) code_chunk texts embedded"),
 )
 
 
@@ -198,7 +202,7 @@ def main() -> None:
         project_id = projects.resolve(root).id
         clean, killed = work / "clean", work / "killed"
         took = _run_to_the_end(clean, root, env, files)
-        print(f"clean run: {took:.0f}s, {files} files", flush=True)
+        print(f"clean run: {took:.0f}s, {files} files; load {load()}", flush=True)
         daemon = None
         outcomes: Counter[str] = Counter()
         for trial in range(args.trials):
@@ -226,7 +230,7 @@ def main() -> None:
             (chunks - expected_chunks)[key] for key in chunks if key in expected_chunks
         )
         stale = sum(n for key, n in chunks.items() if key not in expected_chunks)
-        print(f"final run after {args.trials} kills: {took:.0f}s")
+        print(f"final run after {args.trials} kills: {took:.0f}s; load {load()}")
         total, expected_total = sum(chunks.values()), sum(expected_chunks.values())
         print(f"code chunks: clean {expected_total}, after kills {total}")
         print(f"  lost {lost}, duplicated {duplicated}, stale {stale}")
@@ -239,7 +243,11 @@ def main() -> None:
         ):
             texts = _code_texts_embedded(data_dir)
             ratio = texts / max(count, 1)
-            print(f"code texts embedded {name}: {texts} for {count} chunks = {ratio:.3f}")
+            target = "1.00" if name == "clean" else "<= 1.05"
+            print(
+                f"code texts embedded {name}: {texts} for {count} chunks = {ratio:.3f} "
+                f"(target {target}; memories and goals not counted); load {load()}"
+            )
         for table in TRANSCRIPT_TABLES:
             print(f"{table}: clean {expected_rows[table]}, after kills {rows[table]}")
         print(

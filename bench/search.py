@@ -2,8 +2,9 @@
 1M rows, in-process.
 
     .venv/bin/python -m bench.search [--rows 10000 100000 1000000] [--trees DIR ...]
-        [--vectors model|static] [--cache DIR] [--memory-share 0.5] [--retired-share 0.4]
-        [--dtype f16] [--connectivity N] [--expansion-add N] [--expansion-search N]
+        [--vectors model|static|first-pass] [--first-pass FILE.npy] [--cache DIR]
+        [--memory-share 0.5] [--retired-share 0.4] [--dtype f16] [--batch 1000] [--keep DIR]
+        [--connectivity N] [--expansion-add N] [--expansion-search N]
 
 Rows, every text distinct (bench/corpus.py): code chunks of the `--trees` (default: the installed
 packages' source, code nobody here wrote) cut by the indexer's chunker, then line windows of the
@@ -17,17 +18,25 @@ so an `as_of` search before it sees the retired rows and the older half of the r
 Vectors (`--vectors`): `model`, the real model's vector of every row (cached by text in
 `--cache`; ~37 texts/s on 2 idle cores, so for 10k rows), or `static`, each text's mean of the
 real model's vectors of its tokens (bench/corpus.py; the model's output space, far cheaper: for
-100k and 1M rows). Queries: a distinct task-style query per timed call (bench/fresh_queries.py),
-its vector computed by the real model inside the timing, as a user's new query pays it (with
-`static` vectors the static vector of the same query is what is searched).
+100k and 1M rows), or `first-pass`, the product's first-pass vectors (memoryd.static_embedding,
+256 dims: what a code row holds until the full model reaches it), read for the code rows from
+`--first-pass` when given (bench/ann_recall.py's `--vectors` file: the same rows in the same
+order, so 1M rows are tokenised once for both benches). Queries: a distinct task-style query
+per timed call (bench/fresh_queries.py), its vector computed by the real model inside the
+timing, as a user's new query pays it (with `static` or `first-pass` vectors, that kind of
+vector of the same query is what is searched).
 
-Prints the build rate (upsert + commit in batches of 1,000, as index jobs do); then, from a
+Prints the build rate (upsert + commit in batches of `--batch`: 1,000 as index jobs do; a
+larger batch builds 1M rows sooner, as a rebuild from the database does; the build inserts
+vectors on every core, where the daemon uses one); then, from a
 process of its own that opens the built index from disk and loads the query model as the daemon
 does, the time to reopen, p50/p95 of hybrid, BM25 and k-NN (limit 10) next to the targets, and
 that serving process's peak memory (VmHWM; the bench process's own peak counts its rows and
 vectors); then recall@10 of memoryd's k-NN against an exact scan of the rows that pass the same
 filters (valid now; `as_of` over the retired rows too), with the load average. Build 1M rows
-outside the repo: `--cache` and TMPDIR on a disk with a few GB free.
+outside the repo: `--cache` and TMPDIR on a disk with a few GB free, and `--keep DIR` to keep
+each size's index there and reuse it in later runs (same rows and settings: the caller's
+care), so a 1M index is built once.
 """
 
 from __future__ import annotations
@@ -56,8 +65,8 @@ from memoryd.config import DEFAULT_MODEL
 from memoryd.embedding import Embedder
 from memoryd.searchindex import Doc, Filters, SearchIndex
 from memoryd.searchindex import vectors as ann
+from memoryd.static_embedding import load as first_pass
 
-BATCH = 1000
 T0 = 1_700_000_000_000_000  # microseconds
 RETIRED_AT = T0 + 86_400_000_000
 AS_OF = RETIRED_AT - 1
@@ -68,6 +77,8 @@ RECALL_QUERIES = 50
 SERVING_PEAK_TARGET_MIB = 1536
 # Timed calls per search and filter case (each with a query of its own).
 SAMPLES = 60
+# Written in an index's directory when its build finished (`--keep` reuses only those).
+BUILT = "built-by-bench.txt"
 
 
 def load() -> str:
@@ -98,31 +109,34 @@ class Queries:
         return text, vector if self.static is None else self.static([text])[0]
 
 
-def build(n: int, docs: list[Doc], vectors: np.ndarray, workdir: Path, dtype: str) -> Path:
-    directory = workdir / f"index-{n}"
+def build(
+    n: int, docs: list[Doc], vectors: np.ndarray, directory: Path, dtype: str, batch: int
+) -> None:
     ix = SearchIndex(directory, dtype)
     retired = [d.id for d in docs[:n] if d.valid_until is not None]
-    start = time.perf_counter()
-    for lo in range(0, n, BATCH):
-        batch = [
+    start, cpu = time.perf_counter(), time.process_time()
+    for lo in range(0, n, batch):
+        rows = [
             replace(d, valid_until=None, vector=vectors[lo + i] if d.vector else None)
-            for i, d in enumerate(docs[lo : lo + BATCH])
+            for i, d in enumerate(docs[lo : lo + batch])
         ]
-        ix.upsert(batch, DEFAULT_MODEL)
+        ix.upsert(rows, DEFAULT_MODEL)
         ix.commit(lo)
-    took = time.perf_counter() - start
+    took, took_cpu = time.perf_counter() - start, time.process_time() - cpu
     start = time.perf_counter()
-    for lo in range(0, len(retired), BATCH):
-        ix.retire("code_chunk", retired[lo : lo + BATCH], RETIRED_AT)
+    for lo in range(0, len(retired), batch):
+        ix.retire("code_chunk", retired[lo : lo + batch], RETIRED_AT)
         ix.commit(n + lo)
     retire = time.perf_counter() - start
     ix.close()
     size = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
-    print(
-        f"build {n / took:,.0f} rows/s (upsert+commit per {BATCH}); "
-        f"retire {len(retired) / max(retire, 1e-9):,.0f} rows/s; on disk {size / 2**20:.0f} MiB"
+    said = (
+        f"build {n / took:,.0f} rows/s ({took:.0f} s, {took_cpu:.0f} CPU s of this process; "
+        f"upsert+commit per {batch:,}); retire {len(retired) / max(retire, 1e-9):,.0f} rows/s; "
+        f"on disk {size / 2**20:.0f} MiB; load {load()}"
     )
-    return directory
+    print(said, flush=True)
+    (directory / BUILT).write_text(said + "\n")
 
 
 def passing(docs: list[Doc], filters: Filters) -> np.ndarray:
@@ -170,11 +184,20 @@ def serving_peak_mib() -> float:
     return peak_mib()  # no /proc: getrusage's figure is the same peak
 
 
+def query_vectors(kind: str, cache: Path) -> Callable[[list[str]], np.ndarray] | None:
+    """How a query is embedded for rows of `--vectors` `kind` (None: the real model's)."""
+    if kind == "static":
+        return lambda texts: static_vectors(texts, cache)
+    if kind == "first-pass":
+        return first_pass().embed
+    return None
+
+
 def serve(
     directory: Path,
     dtype: str,
     project: str,
-    static_cache: Path | None,
+    vectors: tuple[str, Path],
     hnsw: tuple[int, int, int],
 ) -> None:
     """The serving side, in a process of its own as in the daemon: the index opened from disk
@@ -183,8 +206,7 @@ def serve(
     # The HNSW settings the bench was asked for: a spawned process imports the product's.
     ann.CONNECTIVITY, ann.EXPANSION_ADD, ann.EXPANSION_SEARCH = hnsw
     embedder = Embedder(DEFAULT_MODEL, directory.parent / "models")
-    static = None if static_cache is None else lambda q: static_vectors(q, static_cache)
-    queries = Queries(embedder, static)
+    queries = Queries(embedder, query_vectors(*vectors))
     start = time.perf_counter()
     ix = SearchIndex(directory, dtype)
     print(f"reopen {(time.perf_counter() - start) * 1000:.0f} ms", flush=True)
@@ -249,16 +271,21 @@ def run(
         f"HNSW connectivity {ann.CONNECTIVITY}, expansion add {ann.EXPANSION_ADD} / search "
         f"{ann.EXPANSION_SEARCH}; load {load()}"
     )
-    directory = build(n, docs, vectors, workdir, args.dtype)
+    kept = None if args.keep is None else args.keep / f"index-{n}-{args.vectors}-{args.dtype}"
+    directory = kept or workdir / f"index-{n}"
+    if kept is not None and (kept / BUILT).exists():
+        print(f"reusing the index built before in {kept}: {(kept / BUILT).read_text()}", end="")
+    else:
+        shutil.rmtree(directory, ignore_errors=True)  # a build cut short
+        build(n, docs, vectors, directory, args.dtype, args.batch)
     # Spawned, not forked: a fork would count this process's rows and vectors as its memory.
-    static_cache = None if args.vectors == "model" else args.cache
     server = multiprocessing.get_context("spawn").Process(
         target=serve,
         args=(
             directory,
             args.dtype,
             docs[0].project,
-            static_cache,
+            (args.vectors, args.cache),
             (ann.CONNECTIVITY, ann.EXPANSION_ADD, ann.EXPANSION_SEARCH),
         ),
     )
@@ -282,7 +309,8 @@ def run(
         )
     print(f"  peak memory of this bench process {peak_mib():,.0f} MiB; load after: {load()}")
     ix.close()
-    shutil.rmtree(directory, ignore_errors=True)
+    if kept is None:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def cached_code_docs(trees: list[Path], count: int, cache: Path) -> list[Doc]:
@@ -323,6 +351,20 @@ def dataset(args: argparse.Namespace, most: int) -> list[Doc]:
     return [d for _, d in sorted(placed, key=lambda pair: pair[0])]
 
 
+def first_pass_vectors(docs: list[Doc], known: Path | None) -> np.ndarray:
+    """The first-pass vector of each row with a vector (zeros elsewhere): the code rows' from
+    `known` (the code rows' vectors in their order, as bench/ann_recall.py saves them) as far
+    as it reaches, the rest embedded now."""
+    vectors = np.zeros((len(docs), first_pass().dim), np.float32)
+    code = [i for i, d in enumerate(docs) if d.table == "code_chunk"]
+    saved = np.load(known, mmap_mode="r")[: len(code)] if known else np.empty((0, 0))
+    vectors[code[: len(saved)]] = saved
+    have = set(code[: len(saved)])
+    rest = [i for i, d in enumerate(docs) if d.vector and i not in have]
+    vectors[rest] = first_pass().embed([docs[i].content for i in rest])
+    return vectors
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[10_000, 100_000])
@@ -332,7 +374,8 @@ def main() -> None:
         nargs="+",
         default=[Path(sysconfig.get_paths()["purelib"])],
     )
-    parser.add_argument("--vectors", choices=("model", "static"), default="model")
+    parser.add_argument("--vectors", choices=("model", "static", "first-pass"), default="model")
+    parser.add_argument("--first-pass", type=Path, help="first-pass vectors of the code rows")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "md-bench")
     parser.add_argument("--memory-share", type=float, default=0.5)
     parser.add_argument("--retired-share", type=float, default=0.4)
@@ -340,10 +383,13 @@ def main() -> None:
     parser.add_argument("--connectivity", type=int, default=ann.CONNECTIVITY)
     parser.add_argument("--expansion-add", type=int, default=ann.EXPANSION_ADD)
     parser.add_argument("--expansion-search", type=int, default=ann.EXPANSION_SEARCH)
+    parser.add_argument("--batch", type=int, default=1000, help="rows per upsert and commit")
+    parser.add_argument("--keep", type=Path, help="keep each size's index here, reuse it")
     args = parser.parse_args()
     # The product's HNSW settings, or others to compare (this process's indexes only).
     ann.CONNECTIVITY, ann.EXPANSION_ADD = args.connectivity, args.expansion_add
     ann.EXPANSION_SEARCH = args.expansion_search
+    ann.ADD_THREADS = 0  # this process builds the indexes in one go (see the docstring)
     workdir = Path(tempfile.mkdtemp(prefix="md-search-"))
     try:
         start = time.perf_counter()
@@ -356,16 +402,18 @@ def main() -> None:
         )
         start = time.perf_counter()
         cache = args.cache
-        made = model_vectors(texts, cache) if args.vectors == "model" else None
-        if made is None:
-            made = static_vectors(texts, cache)
-        vectors = np.zeros((len(docs), made.shape[1]), np.float32)
-        vectors[[i for i, d in enumerate(docs) if d.vector]] = made
+        if args.vectors == "first-pass":
+            vectors = first_pass_vectors(docs, args.first_pass)
+        else:
+            made = model_vectors(texts, cache) if args.vectors == "model" else None
+            if made is None:
+                made = static_vectors(texts, cache)
+            vectors = np.zeros((len(docs), made.shape[1]), np.float32)
+            vectors[[i for i, d in enumerate(docs) if d.vector]] = made
         took = time.perf_counter() - start
-        print(f"{args.vectors} vectors of {len(texts):,} texts in {took:.0f} s")
+        print(f"{args.vectors} vectors of {len(texts):,} texts in {took:.0f} s; load {load()}")
         embedder = Embedder(DEFAULT_MODEL, workdir / "models")
-        static = None if args.vectors == "model" else lambda q: static_vectors(q, cache)
-        queries = Queries(embedder, static)
+        queries = Queries(embedder, query_vectors(args.vectors, cache))
         for n in sorted(args.rows):
             run(n, docs, vectors, queries, args, workdir)
     finally:

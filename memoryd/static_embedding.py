@@ -48,6 +48,8 @@ DISTILL_BATCH = 1024
 # Tokens of a text that count: more than the full model's 256 (a sum is cheap), bounded so a
 # huge chunk does not cost more than it tells.
 MAX_TOKENS = 1024
+# Texts tokenised per call of the tokenizer (which spreads a call over the cores).
+ENCODE_BATCH = 4096
 TABLE = Path(__file__).with_name("static_table.npy")
 
 
@@ -99,25 +101,29 @@ class StaticEmbedder:
         _, tokenizer_path = packaged_model_files()
         self.model = FIRST_PASS_MODEL
         self._tokenizer = _tokenizer(tokenizer_path)
-        self._special = np.asarray(
-            [self._tokenizer.token_to_id(t) for t in ("[CLS]", "[SEP]", "[UNK]", "[PAD]")]
-        )
-        self._table = np.load(table)
+        # Held as float32 (31 MB, not 15.6): summing gathered float16 rows costs 2.5x the CPU
+        # (1.7 s against 0.69 s for 10k chunk texts, measured), and at 1M texts that is minutes.
+        self._table = np.load(table).astype(np.float32)
+        self._special = np.zeros(len(self._table), bool)
+        for token in ("[CLS]", "[SEP]", "[UNK]", "[PAD]"):
+            self._special[self._tokenizer.token_to_id(token)] = True
         self.dim = self._table.shape[1]
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """A (len(texts), dim) float32 matrix of unit rows (a text of no known token: zeros)."""
         out = np.zeros((len(texts), self.dim), np.float32)
-        if not texts:
-            return out
-        for i, encoding in enumerate(self._tokenizer.encode_batch(list(texts))):
-            ids = np.asarray(encoding.ids[1:-1][:MAX_TOKENS], np.int64)
-            ids = ids[~np.isin(ids, self._special)]
-            if len(ids):
-                vector = self._table[ids].sum(axis=0, dtype=np.float32)
-                norm = float(np.linalg.norm(vector))
-                if norm > 0:
-                    out[i] = vector / norm
+        # Tokenised a slice at a time: an encoding holds its tokens, offsets and masks (~20 kB
+        # for a chunk), so a million texts at once would hold gigabytes.
+        for lo in range(0, len(texts), ENCODE_BATCH):
+            encodings = self._tokenizer.encode_batch(list(texts[lo : lo + ENCODE_BATCH]))
+            for i, encoding in enumerate(encodings, lo):
+                ids = np.asarray(encoding.ids[1:-1][:MAX_TOKENS], np.int64)
+                ids = ids[~self._special[ids]]
+                if len(ids):
+                    vector = self._table[ids].sum(axis=0)
+                    norm = float(np.linalg.norm(vector))
+                    if norm > 0:
+                        out[i] = vector / norm
         return out
 
 

@@ -9,6 +9,7 @@ import os
 import stat
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -121,6 +122,42 @@ def test_filters_by_project_language_and_path(index: SearchIndex, corpus: Corpus
         assert hits and {h.path for h in hits} == {"README.rst"}, name
     nothing = Filters(project="no-such-project")
     assert all(hits == [] for hits in _all_searches(index, corpus, nothing).values())
+
+
+def test_a_path_glob_keeps_exactly_the_rows_of_the_paths_it_matches(
+    index: SearchIndex, corpus: Corpus
+) -> None:
+    """A glob's paths are looked up once per commit, not matched again in each search: every
+    search keeps exactly the rows of the paths it matches, and a commit that adds or removes
+    paths changes what the same glob keeps."""
+    vector = corpus.vector("build a masked record array from a list of arrays")
+
+    def kept(glob: str) -> Counter[str | None]:
+        filters = Filters(kinds=("code", "docs"), path=glob)
+        return Counter(h.path for h in index.knn(vector, DEFAULT_MODEL, filters, 1000))
+
+    def rows(*paths: str) -> Counter[str | None]:
+        return Counter(d.path for d in corpus.docs if d.path in paths)
+
+    python = {d.path for d in corpus.docs if d.path and d.path.endswith(".py")}
+    assert kept("tests/*") == rows("tests/test_mrecords.py")
+    assert kept("**/test*") == rows("testutils.py", "tests/test_mrecords.py")
+    assert kept("*.py") == rows(*python)
+    assert kept("?ron.py") == rows("cron.py")
+    assert kept("tests/*.rst") == Counter()
+    cron = next(d for d in corpus.docs if d.path == "cron.py")
+    added = [
+        replace(cron, id="arq/tests/test_cron.py#1", path="tests/test_cron.py"),
+        replace(cron, id="arq/c++/a+b.py#1", path="c++/a+b.py"),  # regex characters
+    ]
+    index.upsert(added, DEFAULT_MODEL)
+    index.commit(2)
+    assert kept("tests/*") == rows("tests/test_mrecords.py") + Counter({"tests/test_cron.py": 1})
+    assert kept("c++/*.py") == Counter({"c++/a+b.py": 1})
+    index.delete("code_chunk", [d.id for d in corpus.docs if d.path == "tests/test_mrecords.py"])
+    index.commit(3)
+    assert kept("tests/*") == Counter({"tests/test_cron.py": 1})
+    assert kept("**/test*") == rows("testutils.py") + Counter({"tests/test_cron.py": 1})
 
 
 def test_knn_filters_the_ann_candidates_as_the_exact_scan_does(

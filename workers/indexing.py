@@ -827,6 +827,9 @@ async def embed_chunks(ctx: JobContext, keys: list[str] | None = None) -> dict[s
             if missing:
                 vectors = await embed_off_loop(embedder, list(missing.values()))
                 known.update(zip(missing.keys(), vectors, strict=True))
+                # A line per part the model worked on: a job killed before its last line has
+                # still done this work, and bench/kill_trials.py counts it from these.
+                log.info("embed_chunks: %d texts embedded for %d chunks", len(missing), len(rows))
             await ctx["search"].set_vectors(
                 "code_chunk", {row["key"]: known[row["content_hash"]] for row in rows}, model
             )

@@ -171,6 +171,8 @@ async def reembed(ctx: JobContext, batches: int = 5) -> dict[str, Any]:
             vectors = await embed_off_loop(
                 embedder, [(row["text"] or "")[:EMBED_CHARS] for row in rows]
             )
+            # Per batch, as embed_chunks says per part: a killed run's work is counted too.
+            log.info("reembed: %d %s texts embedded", len(rows), table)
             await ctx["search"].set_vectors(
                 table,
                 {row["key"]: v for row, v in zip(rows, vectors, strict=True)},

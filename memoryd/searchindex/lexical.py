@@ -33,6 +33,9 @@ BOOSTS = {"text": 1.0, "symbols": 3.0, "path_text": 2.0}
 NAMED_FILE_BOOST = 50.0
 # tantivy multiplies a score by log2(2 + weight): weight = 2**(prior / min prior) - 2 >= 0.
 _MIN_PRIOR = min(PRIORS.values())
+# Path globs whose matching paths are kept between commits (a search asks for its filters
+# several times: BM25, each k-NN, the count of what passes).
+_GLOBS_KEPT = 32
 
 
 def _analyzer() -> tantivy.TextAnalyzer:
@@ -179,6 +182,12 @@ def glob_regex(glob: str) -> str:
     return "".join(out)
 
 
+def glob_prefix(glob: str) -> str:
+    """What every path a glob matches begins with: its text before the first wildcard (none
+    for a glob without `/`, which matches a file name in any directory)."""
+    return re.split(r"[*?]", glob, maxsplit=1)[0] if "/" in glob else ""
+
+
 class Lexical:
     """The tantivy index in `directory`: one writer (the caller serialises writes), searchers
     for any thread. Searches see what was committed."""
@@ -189,6 +198,9 @@ class Lexical:
         self._index = tantivy.Index(self.schema, path=str(directory))
         self._index.register_tokenizer(_TOKENIZER, _analyzer())
         self._writer: tantivy.IndexWriter | None = None
+        # Commits so far: a glob's paths (`_glob_query`) hold until the next.
+        self._commits = 0
+        self._globs: dict[str, tuple[int, tantivy.Query]] = {}
 
     @contextmanager
     def _writing(self) -> Iterator[tantivy.IndexWriter]:
@@ -258,6 +270,9 @@ class Lexical:
             with self._writing() as writer:
                 writer.commit()
             self._index.reload()
+            # After the reload: a search that read the count before it took a searcher of
+            # that commit or an older one, and what it keeps is never looked up again.
+            self._commits += 1
 
     def close(self) -> None:
         self._let_go()
@@ -310,7 +325,7 @@ class Lexical:
                 parts.append(tantivy.Query.term_query(s, name, value))
                 share *= df(name, value)
         if filters.path is not None:
-            parts.append(tantivy.Query.regex_query(s, "path", glob_regex(filters.path)))
+            parts.append(self._glob_query(filters.path))
         at = filters.as_of
         if at is None:
             # No share: the vectors of rows valid now have an ANN index of their own.
@@ -327,6 +342,28 @@ class Lexical:
             of_kinds = sum(searcher.doc_freq("kind", kind) for kind in filters.kinds)
             share = (searcher.search(query, 1, count=True).count or 0) / max(of_kinds, 1)
         return Where(query, share)
+
+    def _glob_query(self, glob: str) -> tantivy.Query:
+        """The rows of the paths a glob matches, as a set of path terms: the paths found once
+        per commit (a walk of the path terms under the glob's literal prefix, each matched
+        here), where a regex query compiled its automaton (~5 ms) and ran it over every path
+        term again in each of the searches one request makes."""
+        commits = self._commits
+        kept = self._globs.get(glob)
+        if kept is not None and kept[0] == commits:
+            return kept[1]
+        pattern = re.compile(glob_regex(glob))
+        found = self._index.searcher().terms_with_prefix("path", glob_prefix(glob))
+        paths = [path for path, _ in found if pattern.fullmatch(path)]
+        query = (
+            tantivy.Query.term_set_query(self.schema, "path", paths)
+            if paths
+            else tantivy.Query.empty_query()
+        )
+        if len(self._globs) >= _GLOBS_KEPT:
+            self._globs.clear()
+        self._globs[glob] = (commits, query)
+        return query
 
     def bm25(
         self, terms: Sequence[str], files: Sequence[str], where: tantivy.Query, k: int

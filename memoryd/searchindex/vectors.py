@@ -42,6 +42,9 @@ DTYPE = "f16"
 CONNECTIVITY = 16
 EXPANSION_ADD = 128
 EXPANSION_SEARCH = 1024
+# Threads of an insertion: one in the daemon, whose writer leaves the other core to queries;
+# a bench building a million rows in one go sets 0 (every core).
+ADD_THREADS = 1
 
 
 def _new(dim: int, dtype: str) -> Index:
@@ -113,7 +116,7 @@ class Vectors:
     def _set(self, labels: np.ndarray, vectors: np.ndarray) -> None:
         assert self._index is not None
         self._remove(labels)
-        self._index.add(labels, vectors, threads=1)
+        self._index.add(labels, vectors, threads=ADD_THREADS)
 
     def _remove(self, labels: Sequence[int] | np.ndarray) -> np.ndarray:
         """Remove those of `labels` the index holds; returns them."""
