@@ -158,6 +158,58 @@ async def test_a_private_redis_killed_during_start_up_is_started_again(
     assert started is not None and not psutil.pid_exists(started)
 
 
+def _killing_connects(rt: Runtime, times: int, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Kill the private Redis just before each of the first `times` connections to it (the
+    moment between its start and the first connection); returns the killed pids."""
+    killed: list[int] = []
+    connect = queue.connect
+
+    async def killing_connect(url: str) -> ArqRedis:
+        if len(killed) < times:
+            killed.append(await _killed(rt))
+        return await connect(url)
+
+    monkeypatch.setattr(queue, "connect", killing_connect)
+    return killed
+
+
+@pytest.mark.parametrize("kills", [1, REDIS_RESTARTS + 1])
+async def test_a_private_redis_killed_before_the_first_connection_is_started_again_in_bounds(
+    data_dir: Path, kills: int, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Killed before the daemon's first connection, the private Redis is started again as
+    later on (it was one line and exit 1); one that keeps dying there ends the start-up with
+    the same line as one that keeps dying under the workers."""
+    caplog.set_level(logging.INFO, logger="memoryd.daemon.runtime")
+    rt = Runtime(settings_for(data_dir))
+    killed = _killing_connects(rt, kills, monkeypatch)
+    try:
+        if kills > REDIS_RESTARTS:
+            with pytest.raises(MemorydError) as stopped:
+                await rt.start_queue(exclusive=True)
+            assert str(stopped.value).startswith(
+                f"the private Redis (pid {killed[-1]}) was killed by signal 9, {kills} times in "
+                "10 minutes"
+            )
+            serving = []
+        else:
+            redis = await rt.start_queue(exclusive=True)
+            assert await redis.ping()
+            assert rt.redis_service is not None and rt.redis_service.pid is not None
+            serving = [rt.redis_service.pid]
+    finally:
+        await rt.close()
+    assert len(killed) == kills
+    # Each restart names the server that died and the one started in its place.
+    started = [*killed[1:], *serving]
+    restarts = [r.getMessage() for r in caplog.records if "started it again" in r.getMessage()]
+    assert restarts == [
+        f"the private Redis (pid {pid}) was killed by signal 9: started it again (pid {new})"
+        for pid, new in zip(killed[:REDIS_RESTARTS], started, strict=False)
+    ]
+    assert not any(psutil.pid_exists(pid) for pid in serving)
+
+
 async def test_watchers_that_start_while_the_private_redis_is_down_enqueue_once_it_is_back(
     data_dir: Path, tmp_path: Path, embedder: Embedder, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -33,7 +33,7 @@ from memoryd.embedded import (
     stop_orphan,
 )
 from memoryd.embedding import Embedder
-from memoryd.errors import MemorydError
+from memoryd.errors import DaemonUnavailable, MemorydError
 from memoryd.liveness import SERVING_WAIT_SECONDS, HeldLock, holder
 from memoryd.paths import serving_lock_path
 from memoryd.searchindex.indexsync import IndexSync
@@ -187,8 +187,19 @@ class Runtime:
                 self.redis_service = EmbeddedRedis(self.settings.data_dir)
                 pid = await asyncio.to_thread(self.redis_service.start, REDIS_START_SECONDS)
                 log.info("redis started on %s (pid %d)", self.redis_service.socket, pid)
-        self.redis = await queue.connect(self.settings.queue_url)
-        return self.redis
+        while True:
+            try:
+                self.redis = await queue.connect(self.settings.queue_url)
+                return self.redis
+            except DaemonUnavailable:
+                # The private Redis died before the first connection to it: started again as
+                # one that dies later is, within the same count.
+                if (died := self._private_redis_died()) is None:
+                    raise
+                self._count_restart(died)
+                assert self.redis_service is not None
+                pid = await asyncio.to_thread(self.redis_service.start, REDIS_START_SECONDS)
+                log.warning("%s: started it again (pid %d)", died, pid)
 
     async def _take_serving(self, wait: bool) -> HeldLock:
         """The serving lock; `wait`: for a one-shot command that holds it to end (bounded),
@@ -404,14 +415,7 @@ class Runtime:
         marked under way are ours, not those of a worker that died before this start."""
         service = self.redis_service
         assert service is not None
-        now = time.monotonic()
-        self._restarts = [t for t in self._restarts if now - t < REDIS_RESTART_WINDOW]
-        if len(self._restarts) >= REDIS_RESTARTS:
-            raise self._lost(
-                f"{died}, {len(self._restarts) + 1} times in {REDIS_RESTART_WINDOW / 60:.0f} "
-                f"minutes (see {service.dir / 'redis.log'})"
-            )
-        self._restarts.append(now)
+        self._count_restart(died)
         await self._cancel_jobs()
         self._tasks, self.workers = [], []
         try:
@@ -429,6 +433,19 @@ class Runtime:
             pid,
             freed,
         )
+
+    def _count_restart(self, died: str) -> None:
+        """Count a restart of the private Redis; one more than REDIS_RESTARTS in the window
+        ends the serving (the service manager restarts memoryd as a whole)."""
+        assert self.redis_service is not None
+        now = time.monotonic()
+        self._restarts = [t for t in self._restarts if now - t < REDIS_RESTART_WINDOW]
+        if len(self._restarts) >= REDIS_RESTARTS:
+            raise self._lost(
+                f"{died}, {len(self._restarts) + 1} times in {REDIS_RESTART_WINDOW / 60:.0f} "
+                f"minutes (see {self.redis_service.dir / 'redis.log'})"
+            )
+        self._restarts.append(now)
 
     async def _cancel_jobs(self) -> None:
         """Stop the workers without arq's orderly close, which would wait on a dead server:
