@@ -282,6 +282,40 @@ async def stack(data_dir: Path, embedder: Embedder) -> AsyncIterator[Runtime]:
         yield rt
 
 
+@pytest.fixture(scope="session")
+def arq_indexed(arq_tree: Path, embedder: Embedder, short_tmp: Path) -> Path:
+    """A data dir holding `arq_tree` indexed (its chunks, their vectors, the search indexes),
+    built once per worker: a test that needs the tree indexed only to ask about it, or to
+    change it, starts on a copy (`copy_data_dir`, `arq_stack`) instead of embedding its ~100
+    chunks again (7 CPU s each time)."""
+    built = Path(tempfile.mkdtemp(dir=short_tmp))
+
+    async def build() -> None:
+        async with _serving(built, embedder, scheduled=False) as rt:
+            await index_tree(rt, arq_tree)
+
+    asyncio.run(build())
+    return built
+
+
+def copy_data_dir(template: Path, into: Path) -> None:
+    """`template`'s database and search indexes into the data dir `into`, which nothing
+    serves yet; not the files of its stopped Redis nor its run folder (locks, sockets)."""
+    shutil.copytree(
+        template, into, ignore=shutil.ignore_patterns("redis", "run"), dirs_exist_ok=True
+    )
+
+
+@pytest_asyncio.fixture
+async def arq_stack(
+    data_dir: Path, embedder: Embedder, arq_indexed: Path
+) -> AsyncIterator[Runtime]:
+    """`stack` on a copy of `arq_indexed`: `arq_tree` is indexed already."""
+    copy_data_dir(arq_indexed, data_dir)
+    async with _serving(data_dir, embedder, scheduled=False) as rt:
+        yield rt
+
+
 @pytest_asyncio.fixture
 async def scheduled_stack(data_dir: Path, embedder: Embedder) -> AsyncIterator[Runtime]:
     """The same with the daemon's schedule: its cron jobs are registered with the worker."""

@@ -20,7 +20,7 @@ from memoryd.agent import hooks
 from memoryd.daemon.runtime import Runtime
 from memoryd.embedding import Embedder
 from memoryd.results import SearchResult
-from tests.conftest import _serving, index_tree
+from tests.conftest import _serving, copy_data_dir, index_tree
 
 AIDER = Path(__file__).parent / "fixtures" / "transcripts" / "aider" / "chat-history.md"
 # The fixture's session of 2024-08-06 09:44:24: `/ask …`, aider's echo of it, a long answer.
@@ -66,10 +66,10 @@ def indexed(
 
 @pytest.fixture
 def data_dir(indexed: tuple[Path, Path], short_tmp: Path) -> Path:
-    """A copy of the module's data dir (its database and search indexes, not the stopped
-    Redis's files) for each test, so that no test sees what another asked."""
-    path = Path(tempfile.mkdtemp(dir=short_tmp)) / "data"
-    shutil.copytree(indexed[1], path, ignore=shutil.ignore_patterns("redis", "run"))
+    """A copy of the module's data dir for each test, so that no test sees what another
+    asked."""
+    path = Path(tempfile.mkdtemp(dir=short_tmp))
+    copy_data_dir(indexed[1], path)
     return path
 
 
