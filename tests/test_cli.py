@@ -15,7 +15,7 @@ import pytest
 
 from memoryd import queue
 from memoryd.embedded import socket_alive
-from tests.conftest import MEMORYD, wait_for_workers
+from tests.conftest import MEMORYD, wait_daemon, wait_for_workers
 
 pytestmark = pytest.mark.e2e
 
@@ -96,21 +96,15 @@ def test_run_watches_serves_and_stops_cleanly(
         text=True,
     )
     try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            # Each poll is a whole process start: poll gently, the daemon needs the CPU.
-            time.sleep(2)
-            status = memoryd("status", "--data-dir", str(data_dir), "--json")
-            if status.returncode == 0:
-                info = json.loads(status.stdout)
-                if (
-                    info["daemon_running"]
-                    and info["counts"]["file_state"] > 10
-                    and info["queue"]["jobs"] == 0
-                ):
-                    break
-        else:
-            pytest.fail("daemon did not index the repo in time")
+        # Asked over the daemon's query channel from here, not by a CLI process per poll (each
+        # a whole process start that took the CPU the daemon needs); `status` as a command is
+        # run below and in the tests after this one.
+        wait_daemon(
+            data_dir,
+            lambda i: (
+                i["daemon_running"] and i["counts"]["file_state"] > 10 and i["queue"]["jobs"] == 0
+            ),
+        )
 
         # A second daemon on the same data dir is refused.
         second = memoryd("run", "--data-dir", str(data_dir))

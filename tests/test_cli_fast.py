@@ -9,9 +9,7 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
-from memoryd import projects, queue
 from memoryd.cli import doctor
 from memoryd.daemon.runtime import Runtime
 
@@ -74,12 +72,9 @@ def test_doctor_help_names_every_check() -> None:
     assert [name for name in doctor.CHECKS if name not in flat] == []
 
 
-async def test_commands_through_the_daemon_import_nothing_heavy(
-    stack: Runtime, arq_tree: Path
-) -> None:
+async def test_commands_through_the_daemon_import_nothing_heavy(arq_stack: Runtime) -> None:
+    stack = arq_stack
     assert stack.redis is not None
-    for job, _ in await projects.sync(stack.redis, projects.resolve(arq_tree), 64):
-        await queue.wait_for(job, 600)
     data_dir = str(stack.settings.data_dir)
     for args in (
         ["search", "parse a redis connection DSN url", "-n", "2"],

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryd import channel, client, jobs, projects, queue
+from memoryd import channel, client, jobs
 from memoryd.daemon.runtime import Runtime
 from memoryd.errors import DaemonUnavailable, InvalidRequest, NotFound
 from memoryd.results import SearchRequest, SearchResult
@@ -35,10 +35,11 @@ def test_importing_the_client_loads_neither_the_model_nor_the_database() -> None
 
 
 @pytest.mark.e2e
-async def test_typed_results_and_errors_through_the_queue(stack: Runtime, arq_tree: Path) -> None:
+async def test_typed_results_and_errors_through_the_queue(
+    arq_stack: Runtime, arq_tree: Path
+) -> None:
+    stack = arq_stack
     assert stack.redis is not None
-    for job, _ in await projects.sync(stack.redis, projects.resolve(arq_tree), 32):
-        await queue.wait_for(job, 600)
     memoryd = client.Client(stack.redis, stack.settings)
 
     hits = (await memoryd.search(SearchRequest("parse a redis connection DSN url", limit=3))).hits
@@ -60,13 +61,12 @@ async def test_typed_results_and_errors_through_the_queue(stack: Runtime, arq_tr
 
 @pytest.mark.e2e
 async def test_the_daemons_channel_answers_as_the_queue_does(
-    stack: Runtime, arq_tree: Path
+    arq_stack: Runtime, arq_tree: Path
 ) -> None:
     """Queries over the daemon's unix socket: the same typed answers and errors as over the
     queue, without touching Redis; the socket is its owner's alone."""
+    stack = arq_stack
     assert stack.redis is not None
-    for job, _ in await projects.sync(stack.redis, projects.resolve(arq_tree), 32):
-        await queue.wait_for(job, 600)
     path = stack.settings.channel_socket
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     over_queue = client.Client(stack.redis, stack.settings)

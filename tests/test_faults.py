@@ -28,7 +28,6 @@ from memoryd.store import Store
 from tests.conftest import (
     MEMORYD,
     Lines,
-    daemon_status,
     expected_index,
     fill_disk,
     git_init,
@@ -671,10 +670,9 @@ def test_the_sync_after_a_crash_counts_the_jobs_queued_before_it(
 
     try:
         lines = Lines(again)
-        deadline = time.monotonic() + 1500
-        while not indexed(daemon_status(data_dir) or {"projects": [], "queue": {}}):
-            assert time.monotonic() < deadline, f"never indexed: {seen[-3:]}"
-            time.sleep(1.5)
+        # Asked over the daemon's query channel from here (what `memoryd status --json`
+        # prints), not by a CLI process per poll: those starts were most of the test's CPU.
+        wait_daemon(data_dir, indexed, timeout=1500)
     finally:
         _stop(again)
         for process in left:  # what the killed daemon left, if the new one did not end it

@@ -5,6 +5,7 @@ names, counted exactly against the graph as it was, and everything else is still
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
@@ -15,8 +16,9 @@ import pytest
 from memoryd import projects, queue
 from memoryd.client import Client
 from memoryd.daemon.runtime import Runtime
+from memoryd.embedding import Embedder
 from memoryd.results import SearchRequest
-from tests.conftest import MEMORYD, git_init, orphaned_by
+from tests.conftest import MEMORYD, _serving, copy_data_dir, git_init, orphaned_by
 from tests.fixtures import S37, SMALL
 
 # Each test here runs a whole scenario through the full stack: not the quick loop.
@@ -66,6 +68,29 @@ async def _world(stack: Runtime, tmp_path: Path) -> tuple[Client, Path, Path]:
     # (Store.later): a dump taken before they were compared with rows that gained code_hash.
     await stack.store.settled(300)
     return client, repo, beta
+
+
+@pytest.fixture(scope="module")
+def world(
+    embedder: Embedder, short_tmp: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, Path]:
+    """`_world` built once for the module: its folder and a data dir holding it. Each test
+    forgets on a copy of the data dir (`data_dir` below), so no test sees another's forget."""
+    folder, built = tmp_path_factory.mktemp("world"), Path(tempfile.mkdtemp(dir=short_tmp))
+
+    async def build() -> None:
+        async with _serving(built, embedder, scheduled=False) as rt:
+            await _world(rt, folder)
+
+    asyncio.run(build())
+    return folder, built
+
+
+@pytest.fixture
+def data_dir(world: tuple[Path, Path], short_tmp: Path) -> Path:
+    path = Path(tempfile.mkdtemp(dir=short_tmp))
+    copy_data_dir(world[1], path)
+    return path
 
 
 def _counts(dump: Dump) -> dict[str, int]:
@@ -128,10 +153,10 @@ def _by_table(refs: set[str]) -> dict[str, set[str]]:
 
 
 async def test_forget_project_takes_its_code_sessions_and_entities(
-    stack: Runtime, tmp_path: Path
+    stack: Runtime, world: tuple[Path, Path]
 ) -> None:
     assert stack.store is not None
-    client, repo, _beta = await _world(stack, tmp_path)
+    client, repo = Client(stack.redis, stack.settings), world[0] / "claude-code-log"
     before = await stack.store.dump()
     project = key(next(p for p in before["project"] if p["root"] == str(repo)))
     s37 = f"session:{S37.stem}"
@@ -186,10 +211,10 @@ async def _cli_forget(stack: Runtime, *args: str) -> tuple[str, str]:
 
 
 async def test_forget_before_a_time_takes_what_was_over_by_then(
-    stack: Runtime, tmp_path: Path
+    stack: Runtime, world: tuple[Path, Path]
 ) -> None:
     assert stack.store is not None
-    client, _repo, _beta = await _world(stack, tmp_path)
+    client = Client(stack.redis, stack.settings)
     before = await stack.store.dump()
     # Half-way through S37 (2025-07-14 22:59 to 23:26): its session is not over by then.
     cut = datetime.fromisoformat("2025-07-14T23:10:00+00:00")
@@ -221,10 +246,10 @@ async def test_forget_before_a_time_takes_what_was_over_by_then(
 
 
 async def test_forget_path_takes_the_file_and_the_memories_about_it_alone(
-    stack: Runtime, tmp_path: Path
+    stack: Runtime, world: tuple[Path, Path]
 ) -> None:
     assert stack.store is not None
-    client, repo, _beta = await _world(stack, tmp_path)
+    client, repo = Client(stack.redis, stack.settings), world[0] / "claude-code-log"
     before = await stack.store.dump()
     [entity] = [key(e) for e in before["entity"] if e["kind"] == "file" and e["key"].endswith(
         f":{RENDERER}")]  # fmt: skip

@@ -18,7 +18,8 @@ import zstandard
 
 from memoryd import jobs, projects, queue
 from memoryd.daemon.runtime import Runtime
-from tests.conftest import cli, git_init
+from memoryd.embedding import Embedder
+from tests.conftest import cli, git_init, status_of
 from tests.fixtures import CLAUDE, CODEX, RENDERER, S37, SMALL
 
 CB2 = "cb2e607c-c758-415a-8b45-c49e4631906a"
@@ -164,10 +165,10 @@ def test_search_memories_and_goals(ingested: tuple[Path, dict]) -> None:
 
 @pytest.mark.e2e
 def test_reingest_and_replaced_file_change_nothing(
-    ingested: tuple[Path, dict], tmp_path: Path
+    ingested: tuple[Path, dict], tmp_path: Path, embedder: Embedder
 ) -> None:
     data, _ = ingested
-    before = json.loads(cli("status", "--data-dir", str(data), "--json").stdout)["counts"]
+    before = status_of(data, embedder)["counts"]  # in this process: the test is about ingest
     again = json.loads(cli("ingest", str(S37), "--data-dir", str(data), "--json").stdout)
     assert again["reports"][0]["note"] == "up to date"
     # The same transcript under another path and inode: read from 0, deduplicated by its ids.
@@ -175,8 +176,7 @@ def test_reingest_and_replaced_file_change_nothing(
     shutil.copyfile(S37, copy)
     moved = json.loads(cli("ingest", str(copy), "--data-dir", str(data), "--json").stdout)
     assert moved["reports"][0]["memories"] == 282
-    after = json.loads(cli("status", "--data-dir", str(data), "--json").stdout)["counts"]
-    assert after == before
+    assert status_of(data, embedder)["counts"] == before
 
 
 @pytest.mark.e2e

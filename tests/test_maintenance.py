@@ -97,22 +97,19 @@ async def test_decay_pin_access_and_prune(stack: Runtime, tmp_path: Path) -> Non
 
 @pytest.mark.e2e
 async def test_switching_model_reembeds_everything(
-    data_dir: Path, arq_tree: Path, tmp_path: Path, embedder: Embedder
+    data_dir: Path, arq_indexed: Path, tmp_path: Path, embedder: Embedder
 ) -> None:
-    from memoryd import projects
     from memoryd.embedding import CLS_MODEL
-    from tests.conftest import settings_for
+    from tests.conftest import copy_data_dir, settings_for
 
     transcript = tmp_path / "session.jsonl"
     transcript.write_bytes(SMALL.read_bytes())
+    copy_data_dir(arq_indexed, data_dir)  # arq's tree indexed, with its vectors
     first = Runtime(settings_for(data_dir), embedder)
     try:
         await first.start_queue(exclusive=True)
         await first.serve()
         assert first.redis is not None
-        for job, _ in await projects.sync(first.redis, projects.resolve(arq_tree), 32):
-            report = await queue.wait_for(job, 300)
-            await queue.embedded_later(first.redis, report, 300)  # the vectors follow
         [job] = await queue.enqueue_ingest(first.redis, [str(transcript)])
         await queue.wait_for(job, 300)
     finally:
@@ -285,22 +282,19 @@ async def _models(rt: Runtime) -> dict[str, dict[str | None, int]]:
 
 @pytest.mark.e2e
 async def test_a_model_of_another_dimension_is_reembedded_into_the_vector_index(
-    data_dir: Path, arq_tree: Path, tmp_path: Path, embedder: Embedder
+    data_dir: Path, arq_indexed: Path, tmp_path: Path, embedder: Embedder
 ) -> None:
-    from memoryd import projects
     from memoryd.config import DEFAULT_MODEL
     from memoryd.embedding import TRUNCATED_DIM, TRUNCATED_MODEL
-    from tests.conftest import settings_for
+    from tests.conftest import copy_data_dir, settings_for
 
     query = "parse a redis connection DSN url"
+    copy_data_dir(arq_indexed, data_dir)  # arq's tree indexed, with its vectors
     first = Runtime(settings_for(data_dir), embedder)
     try:
         await first.start_queue(exclusive=True)
         await first.serve(scheduled=False)
         assert first.redis is not None and first.store is not None
-        for job, _ in await projects.sync(first.redis, projects.resolve(arq_tree), 32):
-            report = await queue.wait_for(job, 300)
-            await queue.embedded_later(first.redis, report, 300)  # the vectors follow
         await _ingest(first, tmp_path / "session.jsonl")
         assert first.search is not None
         assert (first.search.index.model, first.search.index.dim) == (DEFAULT_MODEL, 384)

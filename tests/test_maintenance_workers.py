@@ -273,26 +273,25 @@ async def _next_start_finishes(
 
 @pytest.mark.e2e
 async def test_a_reembed_killed_half_way_leaves_a_consistent_database_and_the_next_run_finishes(
-    data_dir: Path, arq_tree: Path, tmp_path: Path, embedder: Embedder
+    data_dir: Path, arq_indexed: Path, tmp_path: Path, embedder: Embedder
 ) -> None:
     import numpy as np
     import zstandard
 
-    from memoryd import projects
     from memoryd.config import DEFAULT_MODEL
     from memoryd.embedding import CLS_MODEL
     from memoryd.store import VECTOR_TABLES
+    from tests.conftest import copy_data_dir
     from tests.fixtures import SMALL
     from workers.ingest import EMBED_CHARS
 
-    # Built with the default model.
+    # Built with the default model: arq's tree indexed, then a session ingested.
+    copy_data_dir(arq_indexed, data_dir)
     first = Runtime(settings_for(data_dir, maintenance_schedule=QUIET), embedder)
     try:
         await first.start_queue(exclusive=True)
         await first.serve()
         assert first.redis is not None and first.store is not None
-        for job, _ in await projects.sync(first.redis, projects.resolve(arq_tree), 32):
-            await queue.wait_for(job, 300)
         transcript = tmp_path / "session.jsonl"
         transcript.write_bytes(SMALL.read_bytes())
         [job] = await queue.enqueue_ingest(first.redis, [str(transcript)])

@@ -31,13 +31,6 @@ from tests.conftest import git_init, index_tree
 from tests.fixtures import CODERABBIT_SESSION, CODERABBIT_SUBAGENT, CODEX_ROLLOUT, S37, SMALL
 
 
-async def _indexed(stack: Runtime, tree: Path) -> Store:
-    assert stack.redis is not None and stack.store is not None
-    for job, _ in await projects.sync(stack.redis, projects.resolve(tree), 32):
-        await queue.wait_for(job, 600)
-    return stack.store
-
-
 async def _with_sessions(stack: Runtime) -> Store:
     """The store once real Claude Code (a session and its subagent) and Codex transcripts
     are ingested."""
@@ -62,8 +55,9 @@ async def _rename_chunk_types(store: Store, _: Settings) -> None:
 
 
 @pytest.mark.e2e
-async def test_a_data_step_runs_once_after_a_backup(stack: Runtime, arq_tree: Path) -> None:
-    store = await _indexed(stack, arq_tree)
+async def test_a_data_step_runs_once_after_a_backup(arq_stack: Runtime) -> None:
+    stack, store = arq_stack, arq_stack.store
+    assert store is not None
     counts = await store.table_counts()
     blocks = await _blocks(store)
     assert blocks > 0
@@ -102,10 +96,9 @@ async def test_a_data_step_runs_once_after_a_backup(stack: Runtime, arq_tree: Pa
 
 
 @pytest.mark.e2e
-async def test_a_step_that_loses_rows_is_stopped_and_not_recorded(
-    stack: Runtime, arq_tree: Path
-) -> None:
-    store = await _indexed(stack, arq_tree)
+async def test_a_step_that_loses_rows_is_stopped_and_not_recorded(arq_stack: Runtime) -> None:
+    stack, store = arq_stack, arq_stack.store
+    assert store is not None
 
     async def drop_entities(s: Store, _: Settings) -> None:
         await s.query("DELETE entity WHERE kind = 'symbol'")

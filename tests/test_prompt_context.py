@@ -6,9 +6,11 @@ and nothing below the relevance floor."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,8 +18,9 @@ import pytest
 from memoryd import client
 from memoryd.agent import hooks
 from memoryd.daemon.runtime import Runtime
+from memoryd.embedding import Embedder
 from memoryd.results import SearchResult
-from tests.conftest import index_tree
+from tests.conftest import _serving, copy_data_dir, index_tree
 
 AIDER = Path(__file__).parent / "fixtures" / "transcripts" / "aider" / "chat-history.md"
 # The fixture's session of 2024-08-06 09:44:24: `/ask …`, aider's echo of it, a long answer.
@@ -36,20 +39,43 @@ DOC = (
 )
 
 
-@pytest.fixture
-async def repo(stack: Runtime, arq_tree: Path, tmp_path: Path) -> Path:
-    root = tmp_path / "arq"
+@pytest.fixture(scope="module")
+def indexed(
+    arq_tree: Path, embedder: Embedder, short_tmp: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, Path]:
+    """The tree (arq, a doc, the aider log) and a data dir holding its index and the log's
+    sessions, built once for the module: indexing and ingesting were most of each test."""
+    root = tmp_path_factory.mktemp("prompt") / "arq"
     shutil.copytree(arq_tree, root)
     (root / "docs").mkdir()
     (root / "docs" / "connections.md").write_text(DOC)
     lines = AIDER.read_text().splitlines(keepends=True)
     log = root / ".aider.chat.history.md"
     log.write_text("".join(lines[ASK_SESSION[0] - 1 : ASK_SESSION[1] - 1]) + DONE_SESSION)
-    await index_tree(stack, root)
-    memoryd = client.Client(stack.redis, stack.settings)
-    [report] = await memoryd.ingest([str(log)])
-    assert report["memories"] > 0, report
-    return root
+    built = Path(tempfile.mkdtemp(dir=short_tmp))
+
+    async def build() -> None:
+        async with _serving(built, embedder, scheduled=False) as rt:
+            await index_tree(rt, root)
+            [report] = await client.Client(rt.redis, rt.settings).ingest([str(log)])
+            assert report["memories"] > 0, report
+
+    asyncio.run(build())
+    return root, built
+
+
+@pytest.fixture
+def data_dir(indexed: tuple[Path, Path], short_tmp: Path) -> Path:
+    """A copy of the module's data dir for each test, so that no test sees what another
+    asked."""
+    path = Path(tempfile.mkdtemp(dir=short_tmp))
+    copy_data_dir(indexed[1], path)
+    return path
+
+
+@pytest.fixture
+def repo(indexed: tuple[Path, Path]) -> Path:
+    return indexed[0]
 
 
 async def prompt_context(memoryd: client.Client, root: Path, prompt: str, session: str) -> str:

@@ -245,6 +245,11 @@ class Runtime:
         # index) and the model's memory are not the database's: counted as its growth, they
         # made the first check reopen the database for nothing.
         await asyncio.to_thread(static_embedding.load)
+        # Nor is the code of the job functions and, in the daemon, of the MCP service (26 MiB
+        # counted as the database's in a process that had imported neither yet).
+        self._table = resolve(JOB_TABLE)
+        if self._daemon_lock is not None:
+            from memoryd.agent import mcp_service
         self.store.rebase_memory()
         applied = await migrate(self.store, s, s.data_dir / "backups")
         if applied:
@@ -253,7 +258,6 @@ class Runtime:
         self.search = await IndexSync.open(
             self.store, s.data_dir, self.embedder.model, follow=not s.embedded_db
         )
-        self._table = resolve(JOB_TABLE)
         self._ctx = self._table.job_context(
             {
                 "store": self.store,
@@ -270,8 +274,6 @@ class Runtime:
             # The data dir's daemon also answers queries on its socket (memoryd/channel.py),
             # serves there the MCP sessions of `memoryd mcp` (memoryd/agent/mcp_service.py), and its
             # `ui` query starts the web page (memoryd/ui), served from then on here.
-            from memoryd.agent import mcp_service
-
             sessions = mcp_service.streams(self._ctx)
             self._page = Page(self._ctx)
             answer = self._page.answering(self._ctx["queries"])
