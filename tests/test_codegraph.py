@@ -230,6 +230,11 @@ async def test_search_hits_with_their_co_changed_files_and_callers(
         "  called by arq/worker.py#Worker.main at arq/worker.py:351",
         "  called by arq/worker.py#async_check_health at arq/worker.py:907",
     ]
+    # Asked for one, the file changed with most often, not the first by name: the pairs come
+    # from the database ordered by path, so a few read first would be arq/__init__.py's.
+    async with client.connect(stack.settings) as memoryd:
+        one = await related_of_hits(memoryd, [hit], per_hit=1)
+    assert one[hit.id]["changes_with"][0]["path"] == "arq/worker.py"
     # The CLI beside the daemon this event loop serves (a blocking run would starve it).
     proc = await asyncio.create_subprocess_exec(
         MEMORYD, "search", "create a redis connection pool", "--limit", "20", "--related",

@@ -24,6 +24,8 @@ LIMIT = 50
 # A guess by name is never as sure as a call its file settles, even with one candidate.
 GUESS = 0.9
 MAX_DEPTH = 3
+# CHANGES_WITH pairs read per side for one file at most (its co-change window's pairs).
+CO_CHANGE_ROWS = 2000
 # A test file, by the conventions of the languages the graph reads.
 _TEST_FILE = re.compile(
     r"(^|/)(tests?|__tests__|spec)/|(^|/)test_[^/]*\.py$|_test\.(py|go)$|"
@@ -165,8 +167,10 @@ async def _sessions(store: Store, file_keys: list[str], limit: int) -> list[dict
 
 async def co_changed(store: Store, ids: list[str], limit: int) -> list[dict[str, Any]]:
     """The files CHANGES_WITH pairs with these entities, the most often changed with first."""
-    rows = await store.graph_edges("changes_with", "in", ids, limit=limit * 4)
-    rows += await store.graph_edges("changes_with", "out", ids, limit=limit * 4)
+    # Every pair is read: the edges come ordered by the other file's key, not by count, so a
+    # first few would be the alphabetically first, not the most often changed with.
+    rows = await store.graph_edges("changes_with", "in", ids, limit=CO_CHANGE_ROWS)
+    rows += await store.graph_edges("changes_with", "out", ids, limit=CO_CHANGE_ROWS)
     best: dict[str, dict[str, Any]] = {}
     for row in rows:
         path = _path_of(row["other_key"])
