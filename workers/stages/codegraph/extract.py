@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
 
-from tree_sitter import Node, Query, QueryCursor, Tree
+from tree_sitter import Language, Node, Query, QueryCursor, Tree
 
 from workers.stages.chunking import parse, parser_for
 
@@ -110,11 +110,20 @@ def _query(language: str, kinds: tuple[str, ...]) -> Query | None:
     return Query(grammar, "[" + " ".join(f"({k})" for k in known) + "] @node") if known else None
 
 
-@functools.cache
-def _kind_id(language: str, kind: str) -> int:
+def _grammar(language: str) -> Language:
     parser = parser_for(language)
     assert parser is not None and parser.language is not None, language
-    return parser.language.id_for_node_kind(kind, True)
+    return parser.language
+
+
+@functools.cache
+def _kind_id(language: str, kind: str) -> int:
+    return _grammar(language).id_for_node_kind(kind, True)
+
+
+@functools.cache
+def _field_id(language: str, name: str) -> int:
+    return _grammar(language).field_id_for_name(name)
 
 
 _START = attrgetter("start_byte")
@@ -842,18 +851,22 @@ def _java(root: Node, graph: FileGraph) -> None:
 
     add = graph.calls.append
     invocation = _kind_id("java", "method_invocation")
+    name_field, object_field, type_field = (
+        _field_id("java", f) for f in ("name", "object", "type")
+    )
 
     def java_calls(node: Node, scope: str | None) -> None:
         # The loop over every call of the file (570,000 in kafka): what it calls bound once,
-        # the kind compared as a number (`type` makes a new string each time).
-        field = Node.child_by_field_name
+        # kinds and fields by number (`type` makes a new string each time, a field's name is
+        # looked up among the grammar's names by string comparisons).
+        field = Node.child_by_field_id
         for sub in _found("java", _JAVA_CALLS, node):
             if sub.kind_id == invocation:
-                name = _text(field(sub, "name"))
-                receiver = _receiver(field(sub, "object"))
+                name = _text(field(sub, name_field))
+                receiver = _receiver(field(sub, object_field))
                 add(Call(scope, name, receiver, sub.start_point[0] + 1))
             else:  # object_creation_expression
-                typ = field(sub, "type")
+                typ = field(sub, type_field)
                 if typ is not None:
                     add(Call(scope, _text(typ).split("<")[0], None, sub.start_point[0] + 1))
 

@@ -86,6 +86,9 @@ class _Target:
     dir_files: tuple[str, ...] = ()  # a package of several files (Go, Java same package)
 
 
+# A call not met before in its file (None in `made` is a call met that makes no row).
+_UNSEEN: Any = object()
+
 # Where a call points: (symbol key, None, None) settled; (None, files, owner) a guess by name;
 # (None, None, None) outside the project.
 Resolved = tuple[str | None, tuple[str, ...] | None, str | None]
@@ -94,12 +97,16 @@ Resolved = tuple[str | None, tuple[str, ...] | None, str | None]
 def resolve(project_id: str, rel: str, graph: FileGraph, tree: Tree) -> GraphRows:
     rows = GraphRows(rel)
     source_file = file_entity_id(project_id, rel)
-    classes = {d.qualified for d in graph.definitions if d.kind == "class"}
-    defined = {d.qualified for d in graph.definitions}
+    classes: set[str] = set()
+    defined: set[str] = set()
     for found in graph.definitions:
+        qualified = found.qualified
+        defined.add(qualified)
+        if found.kind == "class":
+            classes.add(qualified)
         key = symbol_key(project_id, rel, found.name, found.parent)
-        rows.symbols.append({"entity_id": _symbol_id(key), "key": key, "name": found.qualified})
-        _edge(rows, _DEFINES, source_file, key, found.line, found.qualified)
+        rows.symbols.append({"entity_id": _symbol_id(key), "key": key, "name": qualified})
+        _edge(rows, _DEFINES, source_file, key, found.line, qualified)
 
     names: dict[str, _Target] = {}  # local name -> what it is
     here = posixpath.dirname(rel)
@@ -210,34 +217,33 @@ def resolve(project_id: str, rel: str, graph: FileGraph, tree: Tree) -> GraphRow
     made: dict[tuple[str | None, ...], dict[str, Any] | None] = {}
     # The entity each scope is, found once (a method makes many calls).
     sources: dict[str | None, str] = {}
-
-    def source_of(scope: str | None) -> str:
-        found = sources.get(scope)
-        if found is None:
-            found = sources[scope] = _symbol_or_file(project_id, rel, scope, source_file)
-        return found
+    is_js = graph.language in _JS
 
     for call in graph.calls:
-        how = (call.scope, call.receiver, call.instance_of, call.name)
-        if how in made:
-            row = made[how]
+        scope, receiver, instance_of, name = call.scope, call.receiver, call.instance_of, call.name
+        how = (scope, receiver, instance_of, name)
+        row = made.get(how, _UNSEEN)
+        if row is not _UNSEEN:
             if row is not None:
                 row["lines"].append(call.line)
             continue
-        if call.receiver == COMPUTED:
+        if receiver == COMPUTED:
             key, candidates, owner = None, (), None
-        elif call.instance_of is not None:
-            key, candidates, owner = instance_call(call.instance_of, call.name)
+        elif instance_of is not None:
+            key, candidates, owner = instance_call(instance_of, name)
         else:
-            key, candidates, owner = target_of(call.scope, call.receiver, call.name)
+            key, candidates, owner = target_of(scope, receiver, name)
         row = None
-        if candidates == () and graph.language in _JS and call.name in _JS_BUILTIN_METHODS:
+        if candidates == () and is_js and name in _JS_BUILTIN_METHODS:
             pass  # `x.toString()`, `this.cache.has(k)`: a string's, a Map's…
-        elif key is not None:
-            row = _edge(rows, calls_table, source_of(call.scope), key, call.line, call.name)
-        elif candidates is not None:
-            source = source_of(call.scope)
-            row = _ref(rows, calls_table, source, call.name, call.line, candidates, owner)
+        elif key is not None or candidates is not None:
+            source = sources.get(scope)
+            if source is None:
+                source = sources[scope] = _symbol_or_file(project_id, rel, scope, source_file)
+            if key is not None:
+                row = _edge(rows, calls_table, source, key, call.line, name)
+            else:
+                row = _ref(rows, calls_table, source, name, call.line, candidates, owner)
         made[how] = row
     for inherit in graph.inherits:
         source = _symbol_or_file(project_id, rel, inherit.cls, source_file)
