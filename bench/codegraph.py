@@ -57,7 +57,7 @@ from pathlib import Path
 
 from tree_sitter import Tree
 
-from memoryd import jobs, projects, queue
+from memoryd import heap, jobs, projects, queue
 from memoryd.config import Settings, load_settings
 from memoryd.daemon.runtime import Runtime
 from memoryd.database.compact import DB_DIR, compact_files, size
@@ -200,7 +200,9 @@ def pure_cost(project_id: str, root: Path) -> list[str]:
     for the round. CPU seconds (the machine is shared): chunking is the parse and the chunker,
     the graph's pure cost its extraction and resolution on that parse. The index job also
     embeds and writes: its share of a whole cold index is lower. Also the slowest file's graph
-    (an edit's extraction), median of 5."""
+    (an edit's extraction), median of 5. The process's start-up is frozen first, as the reader
+    process's and the daemon's are (memoryd/heap.py)."""
+    heap.freeze_startup()
     load = os.getloadavg()
     paths = [
         p

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import gc
 import sys
 from pathlib import Path
 
@@ -92,6 +93,18 @@ def tune() -> None:
     libc = _libc()
     if libc is not None and hasattr(libc, "mallopt"):  # musl has none
         libc.mallopt(_M_ARENA_MAX, ARENAS)
+
+
+def freeze_startup() -> None:
+    """Take what the process holds once it has started (modules, the database's client, the
+    model's Python side: some 160,000 objects in the daemon) out of the garbage collector's
+    full passes, once per process. A full pass walks every object the process holds; one
+    came every other edit of a large file (its code graph leaves tens of thousands of new
+    objects) and cost that edit's job about 100 ms of CPU, 10 ms once frozen. Cyclic garbage
+    is collected first: only what is alive now stays out of later collections."""
+    if gc.get_freeze_count() == 0:
+        gc.collect()
+        gc.freeze()
 
 
 def trim() -> None:

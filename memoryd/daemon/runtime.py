@@ -291,6 +291,7 @@ class Runtime:
         if freed:
             log.info("%d jobs of a stopped worker will run again", freed)
         self._supervisor = asyncio.create_task(self._supervise())
+        heap.freeze_startup()  # started: what it holds now is held for good
 
     async def _start_workers(self, died: bool = True) -> int:
         """New workers on the queue; returns how many jobs of a dead worker run again (`died`:

@@ -25,6 +25,8 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
+from memoryd import heap
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -56,6 +58,14 @@ def _watch_parent(parent: int) -> None:
     os._exit(1)
 
 
+def _call(fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)` in the reader process. Its start-up ends with the first call, whose `fn`
+    came with the imports of the job that runs it: frozen then, out of the collector's full
+    passes (heap.freeze_startup)."""
+    heap.freeze_startup()
+    return fn(*args)
+
+
 class Reader:
     def __init__(self) -> None:
         self._pool: ProcessPoolExecutor | None = None
@@ -79,7 +89,7 @@ class Reader:
         self._busy += 1
         try:
             return await asyncio.get_running_loop().run_in_executor(
-                pool, functools.partial(fn, *args)
+                pool, functools.partial(_call, fn, *args)
             )
         except BrokenProcessPool:
             log.warning("the file reader process died; this file is read here, the next there")

@@ -35,7 +35,7 @@ from memoryd.ids import (
     symbol_key,
 )
 from memoryd.vocabulary import CALLS, DEFINES, IMPORTS, INHERITS
-from workers.stages.codegraph.extract import COMPUTED, FileGraph, Import
+from workers.stages.codegraph.extract import COMPUTED, FileGraph
 
 _SELF = frozenset({"self", "this", "cls", "Self"})
 _JS = ("javascript", "typescript", "tsx")
@@ -50,6 +50,7 @@ _JS_BUILTIN_METHODS = frozenset(
     "trim trimStart trimEnd startsWith endsWith match matchAll test exec charAt charCodeAt "
     "toLowerCase toUpperCase padStart padEnd repeat substring localeCompare next".split()
 )
+_DEFINES, _IMPORTS, _CALLS, _INHERITS = (e.table for e in (DEFINES, IMPORTS, CALLS, INHERITS))
 # Python's builtins are never a project's symbols: calls of them are not kept.
 _BUILTINS = frozenset(dir(builtins))
 
@@ -85,6 +86,9 @@ class _Target:
     dir_files: tuple[str, ...] = ()  # a package of several files (Go, Java same package)
 
 
+# A call not met before in its file (None in `made` is a call met that makes no row).
+_UNSEEN: Any = object()
+
 # Where a call points: (symbol key, None, None) settled; (None, files, owner) a guess by name;
 # (None, None, None) outside the project.
 Resolved = tuple[str | None, tuple[str, ...] | None, str | None]
@@ -93,41 +97,41 @@ Resolved = tuple[str | None, tuple[str, ...] | None, str | None]
 def resolve(project_id: str, rel: str, graph: FileGraph, tree: Tree) -> GraphRows:
     rows = GraphRows(rel)
     source_file = file_entity_id(project_id, rel)
-    classes = {d.qualified for d in graph.definitions if d.kind == "class"}
-    defined = {d.qualified for d in graph.definitions}
+    classes: set[str] = set()
+    defined: set[str] = set()
     for found in graph.definitions:
+        qualified = found.qualified
+        defined.add(qualified)
+        if found.kind == "class":
+            classes.add(qualified)
         key = symbol_key(project_id, rel, found.name, found.parent)
-        rows.symbols.append({"entity_id": _symbol_id(key), "key": key, "name": found.qualified})
-        _edge(rows, DEFINES.table, source_file, key, found.line, found.qualified)
+        rows.symbols.append({"entity_id": _symbol_id(key), "key": key, "name": qualified})
+        _edge(rows, _DEFINES, source_file, key, found.line, qualified)
 
     names: dict[str, _Target] = {}  # local name -> what it is
+    here = posixpath.dirname(rel)
+    where = _import_base(graph, rel, here)
+    module_keys: set[str] = set()
     for imp in graph.imports:
-        targets = _module_files(graph, rel, imp, tree)
+        first = imp.names[0][0] if imp.names else None
+        targets = () if where is None else _files_of(tree, graph.language, where, imp.module, first)
         if targets:
             for path in targets:
-                _edge(
-                    rows,
-                    IMPORTS.table,
-                    source_file,
-                    file_key(project_id, path),
-                    imp.line,
-                    imp.module,
-                )
+                _edge(rows, _IMPORTS, source_file, file_key(project_id, path), imp.line, imp.module)
         else:
             module = _module_name(graph.language, imp.module)
             mkey = module_key(graph.language, module)
-            if not any(m["key"] == mkey for m in rows.modules):
-                rows.modules.append(
-                    {"entity_id": module_entity_id(mkey), "key": mkey, "name": module}
-                )
-            _edge(rows, IMPORTS.table, source_file, mkey, imp.line, imp.module, kind="module")
+            if mkey not in module_keys:
+                module_keys.add(mkey)
+                rows.modules.append({"entity_id": _module_id(mkey), "key": mkey, "name": module})
+            _edge(rows, _IMPORTS, source_file, mkey, imp.line, imp.module, kind="module")
         single = targets[0] if len(targets) == 1 else None
         package = _package(single)
         if imp.alias:
             names[imp.alias] = _Target(single, module=imp.module, dir_files=_package_files(targets))
         for name, local in imp.names:
             # `from pkg import mod` names a module file when there is one
-            sub = _submodule(graph, rel, imp, name, tree)
+            sub = _submodule(graph.language, here, imp.module, name, tree)
             if sub is not None:
                 names[local] = _Target(sub, module=f"{imp.module}.{name}")
             elif package is not None:  # a package's __init__ may only re-export the name
@@ -207,55 +211,57 @@ def resolve(project_id: str, rel: str, graph: FileGraph, tree: Tree) -> GraphRow
             return symbol_key(project_id, found.path, name, None), None, None
         return None, found.dir_files or None, None
 
-    calls_table = CALLS.table
+    calls_table = _CALLS
     # A file calls one name the same way from one scope many times: resolved once, then each
     # further call site is one more line of the same row (None: a call no row is kept for).
     made: dict[tuple[str | None, ...], dict[str, Any] | None] = {}
     # The entity each scope is, found once (a method makes many calls).
     sources: dict[str | None, str] = {}
-
-    def source_of(scope: str | None) -> str:
-        found = sources.get(scope)
-        if found is None:
-            found = sources[scope] = _symbol_or_file(project_id, rel, scope, source_file)
-        return found
+    is_js = graph.language in _JS
 
     for call in graph.calls:
-        how = (call.scope, call.receiver, call.instance_of, call.name)
-        if how in made:
-            row = made[how]
+        scope, receiver, instance_of, name = call.scope, call.receiver, call.instance_of, call.name
+        how = (scope, receiver, instance_of, name)
+        row = made.get(how, _UNSEEN)
+        if row is not _UNSEEN:
             if row is not None:
                 row["lines"].append(call.line)
             continue
-        if call.receiver == COMPUTED:
+        if receiver == COMPUTED:
             key, candidates, owner = None, (), None
-        elif call.instance_of is not None:
-            key, candidates, owner = instance_call(call.instance_of, call.name)
+        elif instance_of is not None:
+            key, candidates, owner = instance_call(instance_of, name)
         else:
-            key, candidates, owner = target_of(call.scope, call.receiver, call.name)
+            key, candidates, owner = target_of(scope, receiver, name)
         row = None
-        if candidates == () and graph.language in _JS and call.name in _JS_BUILTIN_METHODS:
+        if candidates == () and is_js and name in _JS_BUILTIN_METHODS:
             pass  # `x.toString()`, `this.cache.has(k)`: a string's, a Map's…
-        elif key is not None:
-            row = _edge(rows, calls_table, source_of(call.scope), key, call.line, call.name)
-        elif candidates is not None:
-            source = source_of(call.scope)
-            row = _ref(rows, calls_table, source, call.name, call.line, candidates, owner)
+        elif key is not None or candidates is not None:
+            source = sources.get(scope)
+            if source is None:
+                source = sources[scope] = _symbol_or_file(project_id, rel, scope, source_file)
+            if key is not None:
+                row = _edge(rows, calls_table, source, key, call.line, name)
+            else:
+                row = _ref(rows, calls_table, source, name, call.line, candidates, owner)
         made[how] = row
     for inherit in graph.inherits:
         source = _symbol_or_file(project_id, rel, inherit.cls, source_file)
         receiver, _, name = inherit.base.replace("::", ".").rpartition(".")
         key, candidates, _ = target_of(None, receiver or None, name)
         if key is not None:
-            _edge(rows, INHERITS.table, source, key, inherit.line, inherit.base)
+            _edge(rows, _INHERITS, source, key, inherit.line, inherit.base)
         elif candidates is not None:
-            _ref(rows, INHERITS.table, source, name, inherit.line, candidates)
+            _ref(rows, _INHERITS, source, name, inherit.line, candidates)
     return rows
 
 
 # A symbol's id, hashed once per key: a file's calls come from a few symbols, to a few others,
 # many times each (hashing them again was most of resolving's time on kafka).
 _symbol_id = functools.lru_cache(maxsize=1 << 16)(symbol_entity_id)
+
+
+_module_id = functools.lru_cache(maxsize=1 << 12)(module_entity_id)
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -283,7 +289,7 @@ def _edge(
 ) -> dict[str, Any]:
     """One edge per (source, target) of the file, with the lines it was seen on."""
     if kind == "module":
-        target = module_entity_id(target_key)
+        target = _module_id(target_key)
     elif "#" in target_key:
         target = _symbol_id(target_key)
     else:
@@ -416,29 +422,37 @@ def _python_file(here: str, module: str, tree: Tree) -> str | None:
     return _first(tree, candidates)
 
 
-def _module_files(graph: FileGraph, rel: str, imp: Import, tree: Tree) -> tuple[str, ...]:
-    """The files of the project an import names (none: outside it)."""
-    # The files of a directory (Rust: of a module) import much the same: each import is
-    # resolved once per tree (a third of resolving kafka went to the same Java imports).
-    where = rel if graph.language == "rust" else posixpath.dirname(rel)
-    first = imp.names[0][0] if imp.names else None
-    return _files_of(tree, graph.language, where, graph.package, imp.module, first)
+def _import_base(graph: FileGraph, rel: str, here: str) -> str | None:
+    """What a file's imports resolve from, the same for the files of a directory (each import
+    is resolved once per tree and base: a third of resolving kafka went to the same Java
+    imports): the file's directory (Python, JavaScript/TypeScript), the file (Rust), "" (Go:
+    by the import path alone), Java's source root (`a/src/main/java/`), None when the file has
+    no source root (a Java file without a package, or in a directory other than its
+    package's)."""
+    language = graph.language
+    if language == "rust":
+        return rel
+    if language == "go":
+        return ""
+    if language == "java":
+        root = _java_root(here, graph.package) if graph.package else None
+        return None if root is None else f"{root}/" if root else ""
+    return here
 
 
 @functools.lru_cache(maxsize=1 << 14)
 def _files_of(
-    tree: Tree, language: str, where: str, package: str | None, module: str, first: str | None
+    tree: Tree, language: str, where: str, module: str, first: str | None
 ) -> tuple[str, ...]:
-    """`_module_files` from the importing file's directory `where` (Rust: the file), `first`
-    the first name imported, if any."""
-    here = where
+    """The files of the project an import of `module` names from `where` (`_import_base`),
+    `first` the first name it imports, if any; none: outside the project."""
     if language == "python":
-        found = _python_file(here, module, tree)
+        found = _python_file(where, module, tree)
         return (found,) if found else ()
     if language in ("javascript", "typescript", "tsx"):
         if not module.startswith("."):
             return ()
-        stem = posixpath.join(here, module)
+        stem = posixpath.join(where, module)
         js_candidates = [stem] + [stem + s for s in _JS_SUFFIXES]
         js_candidates += [posixpath.join(stem, "index" + s) for s in _JS_SUFFIXES]
         # `./x.js` written in TypeScript sources names x.ts
@@ -459,11 +473,8 @@ def _files_of(
     if language == "rust":
         found = _rust_file(where, module, tree)
         return (found,) if found else ()
-    if language == "java" and package:
-        root = _java_root(here, package)
-        if root is None:
-            return ()
-        stem = posixpath.join(root, module.replace(".", "/"))
+    if language == "java":
+        stem = where + module.replace(".", "/")
         if first is not None:
             found = _first(tree, [f"{stem}/{first}.java", f"{stem}.java"])
             return (found,) if found else ()
@@ -471,12 +482,14 @@ def _files_of(
     return ()
 
 
-def _submodule(graph: FileGraph, rel: str, imp: Import, name: str, tree: Tree) -> str | None:
-    """`from pkg import mod` where mod is a file of the package (Python only)."""
-    if graph.language != "python":
+def _submodule(language: str, here: str, module: str, name: str, tree: Tree) -> str | None:
+    """`from pkg import mod` where mod is a file of the package (Python only), from the
+    importing file's directory `here`."""
+    if language != "python":
         return None
-    joined = f"{imp.module}.{name}" if imp.module.strip(".") else imp.module + name
-    return _python_file(posixpath.dirname(rel), joined, tree)
+    joined = f"{module}.{name}" if module.strip(".") else module + name
+    found = _files_of(tree, language, here, joined, None)
+    return found[0] if found else None
 
 
 def _rust_file(rel: str, module: str, tree: Tree) -> str | None:
