@@ -70,6 +70,8 @@ class Client:
     ) -> None:
         self._redis = redis
         self._own_redis = False
+        # The pid of the one-shot command whose queue this client uses (`connect`), if any.
+        self.served_by: int | None = None
         self.settings = settings
         self.timeout = timeout
         self._ask = ask or self._ask_queue
@@ -452,31 +454,55 @@ async def connect(settings: Settings, *, serve: Serve | None = None) -> AsyncIte
     over the queue a live worker serves. `serve` (one-shot CLI commands): when no daemon runs,
     serve the data dir in this process for the length of the block instead of failing; when
     one is starting (or another command serves the data dir), wait for it, bounded, and never
-    take the database from it. Agents' processes (MCP, hooks) never do that: a daemon in an
+    take the database from it; when the command that served it ends first, go on serving it
+    here (`queue.handover`). Agents' processes (MCP, hooks) never do that: a daemon in an
     agent's process tree would die with the session and fight the service for the database."""
+    async with contextlib.AsyncExitStack() as held:
+        memoryd = await _reach(settings, serve, held)
+        held.push_async_callback(memoryd.close)
+        if serve is not None and memoryd.served_by is not None:
+            from memoryd import queue
+
+            async def take_over() -> None:
+                log.warning(
+                    "memoryd (pid %d), the command that served data dir %s, stopped before "
+                    "this command's jobs ended: they go on",
+                    memoryd.served_by,
+                    settings.data_dir,
+                )
+                successor = await _reach(settings, serve, held)
+                await successor.close()  # its own connection: the jobs' pool connects again
+
+            token = queue.handover.set(take_over)
+            held.callback(queue.handover.reset, token)
+        yield memoryd
+
+
+async def _reach(
+    settings: Settings, serve: Serve | None, held: contextlib.AsyncExitStack
+) -> Client:
+    """A client of whatever serves the data dir now, or (with `serve`) of its serving started
+    in this process and held by `held`."""
     waiting = _Waiting(settings)
     while True:
         if channel.listening(settings.channel_socket):
-            memoryd = Client.over_channel(settings)
-            break
+            return Client.over_channel(settings)
         redis = await _daemon_queue(settings)
         if redis is not None:
             memoryd = Client(redis, settings)
             memoryd._own_redis = True
-            break
+            if settings.embedded_redis and holder(daemon_lock_path(settings.data_dir)) is None:
+                # Another one-shot command serves it, for the length of its own work.
+                memoryd.served_by = holder(serving_lock_path(settings.data_dir))
+            return memoryd
         if serve is None:
             raise DaemonUnavailable(NOT_RUNNING)
         if (owner := holder(serving_lock_path(settings.data_dir))) is None:
-            async with serve(settings) as served:
-                if served is not None:
-                    yield Client(served, settings)
-                    return
+            served = await held.enter_async_context(serve(settings))
+            if served is not None:
+                return Client(served, settings)
             continue  # another process took it first: wait for that one
         await waiting.step(owner)
-    try:
-        yield memoryd
-    finally:
-        await memoryd.close()
 
 
 # How often a command waiting for a daemon that is starting looks again.

@@ -464,23 +464,31 @@ class Serving:
 
 # Set by the task that starts serving; the waits of that task (the command) read it.
 serving: ContextVar[Serving | None] = ContextVar("memoryd_serving", default=None)
+# Set by a one-shot command whose jobs run on the queue another command serves (memoryd/client.py
+# `connect`): when that queue is lost it returns once the data dir is served again (by this
+# command or whoever took it first). The jobs waited for run again there: the private Redis
+# keeps them in its append-only file.
+handover: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar(
+    "memoryd_handover", default=None
+)
 
 
 async def wait_for(job: Job, timeout: float | None, poll: float = WORK_POLL_SECONDS) -> Any:
     """A job's result. A user error it answered is raised again as its own class; a crash of
     the job as JobFailed with the job's own message. A lost connection is waited out for
     REDIS_LOST_SECONDS (a private Redis that died is being started again, and the job runs
-    again); the end of this command's own serving ends the wait at once."""
-    own = serving.get()
+    again), after a `handover` when another command served the queue; the end of this
+    command's own serving ends the wait at once."""
     deadline = None if timeout is None else time.monotonic() + timeout
     lost_since = 0.0
     while True:
-        if own is not None and own.ended is not None:
+        if (own := serving.get()) is not None and own.ended is not None:
             raise own.ended
         left = _WAIT_SLICE_SECONDS if deadline is None else deadline - time.monotonic()
         try:
             result = await job.result(timeout=min(left, _WAIT_SLICE_SECONDS), poll_delay=poll)
         except TimeoutError:
+            lost_since = 0.0  # Redis answered: a later loss is waited out afresh
             if deadline is not None and time.monotonic() >= deadline:
                 raise DaemonUnavailable(
                     f"job {job.job_id} did not finish within {timeout:.0f}s; is a worker running?"
@@ -489,6 +497,8 @@ async def wait_for(job: Job, timeout: float | None, poll: float = WORK_POLL_SECO
         except MemorydError:
             raise
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            if not lost_since and (take_over := handover.get()) is not None:
+                await take_over()  # the pool connects again to the socket's new Redis
             lost_since = lost_since or time.monotonic()
             if time.monotonic() - lost_since >= REDIS_LOST_SECONDS:
                 raise DaemonUnavailable(

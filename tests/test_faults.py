@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -24,6 +25,7 @@ from memoryd import jobs, projects, scan
 from memoryd.config import Settings
 from memoryd.daemon.runtime import REDIS_RESTARTS, Runtime
 from memoryd.embedded import EmbeddedRedis
+from memoryd.embedding import Embedder
 from memoryd.store import Store
 from tests.conftest import (
     MEMORYD,
@@ -232,6 +234,58 @@ def test_redis_killed_under_a_one_shot_index_is_restarted_and_the_report_is_whol
     second = int(re.search(r"again \(pid (\d+)\)", restarts[0]).group(1))  # type: ignore[union-attr]
     assert not psutil.pid_exists(first) and not psutil.pid_exists(second)
     assert "Traceback" not in stderr, stderr
+
+
+async def test_a_one_shot_command_goes_on_when_the_command_serving_its_jobs_ends_first(
+    data_dir: Path, tmp_path: Path, embedder: Embedder
+) -> None:
+    """`memoryd index` started while another one-shot command (an `ingest`) served the data
+    dir put its jobs on that command's queue; when that one ended first, the index ended
+    with "Redis unreachable for 10s while waiting for job …" and exit 1. Its jobs are kept in
+    the private Redis's append-only file: it serves them itself now, to the whole report."""
+    root = two_package_tree(tmp_path)
+    project = projects.resolve(root)
+    want = expected_index(root, project.id, Settings().chunk_max_chars)
+    first = Runtime(settings_for(data_dir), embedder)  # the first command, in this process
+    command = None
+    try:
+        served = await first.start_queue(one_shot=True)
+        await first.serve_if_needed()
+        # Busy with its own work: the index's jobs stay in its queue until it ends (its
+        # queries are answered).
+        for worker in first.workers:
+            worker.allow_pick_jobs = worker.queue_name != jobs.JOBS_QUEUE
+        command = _one_shot_index(data_dir, root)
+        lines = Lines(command)
+        deadline = time.monotonic() + 300
+        while not await served.zcard(jobs.JOBS_QUEUE):
+            assert command.poll() is None, lines.text()
+            assert time.monotonic() < deadline, "the index command queued no job"
+            await asyncio.sleep(0.1)
+    finally:
+        await first.close()
+    assert command is not None
+    try:
+        code = await asyncio.to_thread(command.wait, 600)
+        out = command.stdout.read() if command.stdout else ""
+    finally:
+        _stop(command)
+    stderr = lines.text()
+    assert code == 0, stderr
+    report = json.loads(out)
+    assert (report["failed"], report["skipped"]) == (0, 0)
+    assert report["chunks"] == sum(len(chunks) for chunks in want.values())
+    went_on = (
+        f"memoryd (pid {os.getpid()}), the command that served data dir {data_dir}, "
+        "stopped before this command's jobs ended: they go on"
+    )
+    assert went_on in stderr, stderr
+    assert "unreachable" not in stderr and "Traceback" not in stderr, stderr
+    store = await Store.open(f"surrealkv://{data_dir / 'db'}", "memoryd", "memory")
+    try:
+        assert await store.code_index(project.id) == want
+    finally:
+        await store.close()
 
 
 def test_an_external_redis_lost_stops_the_daemon_with_one_line(
