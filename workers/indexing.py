@@ -625,6 +625,17 @@ async def _index_files(
     return report
 
 
+def _written_since_queued(previous: dict[str, Any] | None, ctx: JobContext) -> bool:
+    """Whether the file's stored version was indexed after this job was queued: by an earlier
+    try of it, or (in a daemon) by another job that took up the same edit first. Either way
+    what was asked is done since the asking, and the report says so."""
+    queued = ctx.get("enqueue_time")
+    if queued is None or previous is None or previous.get("status") != "indexed":
+        return False
+    written: datetime | None = previous.get("indexed_at")
+    return written is not None and written >= queued.replace(tzinfo=queued.tzinfo or UTC)
+
+
 def _outcome(look: _Look, rows: _Rows | None) -> str:
     """Which count of IndexReport a file's look lands in."""
     if look.action in ("unchanged", "same"):
@@ -650,6 +661,7 @@ async def _index_round(
     keep = {rel for rel in keep if settings.remembers(root / rel)}
     looks: list[_Look] = []
     groups: dict[str, _Rows] = {}
+    earlier: list[str] = []  # unchanged since an earlier try of this job indexed them
     # A job of many files reads them in the reader's process (workers/stages/reader.py).
     reader = ctx.get("reader") if len(paths) >= MANY_FILES else None
     batch = time.monotonic_ns()  # this round, for `_tree_of`
@@ -674,12 +686,19 @@ async def _index_round(
         if rows is not None:
             groups[rel] = rows
         outcome = _outcome(look, rows)
+        if outcome == "unchanged" and rel not in outcomes and _written_since_queued(previous, ctx):
+            earlier.append(rel)
         # A later round finding what an earlier one wrote unchanged keeps the earlier word.
         outcomes[rel] = outcomes.get(rel, outcome) if outcome == "unchanged" else outcome
         if look.action == "skipped":
             report.skips[rel] = look.reason or "skipped"
         else:
             report.skips.pop(rel, None)
+    if earlier:
+        # Written by a try of this job that a stop or a Redis restart cut short: its rerun
+        # reports them as that try would have, so that the command's report stays whole.
+        report.chunks += sum((await store.valid_chunk_counts(project_id, earlier)).values())
+        outcomes.update(dict.fromkeys(earlier, "indexed"))
     refused_before = set(report.failures)
     for part in _parts(groups, settings.index_write_chunks):
         chunks = [chunk for rows in part.values() for chunk in rows.chunks]

@@ -249,6 +249,17 @@ class CodeQueries(StoreBase):
             )
         return {path: sorted(chunks) for path, chunks in sorted(index.items())}
 
+    async def valid_chunk_counts(self, project_id: str, paths: Sequence[str]) -> dict[str, int]:
+        """How many valid chunks each of these files holds (a file with none is left out)."""
+        rows = (
+            await self.query(
+                f"SELECT path, count() AS chunks FROM code_chunk {BY_PATH} WHERE project = $p "
+                "AND path IN $paths AND valid_until IS NONE GROUP BY path",
+                {"p": rid("project", project_id), "paths": list(paths)},
+            )
+        )[0] or []
+        return {row["path"]: row["chunks"] for row in rows}
+
     async def code_chunk_links(self, project_id: str, path: str) -> list[dict[str, Any]]:
         """Valid chunks of one file with the entities they are DEFINED_IN (file and symbol
         keys), in line order."""
