@@ -460,14 +460,14 @@ async def connect(settings: Settings, *, serve: Serve | None = None) -> AsyncIte
     async with contextlib.AsyncExitStack() as held:
         memoryd = await _reach(settings, serve, held)
         held.push_async_callback(memoryd.close)
-        if serve is not None and memoryd.served_by is not None:
+        if serve is not None and (owner := memoryd.served_by) is not None:
             from memoryd import queue
 
             async def take_over() -> None:
                 log.warning(
-                    "memoryd (pid %d), the command that served data dir %s, stopped before "
-                    "this command's jobs ended: they go on",
-                    memoryd.served_by,
+                    "%s, the command that served data dir %s, stopped before this command's "
+                    "jobs ended: they go on",
+                    _memoryd(owner),
                     settings.data_dir,
                 )
                 successor = await _reach(settings, serve, held)
@@ -505,6 +505,11 @@ async def _reach(
         await waiting.step(owner)
 
 
+def _memoryd(pid: int) -> str:
+    """A memoryd process as messages name it (a lock just taken has no pid written yet: -1)."""
+    return f"memoryd (pid {pid})" if pid > 0 else "memoryd"
+
+
 # How often a command waiting for a daemon that is starting looks again.
 _POLL_SECONDS = 0.2
 
@@ -525,9 +530,9 @@ class _Waiting:
         daemon = holder(daemon_lock_path(self.settings.data_dir))
         data_dir = self.settings.data_dir
         who = (
-            f"memoryd (pid {daemon}) is starting with data dir {data_dir}"
+            f"{_memoryd(daemon)} is starting with data dir {data_dir}"
             if daemon is not None
-            else f"memoryd (pid {owner}), another command, serves data dir {data_dir}"
+            else f"{_memoryd(owner)}, another command, serves data dir {data_dir}"
         )
         if self.deadline is None:
             self.deadline = now + self.limit
