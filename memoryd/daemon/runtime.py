@@ -224,8 +224,10 @@ class Runtime:
                 said = True
             await asyncio.sleep(0.2)
 
-    async def serve(self, scheduled: bool = True) -> None:
-        """Open the database and the model, apply the schema, start the workers."""
+    async def serve(self, scheduled: bool = True, model_when_used: bool = False) -> None:
+        """Open the database and the model, apply the schema, start the workers.
+        `model_when_used`: the model loads at the first text a job embeds, not now (a one-shot
+        command: most only read the database, and the model is most of their start)."""
         assert self.redis is not None, "start_queue first"
         s = self.settings
         self.store = await Store.open(
@@ -238,7 +240,12 @@ class Runtime:
         )
         if self.embedder is None:
             self.embedder = await asyncio.to_thread(
-                Embedder, s.model, s.data_dir / "models", s.embed_batch_size, s.embed_cores
+                Embedder,
+                s.model,
+                s.data_dir / "models",
+                s.embed_batch_size,
+                s.embed_cores,
+                load_now=not model_when_used,
             )
         metrics.instrument_embedder(self.embedder)  # embed throughput; counting costs ~nothing
         # The first pass's token table (loaded once per process, here rather than by the
@@ -321,7 +328,7 @@ class Runtime:
         if await queue.live_workers(self.redis) == 0:
             log.info("no memoryd worker is running: serving the queue in this process")
             # Serving only for one command: the scheduled upkeep is the daemon's business.
-            await self.serve(scheduled=False)
+            await self.serve(scheduled=False, model_when_used=True)
 
     async def _beat(self) -> None:
         assert self.redis is not None and self._worker_lock is not None
