@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -168,13 +168,17 @@ class Embedder:
         batch_size: int = 32,
         embed_cores: int = 1,
         load_now: bool = True,
+        loaded: Callable[[int], None] | None = None,
     ) -> None:
         """`embed_cores`: the CPU budget of background embedding, in threads of the model's
         session (the thread that runs a batch is one of them). `load_now` False: the model
         loads at the first text to embed instead (a one-shot command that only reads the
-        database never pays for fastembed's import and the session, some 0.7 CPU s)."""
+        database never pays for fastembed's import and the session, some 0.7 CPU s), and
+        `loaded` is told the memory the load took (not the database's growth: 132 MiB, more
+        than the growth that reopens it)."""
         self.model = model
         self._cache_dir = cache_dir
+        self._loaded = loaded
         self.batch_size = batch_size
         self.embed_cores = embed_cores
         cache_dir.mkdir(parents=True, exist_ok=True)
@@ -206,6 +210,7 @@ class Embedder:
         that thread (it would wait on itself)."""
         with self._loading:
             if self._model is None:
+                before = heap.anon_rss_bytes()
                 try:
                     self._model = self._batches.submit(
                         _load, self.model, self._cache_dir, self.embed_cores
@@ -221,6 +226,8 @@ class Embedder:
                 # Building the inference session frees a large scratch heap that glibc would keep.
                 heap.trim()
                 log.info("model %s loaded (%d dims)", self.model, self._dim)
+                if self._loaded is not None and before is not None:
+                    self._loaded(max(0, (heap.anon_rss_bytes() or before) - before))
             return self._model
 
     @property

@@ -27,7 +27,7 @@ from memoryd.errors import MemorydError
 from memoryd.store.connection import files_of
 from memoryd.watch.repos import RepoWatcher
 from memoryd.watch.transcripts import TranscriptWatcher
-from tests.conftest import git_init, settings_for, settle
+from tests.conftest import git_init, queued_search, settings_for, settle
 from tests.fixtures import S37, SMALL
 
 
@@ -437,3 +437,25 @@ async def test_a_daemon_that_starts_while_a_command_serves_the_data_dir_waits_fo
     said = [r.getMessage() for r in caplog.records]
     assert not any("left by a memoryd that was killed" in line for line in said)
     assert sum("a command using the data dir" in line for line in said) == 1
+
+
+async def test_a_one_shot_command_loads_the_model_at_its_first_text_not_as_database_growth(
+    data_dir: Path,
+) -> None:
+    """A command served in its own process (no daemon) loads the model only when a job embeds
+    (most commands only read); that load (132 MiB) is not counted as the database's growth,
+    which reopens the database from 96 MiB on."""
+    command = Runtime(settings_for(data_dir))
+    try:
+        await command.start_queue(one_shot=True)
+        await command.serve_if_needed()
+        assert command.redis is not None and command.store is not None
+        assert command.embedder is not None and command.embedder._model is None
+        assert await queue.call(command.redis, jobs.PROJECTS, timeout=60) == []
+        assert command.embedder._model is None
+        assert await queued_search(command.redis, "redis settings", 5) == []
+        assert command.embedder._model is not None
+        growth = command.store.memory_growth
+        assert growth is not None and growth < command.settings.db_reopen_mb << 20
+    finally:
+        await command.close()

@@ -246,6 +246,7 @@ class Runtime:
                 s.embed_batch_size,
                 s.embed_cores,
                 load_now=not model_when_used,
+                loaded=self.store.discount_memory,
             )
         metrics.instrument_embedder(self.embedder)  # embed throughput; counting costs ~nothing
         # The first pass's token table (loaded once per process, here rather than by the
