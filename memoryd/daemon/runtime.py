@@ -226,8 +226,9 @@ class Runtime:
 
     async def serve(self, scheduled: bool = True, model_when_used: bool = False) -> None:
         """Open the database and the model, apply the schema, start the workers.
-        `model_when_used`: the model loads at the first text a job embeds, not now (a one-shot
-        command: most only read the database, and the model is most of their start)."""
+        `model_when_used`: the model and the first pass's table load at the first text a job
+        embeds, not now (a one-shot command: most only read the database, and the model is
+        most of their start)."""
         assert self.redis is not None, "start_queue first"
         s = self.settings
         self.store = await Store.open(
@@ -252,7 +253,8 @@ class Runtime:
         # The first pass's token table (loaded once per process, here rather than by the
         # index) and the model's memory are not the database's: counted as its growth, they
         # made the first check reopen the database for nothing.
-        await asyncio.to_thread(static_embedding.load)
+        if not model_when_used:
+            await asyncio.to_thread(static_embedding.load)
         # Nor is the code of the job functions and, in the daemon, of the MCP service (26 MiB
         # counted as the database's in a process that had imported neither yet).
         self._table = resolve(JOB_TABLE)
@@ -264,7 +266,11 @@ class Runtime:
             log.info("schema applied: %s", ", ".join(applied))
         # Server mode: other workers write the same database (their changes are followed).
         self.search = await IndexSync.open(
-            self.store, s.data_dir, self.embedder.model, follow=not s.embedded_db
+            self.store,
+            s.data_dir,
+            self.embedder.model,
+            follow=not s.embedded_db,
+            first_pass_when_used=model_when_used,
         )
         self._ctx = self._table.job_context(
             {
