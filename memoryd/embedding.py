@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -162,11 +162,23 @@ class Embedder:
     """One loaded model; `embed` takes texts in order and returns unit-length vectors."""
 
     def __init__(
-        self, model: str, cache_dir: Path, batch_size: int = 32, embed_cores: int = 1
+        self,
+        model: str,
+        cache_dir: Path,
+        batch_size: int = 32,
+        embed_cores: int = 1,
+        load_now: bool = True,
+        loaded: Callable[[int], None] | None = None,
     ) -> None:
         """`embed_cores`: the CPU budget of background embedding, in threads of the model's
-        session (the thread that runs a batch is one of them)."""
+        session (the thread that runs a batch is one of them). `load_now` False: the model
+        loads at the first text to embed instead (a one-shot command that only reads the
+        database never pays for fastembed's import and the session, some 0.7 CPU s), and
+        `loaded` is told the memory the load took (not the database's growth: 132 MiB, more
+        than the growth that reopens it)."""
         self.model = model
+        self._cache_dir = cache_dir
+        self._loaded = loaded
         self.batch_size = batch_size
         self.embed_cores = embed_cores
         cache_dir.mkdir(parents=True, exist_ok=True)
@@ -187,16 +199,42 @@ class Embedder:
         self._query_turn = threading.Lock()
         self._recent: dict[str, np.ndarray] = {}
         self._stopping = threading.Event()
-        try:
-            self._model = self._batches.submit(_load, model, cache_dir, embed_cores).result()
-        except MemorydError:
-            raise
-        except Exception as exc:  # fastembed raises plain ValueError/OSError variants
-            raise MemorydError(f"cannot load embedding model {model!r}: {exc}") from None
-        self.dim = len(self.embed(["dimension probe"])[0])
-        # Building the inference session frees a large scratch heap that glibc would keep.
-        heap.trim()
-        log.info("model %s loaded (%d dims)", model, self.dim)
+        self._loading = threading.Lock()
+        self._model: TextEmbedding | None = None
+        self._dim = 0
+        if load_now:
+            self._session()
+
+    def _session(self) -> TextEmbedding:
+        """The model's session, loaded on the batch thread at the first call. Not called from
+        that thread (it would wait on itself)."""
+        with self._loading:
+            if self._model is None:
+                before = heap.anon_rss_bytes()
+                try:
+                    self._model = self._batches.submit(
+                        _load, self.model, self._cache_dir, self.embed_cores
+                    ).result()
+                except MemorydError:
+                    raise
+                except Exception as exc:  # fastembed raises plain ValueError/OSError variants
+                    raise MemorydError(
+                        f"cannot load embedding model {self.model!r}: {exc}"
+                    ) from None
+                [probe] = self._batches.submit(self._embed_batch, ["dimension probe"]).result()
+                self._dim = self._dims or len(probe)
+                # Building the inference session frees a large scratch heap that glibc would keep.
+                heap.trim()
+                log.info("model %s loaded (%d dims)", self.model, self._dim)
+                if self._loaded is not None and before is not None:
+                    self._loaded(max(0, (heap.anon_rss_bytes() or before) - before))
+            return self._model
+
+    @property
+    def dim(self) -> int:
+        """The length of the vectors (loads the model)."""
+        self._session()
+        return self._dim
 
     def interrupt(self) -> None:
         """Stop every embedding in progress at its next model batch: a stop must not wait for
@@ -206,10 +244,11 @@ class Embedder:
     def embed_query(self, text: str) -> list[float]:
         """One search query's vector, ahead of any batch work under way. The last few are
         kept: an agent's search over every kind asks for the same query's vector four times."""
+        session = self._session()
         with self._query_turn:
             vector = self._recent.pop(text, None)
             if vector is None:
-                [vector] = list(self._model.embed([text]))
+                [vector] = list(session.embed([text]))
                 if self._dims is not None:
                     vector = truncate(vector, self._dims)
             self._recent[text] = vector  # newest last
@@ -225,6 +264,7 @@ class Embedder:
         next model batch."""
         if not texts:
             return []
+        self._session()
         vectors: list[np.ndarray] = []
         for start in range(0, len(texts), self.batch_size):
             if self._stopping.is_set():
@@ -239,6 +279,7 @@ class Embedder:
         return [vector.tolist() for vector in vectors]
 
     def _embed_batch(self, batch: list[str]) -> list[np.ndarray]:
+        assert self._model is not None, "_session first"
         vectors = list(self._model.embed(batch, batch_size=self.batch_size))
         now = time.monotonic()
         with self._done_lock:

@@ -17,6 +17,7 @@ import pytest
 
 from memoryd.config import DEFAULT_MODEL
 from memoryd.embedding import Embedder, batch_nice, embed_off_loop
+from memoryd.errors import MemorydError
 from tests.conftest import site_package
 
 
@@ -226,3 +227,21 @@ def test_the_embedding_rate_is_measured_over_the_last_batches(
     # A window that ends before now holds none of them.
     monkeypatch.setattr(embedding, "RATE_SECONDS", time.monotonic() - ends[-1] - 1e-3)
     assert embedder.rate() is None
+
+
+def test_a_model_loaded_at_its_first_text_embeds_as_one_loaded_at_once(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    """A one-shot command's model (`load_now=False`) is not loaded until a text needs it (most
+    commands only read the database); then its vectors are the eagerly loaded model's."""
+    texts = ["how are redis settings parsed from a dsn", "def create_pool(settings):"]
+    batch = Embedder(DEFAULT_MODEL, tmp_path / "models", load_now=False)
+    query = Embedder(DEFAULT_MODEL, tmp_path / "models", load_now=False)
+    assert (batch._model, query._model) == (None, None)
+    assert np.allclose(batch.embed(texts), embedder.embed(texts), atol=1e-6)
+    assert np.allclose(query.embed_query(texts[0]), embedder.embed_query(texts[0]), atol=1e-6)
+    assert batch._model is not None and query._model is not None
+    assert (batch.dim, query.dim) == (384, 384)
+    unknown = Embedder("nobody/no-such-model", tmp_path / "models", load_now=False)
+    with pytest.raises(MemorydError, match="cannot load embedding model 'nobody/no-such-model'"):
+        unknown.embed(texts)

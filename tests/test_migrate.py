@@ -3,21 +3,26 @@ each step once, and a database from a newer memoryd refused."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import itertools
 import json
 import secrets
 import stat
 import string
+import tempfile
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 import zstandard
 
 from memoryd import client, projects, queue
 from memoryd.config import Settings
 from memoryd.daemon.runtime import Runtime
 from memoryd.database.migrate import DataStep, migrate
+from memoryd.embedding import Embedder
 from memoryd.errors import MemorydError
 from memoryd.ids import stable_id
 from memoryd.results import SearchRequest
@@ -27,19 +32,36 @@ from memoryd.store.base import rid, unpack_vector
 from memoryd.store.blobs import BODY_CHARS
 from memoryd.views import session
 from memoryd.vocabulary import MENTIONS
-from tests.conftest import git_init, index_tree
+from tests.conftest import _serving, copy_data_dir, git_init, index_tree
 from tests.fixtures import CODERABBIT_SESSION, CODERABBIT_SUBAGENT, CODEX_ROLLOUT, S37, SMALL
 
 
-async def _with_sessions(stack: Runtime) -> Store:
-    """The store once real Claude Code (a session and its subagent) and Codex transcripts
-    are ingested."""
-    assert stack.redis is not None and stack.store is not None
-    files = [S37, CODERABBIT_SESSION, CODERABBIT_SUBAGENT, CODEX_ROLLOUT]
-    for job in await queue.enqueue_ingest(stack.redis, [str(f) for f in files]):
-        await queue.wait_for(job, 300)
-    await stack.store.settled()
-    return stack.store
+@pytest.fixture(scope="module")
+def ingested(embedder: Embedder, short_tmp: Path) -> Path:
+    """A data dir holding real Claude Code (a session and its subagent) and Codex transcripts
+    ingested, built once for the module: the ingest was most of each test using it."""
+    built = Path(tempfile.mkdtemp(dir=short_tmp))
+
+    async def build() -> None:
+        async with _serving(built, embedder, scheduled=False) as rt:
+            assert rt.redis is not None and rt.store is not None
+            files = [S37, CODERABBIT_SESSION, CODERABBIT_SUBAGENT, CODEX_ROLLOUT]
+            for job in await queue.enqueue_ingest(rt.redis, [str(f) for f in files]):
+                await queue.wait_for(job, 300)
+            await rt.store.settled()
+
+    asyncio.run(build())
+    return built
+
+
+@pytest_asyncio.fixture
+async def sessions_stack(
+    data_dir: Path, embedder: Embedder, ingested: Path
+) -> AsyncIterator[Runtime]:
+    """`stack` on a copy of `ingested`: each test changes its own."""
+    copy_data_dir(ingested, data_dir)
+    async with _serving(data_dir, embedder, scheduled=False) as rt:
+        yield rt
 
 
 async def _blocks(store: Store) -> int:
@@ -337,12 +359,15 @@ def _in_order(outcomes: list[dict[str, object]]) -> list[dict[str, object]]:
 
 
 @pytest.mark.e2e
-async def test_the_order_edges_an_earlier_memoryd_wrote_are_dropped(stack: Runtime) -> None:
+async def test_the_order_edges_an_earlier_memoryd_wrote_are_dropped(
+    sessions_stack: Runtime,
+) -> None:
     """A database with the CONTAINS and NEXT edges memoryd wrote before step 025 (one per
     memory, one per memory but each session's first): the step leaves every other row as it
     was, and a session's actions (parent and subagent) are found by the sessions their edges
     carry exactly as they were through CONTAINS, in fewer bytes."""
-    store = await _with_sessions(stack)
+    stack, store = sessions_stack, sessions_stack.store
+    assert store is not None
     rows = await store.dump()
     assert not {"contains", "next"} & set(rows)
 
@@ -398,11 +423,12 @@ async def test_the_order_edges_an_earlier_memoryd_wrote_are_dropped(stack: Runti
 
 @pytest.mark.e2e
 async def test_what_fixed_each_failure_is_derived_for_sessions_stored_before_it_was(
-    stack: Runtime,
+    sessions_stack: Runtime,
 ) -> None:
     """Step 027 writes the RESOLVED_BY edges ingest writes today (workers/resolutions.py) for
     a database that has none: the same edges, and nothing else changed."""
-    store = await _with_sessions(stack)
+    stack, store = sessions_stack, sessions_stack.store
+    assert store is not None
     rows = await store.dump()
     written = rows["resolved_by"]
     assert len(written) > 0

@@ -19,7 +19,7 @@ from arq import ArqRedis
 from arq.constants import in_progress_key_prefix, retry_key_prefix
 from arq.jobs import Job
 
-from memoryd import jobs, projects, queue
+from memoryd import jobs, projects, queue, static_embedding
 from memoryd.daemon.runtime import REDIS_RESTARTS, Runtime, ServedElsewhere
 from memoryd.embedded import socket_alive
 from memoryd.embedding import Embedder
@@ -27,7 +27,7 @@ from memoryd.errors import MemorydError
 from memoryd.store.connection import files_of
 from memoryd.watch.repos import RepoWatcher
 from memoryd.watch.transcripts import TranscriptWatcher
-from tests.conftest import git_init, settings_for, settle
+from tests.conftest import git_init, queued_search, settings_for, settle
 from tests.fixtures import S37, SMALL
 
 
@@ -437,3 +437,33 @@ async def test_a_daemon_that_starts_while_a_command_serves_the_data_dir_waits_fo
     said = [r.getMessage() for r in caplog.records]
     assert not any("left by a memoryd that was killed" in line for line in said)
     assert sum("a command using the data dir" in line for line in said) == 1
+
+
+async def test_a_one_shot_command_loads_the_model_at_its_first_text_not_as_database_growth(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """A command served in its own process (no daemon) loads the model and the first pass's
+    table only when a job embeds (most commands only read); those loads (132 MiB, 31 MB) are
+    not counted as the database's growth, which reopens the database from 96 MiB on."""
+    command = Runtime(settings_for(data_dir))
+    try:
+        await command.start_queue(one_shot=True)
+        await command.serve_if_needed()
+        assert command.redis is not None and command.store is not None
+        assert command.embedder is not None and command.search is not None
+        first_pass = command.search.index._first
+        assert isinstance(first_pass, static_embedding.WhenUsed)
+        assert await queue.call(command.redis, jobs.PROJECTS, timeout=60) == []
+        assert (command.embedder._model, first_pass._embedder) == (None, None)
+        root = tmp_path / "repo"
+        root.mkdir()
+        (root / "a.py").write_text("def connect(settings):\n    return settings.host\n")
+        git_init(root)
+        for job, _ in await projects.sync(command.redis, projects.resolve(root), 32):
+            await queue.wait_for(job, 300)
+        assert await queued_search(command.redis, "connect settings host", 5) != []
+        assert command.embedder._model is not None and first_pass._embedder is not None
+        growth = command.store.memory_growth
+        assert growth is not None and growth < command.settings.db_reopen_mb << 20
+    finally:
+        await command.close()

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,7 +33,9 @@ from memoryd.ui.pages import RELATIONS, when
 from memoryd.vocabulary import EDGES
 from tests.conftest import (
     MEMORYD,
+    _serving,
     cli,
+    copy_data_dir,
     external_redis_worker,
     git,
     git_init,
@@ -84,18 +87,46 @@ def _chromium() -> str:
     return CHROMIUM
 
 
+@pytest.fixture(scope="module")
+def built_world(
+    embedder: Embedder, short_tmp: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, Path]:
+    """The indexed repos and transcripts, a note and a hook's injection: the repo and a data
+    dir holding the rest, built once for the module (most of each test's time); each test
+    serves a copy of the data dir (`world_stack`), so none sees what another changed."""
+    folder, built = tmp_path_factory.mktemp("world"), Path(tempfile.mkdtemp(dir=short_tmp))
+
+    async def build() -> Path:
+        async with _serving(built, embedder, scheduled=False) as rt:
+            client, repo, _beta = await _world(rt, folder)
+            project = (await client.scope(repo)).project
+            assert project is not None
+            note = f"renderer.py builds HTML by hand: {RENDERER}"
+            await client.remember(note, "decision", cwd=repo, project=project)
+            stdin = json.dumps({"session_id": "live-session", "cwd": str(repo), "prompt": PROMPT})
+            assert await client.hook("claude-code", "user-prompt-submit", stdin, str(repo))
+            return repo
+
+    return asyncio.run(build()), built
+
+
 @pytest_asyncio.fixture
-async def world(stack: Runtime, tmp_path: Path) -> AsyncIterator[tuple[Client, Path, str]]:
-    """The indexed repos and transcripts, a note, a hook's injection, and the page's URL."""
-    client, repo, _beta = await _world(stack, tmp_path)
-    project = (await client.scope(repo)).project
-    assert project is not None
-    note = f"renderer.py builds HTML by hand: {RENDERER}"
-    await client.remember(note, "decision", cwd=repo, project=project)
-    stdin = json.dumps({"session_id": "live-session", "cwd": str(repo), "prompt": PROMPT})
-    assert await client.hook("claude-code", "user-prompt-submit", stdin, str(repo))
-    url = await channel.ask(stack.settings.channel_socket, UI_QUERY, (0,), 60)
-    yield client, repo, url
+async def world_stack(
+    data_dir: Path, embedder: Embedder, built_world: tuple[Path, Path]
+) -> AsyncIterator[Runtime]:
+    """`stack` on a copy of the built world's data dir."""
+    copy_data_dir(built_world[1], data_dir)
+    async with _serving(data_dir, embedder, scheduled=False) as rt:
+        yield rt
+
+
+@pytest_asyncio.fixture
+async def world(
+    world_stack: Runtime, built_world: tuple[Path, Path]
+) -> AsyncIterator[tuple[Client, Path, str]]:
+    """A client of the world's stack, its repo, and the page's URL."""
+    url = await channel.ask(world_stack.settings.channel_socket, UI_QUERY, (0,), 60)
+    yield Client(world_stack.redis, world_stack.settings), built_world[0], url
 
 
 @pytest_asyncio.fixture
@@ -131,9 +162,9 @@ async def _submit(page: Any, button: str) -> None:
 
 
 async def test_each_page_shows_the_rows_of_the_database(
-    stack: Runtime, world: tuple[Client, Path, str], browser: Any
+    world_stack: Runtime, world: tuple[Client, Path, str], browser: Any
 ) -> None:
-    assert stack.store is not None
+    assert world_stack.store is not None
     client, repo, url = world
     page = await browser.new_page(viewport={"width": 1280, "height": 800})
     base = "{0.scheme}://{0.netloc}".format(urlsplit(url))
@@ -158,7 +189,7 @@ async def test_each_page_shows_the_rows_of_the_database(
         for p in projects
         if p["index"] is not None
     ]
-    counts = await stack.store.counts()
+    counts = await world_stack.store.counts()
     assert await _rows(page, "tables") == [[t, str(n)] for t, n in sorted(counts.items())]
     assert counts["memory"] == 282 + 22 + 1  # the two transcripts and the decision
     caption = await page.inner_text("#plot-memories figcaption")
@@ -245,13 +276,13 @@ async def test_each_page_shows_the_rows_of_the_database(
 
 
 async def test_forget_through_the_page_removes_what_the_preview_listed(
-    stack: Runtime, world: tuple[Client, Path, str], browser: Any
+    world_stack: Runtime, world: tuple[Client, Path, str], browser: Any
 ) -> None:
-    assert stack.store is not None
+    assert world_stack.store is not None
     client, _repo, url = world
     page = await browser.new_page(viewport={"width": 1280, "height": 800})
     await page.goto(url)
-    before = await stack.store.dump()
+    before = await world_stack.store.dump()
     await page.goto(page.url + "memory")
     await page.select_option("#forget-form select[name=scope]", "session")
     await page.fill("#forget-form input[name=value]", SMALL.stem)
@@ -259,13 +290,13 @@ async def test_forget_through_the_page_removes_what_the_preview_listed(
     preview = {t: int(n) for t, n in await _rows(page, "preview")}
     assert await page.inner_text("#preview-sessions") == SMALL.stem
     # The preview deleted nothing.
-    assert await stack.store.dump() == before
+    assert await world_stack.store.dump() == before
     assert preview["memory"] == 22
     await _shot(page, "forget-preview")
 
     await _submit(page, "main form button")
     removed = {t: int(n) for t, n in await _rows(page, "removed")}
-    after = await stack.store.dump()
+    after = await world_stack.store.dump()
     gone = {
         table: {str(r["id"].id) for r in rows} - {str(r["id"].id) for r in after.get(table, [])}
         for table, rows in before.items()
@@ -304,14 +335,14 @@ async def test_forget_through_the_page_removes_what_the_preview_listed(
 
 
 async def test_strangers_are_refused(
-    stack: Runtime, world: tuple[Client, Path, str], browser: Any
+    world_stack: Runtime, world: tuple[Client, Path, str], browser: Any
 ) -> None:
     client, _repo, url = world
     base = "{0.scheme}://{0.netloc}".format(urlsplit(url))
     host = urlsplit(url).netloc
     # `memoryd ui` gives the address of the page the daemon serves already.
     # (In a thread: the daemon answering it runs on this test's event loop.)
-    asked = ("ui", "--no-open", "--data-dir", str(stack.settings.data_dir))
+    asked = ("ui", "--no-open", "--data-dir", str(world_stack.settings.data_dir))
     printed = (await asyncio.to_thread(cli, *asked)).stdout
     assert printed == url + "\n"
     async with httpx.AsyncClient(base_url=base) as stranger:

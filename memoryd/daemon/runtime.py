@@ -224,8 +224,11 @@ class Runtime:
                 said = True
             await asyncio.sleep(0.2)
 
-    async def serve(self, scheduled: bool = True) -> None:
-        """Open the database and the model, apply the schema, start the workers."""
+    async def serve(self, scheduled: bool = True, model_when_used: bool = False) -> None:
+        """Open the database and the model, apply the schema, start the workers.
+        `model_when_used`: the model and the first pass's table load at the first text a job
+        embeds, not now (a one-shot command: most only read the database, and the model is
+        most of their start)."""
         assert self.redis is not None, "start_queue first"
         s = self.settings
         self.store = await Store.open(
@@ -238,13 +241,20 @@ class Runtime:
         )
         if self.embedder is None:
             self.embedder = await asyncio.to_thread(
-                Embedder, s.model, s.data_dir / "models", s.embed_batch_size, s.embed_cores
+                Embedder,
+                s.model,
+                s.data_dir / "models",
+                s.embed_batch_size,
+                s.embed_cores,
+                load_now=not model_when_used,
+                loaded=self.store.discount_memory,
             )
         metrics.instrument_embedder(self.embedder)  # embed throughput; counting costs ~nothing
         # The first pass's token table (loaded once per process, here rather than by the
         # index) and the model's memory are not the database's: counted as its growth, they
         # made the first check reopen the database for nothing.
-        await asyncio.to_thread(static_embedding.load)
+        if not model_when_used:
+            await asyncio.to_thread(static_embedding.load)
         # Nor is the code of the job functions and, in the daemon, of the MCP service (26 MiB
         # counted as the database's in a process that had imported neither yet).
         self._table = resolve(JOB_TABLE)
@@ -256,7 +266,11 @@ class Runtime:
             log.info("schema applied: %s", ", ".join(applied))
         # Server mode: other workers write the same database (their changes are followed).
         self.search = await IndexSync.open(
-            self.store, s.data_dir, self.embedder.model, follow=not s.embedded_db
+            self.store,
+            s.data_dir,
+            self.embedder.model,
+            follow=not s.embedded_db,
+            first_pass_when_used=model_when_used,
         )
         self._ctx = self._table.job_context(
             {
@@ -321,7 +335,7 @@ class Runtime:
         if await queue.live_workers(self.redis) == 0:
             log.info("no memoryd worker is running: serving the queue in this process")
             # Serving only for one command: the scheduled upkeep is the daemon's business.
-            await self.serve(scheduled=False)
+            await self.serve(scheduled=False, model_when_used=True)
 
     async def _beat(self) -> None:
         assert self.redis is not None and self._worker_lock is not None

@@ -132,13 +132,23 @@ class IndexSync:
 
     @classmethod
     async def open(
-        cls, store: Store, data_dir: Path, model: str, follow: bool = False
+        cls,
+        store: Store,
+        data_dir: Path,
+        model: str,
+        follow: bool = False,
+        first_pass_when_used: bool = False,
     ) -> IndexSync:
         """Open the indexes in the data dir; rebuild them when missing or stale (in server
-        mode: catch up when the changes since are kept)."""
+        mode: catch up when the changes since are kept). `first_pass_when_used`: its table
+        loads at the first text (a one-shot command), not now."""
         # Code chunks not yet embedded by the full model get a first-pass vector as they are
         # indexed.
-        first_pass = await asyncio.to_thread(static_embedding.load)
+        first_pass: static_embedding.StaticEmbedder | static_embedding.WhenUsed
+        if first_pass_when_used:
+            first_pass = static_embedding.WhenUsed(store.discount_memory)
+        else:
+            first_pass = await asyncio.to_thread(static_embedding.load)
         index = await asyncio.to_thread(SearchIndex, data_dir / SEARCH_DIR, first_pass=first_pass)
         sync = cls(store, index, model, follow)
         generation = await store.search_generation()

@@ -180,6 +180,11 @@ class StoreBase:
         """Memory the process gained so far is not the database's (see Connection.rebase)."""
         self._db.rebase()
 
+    def discount_memory(self, size: int) -> None:
+        """`size` bytes the process took since are not the database's (a model loaded late);
+        callable from any thread."""
+        self._db.discount(size)
+
     @property
     def memory_growth(self) -> int | None:
         return self._db.growth

@@ -251,6 +251,10 @@ class Connection:
         model, at start-up) is not the database's, and a reopen would not give it back."""
         self._baseline = heap.anon_rss_bytes() or 0
 
+    def discount(self, size: int) -> None:
+        """Count growth as if the process had held `size` more bytes when counting began."""
+        self._baseline += size
+
     @property
     def growth(self) -> int | None:
         """Anonymous memory gained since the connection opened (or `rebase`); None without
