@@ -11,6 +11,7 @@ import dataclasses
 import json
 import shutil
 import tempfile
+from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
@@ -86,6 +87,14 @@ async def prompt_context(memoryd: client.Client, root: Path, prompt: str, sessio
     if not out:
         return ""
     return str(json.loads(out)["hookSpecificOutput"]["additionalContext"])
+
+
+async def briefing(memoryd: client.Client, root: Path, session: str) -> str:
+    payload = {"session_id": session, "cwd": str(root), "source": "startup"}
+    out = await hooks.run(
+        memoryd, "claude-code", "session-start", json.dumps(payload), str(root), None
+    )
+    return str(json.loads(out)["hookSpecificOutput"]["additionalContext"]) if out else ""
 
 
 def patient(stack: Runtime, **settings: object) -> client.Client:
@@ -254,3 +263,24 @@ def test_the_briefing_lists_deleted_files_after_those_that_still_exist() -> None
     }
     lines = [item.text for item in hooks._briefing_items(activity, "s2")]  # type: ignore[arg-type]
     assert [line.split()[2] for line in lines] == ["kept.py", "gone.py"]
+
+
+@pytest.mark.e2e
+async def test_after_a_pause_the_briefing_says_where_the_work_stood(
+    stack: Runtime, repo: Path
+) -> None:
+    """No session in the last week (aider stamps only a session's start: the log's last
+    session, begun in August 2024, has its events spread up to when the file was written, its
+    last weeks before that): the briefing is of the week before the newest session, says so,
+    and leaves out the session that ended long before it."""
+    memoryd = patient(stack)
+    project = (await memoryd.scope(repo)).project
+    lines = (await briefing(memoryd, repo, "b1")).splitlines()
+    [session] = lines[1:]
+    day = session.split(", ", 1)[1][:10]
+    assert date.fromisoformat(day) < date.today() - timedelta(days=hooks.RECENT_DAYS)
+    assert lines[0] == (
+        f"memoryd: the last agent work in this repository ({project}), "
+        f"before a pause (nothing since {day}):"
+    )
+    assert session.endswith("): make from_dsn reject a redis DSN url with an unknown scheme")

@@ -6,8 +6,8 @@ only passes the JSON over and prints the answer).
   and prints `{"hookSpecificOutput": {"hookEventName": ..., "additionalContext": ...}}`, or
   nothing at all when there is nothing new to say.
 - SessionStart: a briefing on the repository of `cwd` (recent sessions and their goals, files
-  changed lately, failures still open). UserPromptSubmit: the few memories and code chunks most
-  relevant to the prompt.
+  changed lately, failures still open; after a pause, those of the week before it).
+  UserPromptSubmit: the few memories and code chunks most relevant to the prompt.
 - Before an edit (PreToolUse; Gemini's AfterTool of an edit, its BeforeTool cannot add
   context): the earlier sessions that edited the file (goal, agent, when, the files they
   edited along with it), the failures that followed those edits and what fixed them, the
@@ -74,6 +74,8 @@ ITEM_CHARS = 400
 # A memory's line when its whole item does not fit: where it is and how it begins.
 SHORT_CHARS = 200
 RECENT_DAYS = 7
+# Since when a briefing after a pause looks for the newest session: any time.
+PAUSED_SINCE = datetime(1970, 1, 1, tzinfo=UTC)
 # Files a briefing lists at most: the likeliest to be touched next, not all a long session did;
 # sessions it lists before them (the newest: where the work stands; the rest come after the
 # files, since a goal takes the room of two files and the files are what the next work touches).
@@ -289,10 +291,28 @@ def contentless(text: str) -> bool:
     return len(words) < MIN_WORDS or (len(words) < ACK_WORDS and bool(_ACK.match(" ".join(words))))
 
 
-async def _briefing(memoryd: client.Client, payload: dict[str, Any], project: str) -> list[Item]:
-    since = datetime.now(UTC) - timedelta(days=RECENT_DAYS)
-    activity = await memoryd.recent_activity(project, since)
-    return _briefing_items(activity, str(payload.get("session_id") or ""))
+async def _briefing(
+    memoryd: client.Client, payload: dict[str, Any], project: str
+) -> tuple[str, list[Item]]:
+    """The briefing's head and items: the work of the last RECENT_DAYS; after a pause that
+    left nothing in them, the work of the RECENT_DAYS before the newest session: where the
+    work stood when it stopped is what someone coming back needs, rather than nothing."""
+    week = timedelta(days=RECENT_DAYS)
+    activity = await memoryd.recent_activity(project, datetime.now(UTC) - week)
+    head = f"memoryd: recent agent work in this repository ({project}):"
+    if not (activity["sessions"] or activity["notes"]):
+        # The newest sessions of any age (a few, newest first): when the work stopped.
+        newest = (await memoryd.recent_activity(project, PAUSED_SINCE))["sessions"][:1]
+        stopped = newest and (newest[0]["ended_at"] or newest[0]["started_at"])
+        if stopped:
+            activity = await memoryd.recent_activity(
+                project, datetime.fromisoformat(stopped) - week
+            )
+            head = (
+                f"memoryd: the last agent work in this repository ({project}), "
+                f"before a pause (nothing since {stopped[:10]}):"
+            )
+    return head, _briefing_items(activity, str(payload.get("session_id") or ""))
 
 
 async def _relevant(
@@ -555,8 +575,7 @@ async def context_for(
     if event in ACTION_EVENTS:
         head, items = await _action_context(memoryd, event, payload, scope.project, cwd)
     elif event == "SessionStart":
-        items = await _briefing(memoryd, payload, scope.project)
-        head = f"memoryd: recent agent work in this repository ({scope.project}):"
+        head, items = await _briefing(memoryd, payload, scope.project)
     else:
         items = await _relevant(memoryd, payload, scope.project, seen)
         head = "memoryd: earlier work related to this prompt (ids work with memoryd's get):"
