@@ -209,6 +209,10 @@ def _python(root: Node, graph: FileGraph) -> None:
             container = parent
         return False
 
+    # Kinds and fields by number, once per file: the loop meets every call of the file.
+    function = _field_id("python", "function")
+    member = _member_ids("python", "attribute", "object", "attribute")
+    calls = _kind_id("python", "call")
     stack: list[_Open] = []
     for node in _found("python", _PYTHON_NODES, root):
         start = node.start_byte
@@ -225,6 +229,9 @@ def _python(root: Node, graph: FileGraph) -> None:
                 continue
             else:
                 cls, scope = around.outer
+        if node.kind_id == calls:
+            _add_call(graph, node, node.child_by_field_id(function), scope, member)
+            continue
         kind = node.type
         if kind in ("function_definition", "class_definition"):
             parent = node.parent
@@ -234,9 +241,6 @@ def _python(root: Node, graph: FileGraph) -> None:
             stack.append(_python_definition(node, cls, scope, top, scopes, typing))
             if top and kind == "class_definition":
                 symbol_classes.add(start)
-        elif kind == "call":
-            func = node.child_by_field_name("function")
-            _add_call(graph, node, func, scope, "attribute", "object", "attribute")
         elif kind == "import_statement":
             for name in node.children_by_field_name("name"):
                 if name.type == "aliased_import":
@@ -273,7 +277,8 @@ def _python(root: Node, graph: FileGraph) -> None:
                 left = node.child_by_field_name("left")
                 if left is not None and left.type == "identifier" and at_top(parent):
                     scopes.define(_text(left), cls, "name", left)
-    graph.calls = [typing.typed(call, _class_of(call.scope, graph)) for call in graph.calls]
+    if typing.local or typing.attrs:  # else no call's receiver has a known class
+        graph.calls = [typing.typed(call, _class_of(call.scope, graph)) for call in graph.calls]
 
 
 def _python_definition(
@@ -316,24 +321,35 @@ def _python_definition(
     )
 
 
+@functools.cache
+def _member_ids(
+    language: str, member: str, object_field: str, property_field: str
+) -> tuple[int, int, int]:
+    """(kind of a `member` access, its object field, its property field) by number."""
+    return (
+        _kind_id(language, member),
+        _field_id(language, object_field),
+        _field_id(language, property_field),
+    )
+
+
 def _add_call(
     graph: FileGraph,
     node: Node,
     func: Node | None,
     scope: str | None,
-    member: str,
-    object_field: str,
-    property_field: str,
+    member: tuple[int, int, int],
 ) -> None:
-    """A call (`node`) of `func`: a bare name, or a `member` access (Python's `attribute`,
-    JavaScript's `member_expression`) calling its `property_field` on its `object_field`."""
+    """A call (`node`) of `func`: a bare name, or a member access (`_member_ids`: Python's
+    `attribute`, JavaScript's `member_expression`) calling its property on its object."""
     if func is None:
         return
-    if func.type == "identifier":
+    kind = func.type
+    if kind == "identifier":
         graph.calls.append(Call(scope, _text(func), None, _line(node)))
-    elif func.type == member:
-        name = _text(func.child_by_field_name(property_field))
-        receiver = _receiver(func.child_by_field_name(object_field))
+    elif func.kind_id == member[0]:
+        name = _text(func.child_by_field_id(member[2]))
+        receiver = _receiver(func.child_by_field_id(member[1]))
         graph.calls.append(Call(scope, name, receiver, _line(node)))
 
 
@@ -433,18 +449,44 @@ class _PythonTypes:
 COMPUTED = "?"
 
 
+_NAMED_RECEIVERS = (
+    "identifier",
+    "self",
+    "this",
+    "super",
+    "package_identifier",
+    "scoped_identifier",
+    "scoped_type_identifier",
+)
+_DOTTED_RECEIVERS = ("attribute", "member_expression", "selector_expression", "field_access")
+
+
+@functools.cache
+def _receiver_kinds(language: str) -> tuple[frozenset[int], frozenset[int]]:
+    """The kind ids of a language's receivers taken as written, and of its dotted ones."""
+    grammar = _grammar(language)
+    ids = [
+        frozenset(i for i in (grammar.id_for_node_kind(k, True) for k in kinds) if i)
+        for kinds in (_NAMED_RECEIVERS, _DOTTED_RECEIVERS)
+    ]
+    return ids[0], ids[1]
+
+
+def _dotted(text: str) -> str:
+    """A dotted receiver's text (`self.client`), COMPUTED when a part is not a name."""
+    return text if all(part.isidentifier() for part in text.split(".")) else COMPUTED
+
+
 def _receiver(node: Node | None) -> str | None:
     """A dotted receiver (`self`, `a.b`, `pkg`); COMPUTED for anything else (`f().g()`)."""
     if node is None:
         return None
-    if node.type in ("identifier", "self", "this", "super", "package_identifier"):
+    kind = node.type
+    if kind in _NAMED_RECEIVERS:
         return _text(node)
-    if node.type in ("attribute", "member_expression", "selector_expression", "field_access"):
-        text = _text(node)
-        return text if all(part.isidentifier() for part in text.split(".")) else COMPUTED
-    if node.type in ("scoped_identifier", "scoped_type_identifier"):
-        return _text(node)
-    if node.type == "call" and _text(node.child_by_field_name("function")) == "super":
+    if kind in _DOTTED_RECEIVERS:
+        return _dotted(_text(node))
+    if kind == "call" and _text(node.child_by_field_name("function")) == "super":
         return "super"  # Python's `super().m()`
     return COMPUTED
 
@@ -533,11 +575,13 @@ def _js(root: Node, graph: FileGraph) -> None:
             else:
                 _js_bases(sub, scope or _text(sub.child_by_field_name("name")), graph)
 
+    member = _member_ids(graph.language, "member_expression", "object", "property")
+
     def add_call(node: Node, scope: str | None) -> None:
         func = node.child_by_field_name(
             "constructor" if node.type == "new_expression" else "function"
         )
-        _add_call(graph, node, func, scope, "member_expression", "object", "property")
+        _add_call(graph, node, func, scope, member)
 
     visit(root, None, None)
 
@@ -819,17 +863,8 @@ def _java(root: Node, graph: FileGraph) -> None:
                 scopes.define(name, owner, "class", child)
                 for part in ("superclass", "interfaces"):
                     sub = child.child_by_field_name(part)
-                    for base in _walk(sub) if sub is not None else []:
-                        # `Comparable<X>` names Comparable; `a.B` is one base, not two
-                        outer = base.parent.type if base.parent is not None else ""
-                        if base.type in ("type_identifier", "scoped_type_identifier") and outer in (
-                            "superclass",
-                            "type_list",
-                            "generic_type",
-                        ):
-                            if outer == "generic_type" and base.prev_sibling is not None:
-                                continue
-                            graph.inherits.append(Inherit(name, _text(base), _line(base)))
+                    if sub is not None:
+                        _java_bases(sub, name, graph)
                 for sub in child.children:
                     if sub.type == "extends_interfaces":
                         for base in _walk(sub):
@@ -854,23 +889,64 @@ def _java(root: Node, graph: FileGraph) -> None:
     name_field, object_field, type_field = (
         _field_id("java", f) for f in ("name", "object", "type")
     )
+    named, dotted = _receiver_kinds("java")
+    # The file's bytes once: a node's text sliced from them costs less than `node.text` (which
+    # slices a memoryview of the tree's source and copies it).
+    source = root.text or b""
 
     def java_calls(node: Node, scope: str | None) -> None:
         # The loop over every call of the file (570,000 in kafka): what it calls bound once,
         # kinds and fields by number (`type` makes a new string each time, a field's name is
-        # looked up among the grammar's names by string comparisons).
+        # looked up among the grammar's names by string comparisons), `_text` and `_receiver`
+        # inlined.
         field = Node.child_by_field_id
         for sub in _found("java", _JAVA_CALLS, node):
             if sub.kind_id == invocation:
-                name = _text(field(sub, name_field))
-                receiver = _receiver(field(sub, object_field))
+                found = field(sub, name_field)
+                name = (
+                    source[found.start_byte : found.end_byte].decode("utf-8", "replace")
+                    if found is not None
+                    else ""
+                )
+                found = field(sub, object_field)
+                if found is None:
+                    receiver = None
+                else:
+                    kind = found.kind_id
+                    if kind in named:
+                        receiver = source[found.start_byte : found.end_byte].decode(
+                            "utf-8", "replace"
+                        )
+                    elif kind in dotted:
+                        receiver = _dotted(
+                            source[found.start_byte : found.end_byte].decode("utf-8", "replace")
+                        )
+                    else:
+                        receiver = COMPUTED
                 add(Call(scope, name, receiver, sub.start_point[0] + 1))
             else:  # object_creation_expression
                 typ = field(sub, type_field)
                 if typ is not None:
-                    add(Call(scope, _text(typ).split("<")[0], None, sub.start_point[0] + 1))
+                    text = source[typ.start_byte : typ.end_byte].decode("utf-8", "replace")
+                    add(Call(scope, text.split("<")[0], None, sub.start_point[0] + 1))
 
     visit(root, None)
+
+
+def _java_bases(node: Node, name: str, graph: FileGraph) -> None:
+    """The bases of class `name` under its `superclass` or `interfaces` node, depth first:
+    `Comparable<X>` names Comparable; `a.B` is one base, not two. Each node's parent is known
+    on the way down (`Node.parent` searches the tree from its root each time)."""
+    outer = node.type
+    takes = outer in ("superclass", "type_list", "generic_type")
+    for index, base in enumerate(node.children):
+        if (
+            takes
+            and base.type in ("type_identifier", "scoped_type_identifier")
+            and not (outer == "generic_type" and index > 0)
+        ):
+            graph.inherits.append(Inherit(name, _text(base), _line(base)))
+        _java_bases(base, name, graph)
 
 
 _EXTRACTORS: dict[str, Callable[[Node, FileGraph], None]] = {

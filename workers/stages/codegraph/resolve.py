@@ -213,8 +213,9 @@ def resolve(project_id: str, rel: str, graph: FileGraph, tree: Tree) -> GraphRow
 
     calls_table = _CALLS
     # A file calls one name the same way from one scope many times: resolved once, then each
-    # further call site is one more line of the same row (None: a call no row is kept for).
-    made: dict[tuple[str | None, ...], dict[str, Any] | None] = {}
+    # further call site is one more line of the same row: its `lines` here (None: a call no row
+    # is kept for).
+    made: dict[tuple[str | None, ...], list[int] | None] = {}
     # The entity each scope is, found once (a method makes many calls).
     sources: dict[str | None, str] = {}
     is_js = graph.language in _JS
@@ -222,10 +223,10 @@ def resolve(project_id: str, rel: str, graph: FileGraph, tree: Tree) -> GraphRow
     for call in graph.calls:
         scope, receiver, instance_of, name = call.scope, call.receiver, call.instance_of, call.name
         how = (scope, receiver, instance_of, name)
-        row = made.get(how, _UNSEEN)
-        if row is not _UNSEEN:
-            if row is not None:
-                row["lines"].append(call.line)
+        lines = made.get(how, _UNSEEN)
+        if lines is not _UNSEEN:
+            if lines is not None:
+                lines.append(call.line)
             continue
         if receiver == COMPUTED:
             key, candidates, owner = None, (), None
@@ -233,7 +234,7 @@ def resolve(project_id: str, rel: str, graph: FileGraph, tree: Tree) -> GraphRow
             key, candidates, owner = instance_call(instance_of, name)
         else:
             key, candidates, owner = target_of(scope, receiver, name)
-        row = None
+        row: dict[str, Any] | None = None
         if candidates == () and is_js and name in _JS_BUILTIN_METHODS:
             pass  # `x.toString()`, `this.cache.has(k)`: a string's, a Map's…
         elif key is not None or candidates is not None:
@@ -244,7 +245,7 @@ def resolve(project_id: str, rel: str, graph: FileGraph, tree: Tree) -> GraphRow
                 row = _edge(rows, calls_table, source, key, call.line, name)
             else:
                 row = _ref(rows, calls_table, source, name, call.line, candidates, owner)
-        made[how] = row
+        made[how] = row["lines"] if row is not None else None
     for inherit in graph.inherits:
         source = _symbol_or_file(project_id, rel, inherit.cls, source_file)
         receiver, _, name = inherit.base.replace("::", ".").rpartition(".")
@@ -312,7 +313,7 @@ def _ref(
     source: str,
     name: str,
     line: int,
-    candidates: Iterable[str],
+    candidates: tuple[str, ...],
     owner: str | None = None,
 ) -> dict[str, Any]:
     parts = (
@@ -325,7 +326,8 @@ def _ref(
         known["lines"].append(line)
         return known
     ref: dict[str, Any] = {"verb": table, "source": source, "name": name, "line": line}
-    ref["paths"] = sorted(set(candidates)) if candidates else []
+    # Most references have one candidate entry (`dir/*`, the file's package): no set to sort.
+    ref["paths"] = list(candidates) if len(candidates) < 2 else sorted(set(candidates))
     ref["id"] = stable_id(*parts)
     if owner is not None:  # the field is absent, not null, when there is none (the table's type)
         ref["owner"] = owner
@@ -389,7 +391,7 @@ def _first(tree: Tree, candidates: Iterable[str]) -> str | None:
     return None
 
 
-def _python_bases(here: str, module: str, tree: Tree) -> tuple[list[str], str]:
+def _python_bases(here: str, module: str, tree: Tree) -> tuple[tuple[str, ...], str]:
     """Directories a module path may start from, and the dotted rest. An absolute import
     starts at a source root: the project's root, `src`, or a directory above the file that is
     not itself a package (`import typing` in arq/jobs.py is the standard library's, not
@@ -399,27 +401,41 @@ def _python_bases(here: str, module: str, tree: Tree) -> tuple[list[str], str]:
         base = here
         for _ in range(level - 1):
             base = posixpath.dirname(base)
-        return [base], module[level:]
+        return (base,), module[level:]
+    return _python_roots(tree, here), module
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _python_roots(tree: Tree, here: str) -> tuple[str, ...]:
+    """The source roots of a directory's absolute imports, found once per directory (each of
+    its modules tried them all again)."""
     roots = []
     while here:
         if not tree.is_file(posixpath.join(here, "__init__.py")):
             roots.append(here)
         here = posixpath.dirname(here)
-    return ["", "src", *roots], module
+    return ("", "src", *roots)
 
 
 def _python_file(here: str, module: str, tree: Tree) -> str | None:
     bases, rest = _python_bases(here, module, tree)
     parts = rest.replace(".", "/")
-    candidates = []
     for base in bases:
-        stem = posixpath.join(base, parts) if parts else base
-        candidates += (
-            [f"{stem}.py", posixpath.join(stem, "__init__.py")]
-            if parts
-            else [posixpath.join(stem, "__init__.py")]
-        )
-    return _first(tree, candidates)
+        found = _python_under(tree, base, parts)
+        if found is not None:
+            return found
+    return None
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _python_under(tree: Tree, base: str, parts: str) -> str | None:
+    """The module `parts` (`a/b`; "" for the package itself) under one source root, looked up
+    once per root: the directories of a tree import the same modules (`import os` tried every
+    root of every directory, a third of resolving ansible)."""
+    stem = posixpath.join(base, parts) if parts else base
+    if parts:
+        return _first(tree, [f"{stem}.py", posixpath.join(stem, "__init__.py")])
+    return _first(tree, [posixpath.join(stem, "__init__.py")])
 
 
 def _import_base(graph: FileGraph, rel: str, here: str) -> str | None:
