@@ -112,27 +112,46 @@ class Queries:
 def build(
     n: int, docs: list[Doc], vectors: np.ndarray, directory: Path, dtype: str, batch: int
 ) -> None:
+    """The rows written in the order of their times, as the daemon meets them: those written
+    before RETIRED_AT, then the history retired, then the rows written after it. So the rows
+    written last take the slots the retired rows left in the ANN index of rows valid now, as
+    a re-indexed file's new chunks take its old ones' (written before the retiring, they
+    left that index holding a freed slot for every retired row: 396k at 1M rows)."""
     ix = SearchIndex(directory, dtype)
-    retired = [d.id for d in docs[:n] if d.valid_until is not None]
+    before = [i for i in range(n) if docs[i].valid_from < RETIRED_AT]
+    after = [i for i in range(n) if docs[i].valid_from >= RETIRED_AT]
+    retired = [docs[i].id for i in before if docs[i].valid_until is not None]
+    generation = 0
+
+    def write(rows: list[int]) -> None:
+        nonlocal generation
+        for lo in range(0, len(rows), batch):
+            written = [
+                replace(docs[i], valid_until=None, vector=vectors[i] if docs[i].vector else None)
+                for i in rows[lo : lo + batch]
+            ]
+            ix.upsert(written, DEFAULT_MODEL)
+            generation += 1
+            ix.commit(generation)
+
     start, cpu = time.perf_counter(), time.process_time()
-    for lo in range(0, n, batch):
-        rows = [
-            replace(d, valid_until=None, vector=vectors[lo + i] if d.vector else None)
-            for i, d in enumerate(docs[lo : lo + batch])
-        ]
-        ix.upsert(rows, DEFAULT_MODEL)
-        ix.commit(lo)
+    write(before)
     took, took_cpu = time.perf_counter() - start, time.process_time() - cpu
     start = time.perf_counter()
     for lo in range(0, len(retired), batch):
         ix.retire("code_chunk", retired[lo : lo + batch], RETIRED_AT)
-        ix.commit(n + lo)
+        generation += 1
+        ix.commit(generation)
     retire = time.perf_counter() - start
+    start, cpu = time.perf_counter(), time.process_time()
+    write(after)
+    took, took_cpu = took + time.perf_counter() - start, took_cpu + time.process_time() - cpu
     ix.close()
     size = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
     said = (
         f"build {n / took:,.0f} rows/s ({took:.0f} s, {took_cpu:.0f} CPU s of this process; "
-        f"upsert+commit per {batch:,}); retire {len(retired) / max(retire, 1e-9):,.0f} rows/s; "
+        f"upsert+commit per {batch:,}; {len(before):,} rows, {len(retired):,} of them retired, "
+        f"then {len(after):,}); retire {len(retired) / max(retire, 1e-9):,.0f} rows/s; "
         f"on disk {size / 2**20:.0f} MiB; load {load()}"
     )
     print(said, flush=True)
@@ -357,7 +376,7 @@ def first_pass_vectors(docs: list[Doc], known: Path | None) -> np.ndarray:
     as it reaches, the rest embedded now."""
     vectors = np.zeros((len(docs), first_pass().dim), np.float32)
     code = [i for i, d in enumerate(docs) if d.table == "code_chunk"]
-    saved = np.load(known, mmap_mode="r")[: len(code)] if known else np.empty((0, 0))
+    saved = np.load(known, mmap_mode="r")[: len(code)] if known else vectors[:0]
     vectors[code[: len(saved)]] = saved
     have = set(code[: len(saved)])
     rest = [i for i, d in enumerate(docs) if d.vector and i not in have]

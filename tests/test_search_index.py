@@ -682,3 +682,30 @@ def test_the_ann_finds_the_exact_top_10_of_real_vectors_where_a_narrow_beam_miss
         found += len(set(labels[:10].tolist()) & set(exact.tolist()))
     recall = found / (10 * len(queries))
     assert (recall >= 0.95) is (beam == PRODUCT_BEAM), recall
+
+
+def test_the_exact_scan_reads_in_chunks_and_finds_the_top_10_of_one_full_scan(
+    tmp_path: Path, numpy_blocks_vectors: tuple[np.ndarray, np.ndarray]
+) -> None:
+    """An exact scan over more labels than one chunk (a path glob at 1M rows keeps 50k) gives
+    the nearest rows and distances of a scan of every held row at once; labels the index does
+    not hold (removed, or never set) are passed over."""
+    rows, queries = numpy_blocks_vectors
+    assert len(rows) > 2 * ann.EXACT_CHUNK
+    index = ann.Vectors(tmp_path, "v")
+    index.open(0)
+    index.reset(rows.shape[1])
+    index.set(np.arange(len(rows), dtype=np.uint64), rows)
+    removed = np.arange(0, len(rows), 7, dtype=np.uint64)
+    index.remove(removed.tolist())
+    never = np.arange(len(rows), len(rows) + 500, dtype=np.uint64)
+    asked = np.concatenate([np.arange(len(rows), dtype=np.uint64), never])
+    held, matrix = index.get(asked)
+    assert len(held) == len(rows) - len(removed)
+    for query in queries[:20]:
+        labels, distances = index.exact(query, asked, 10)
+        cosines = (matrix @ query) / (np.linalg.norm(matrix, axis=1) * np.linalg.norm(query))
+        order = np.argsort(1.0 - cosines, kind="stable")[:10]
+        assert labels.tolist() == held[order].tolist()
+        assert distances.tolist() == pytest.approx((1.0 - cosines[order]).tolist(), abs=1e-6)
+        assert not set(labels.tolist()) & set(removed.tolist())
