@@ -318,13 +318,22 @@ def copy_data_dir(template: Path, into: Path) -> None:
     )
 
 
+@asynccontextmanager
+async def serving_copy(
+    template: Path, data_dir: Path, embedder: Embedder
+) -> AsyncIterator[Runtime]:
+    """`stack` on a copy of the data dir `template` (built once, changed by nobody)."""
+    copy_data_dir(template, data_dir)
+    async with _serving(data_dir, embedder, scheduled=False) as rt:
+        yield rt
+
+
 @pytest_asyncio.fixture
 async def arq_stack(
     data_dir: Path, embedder: Embedder, arq_indexed: Path
 ) -> AsyncIterator[Runtime]:
     """`stack` on a copy of `arq_indexed`: `arq_tree` is indexed already."""
-    copy_data_dir(arq_indexed, data_dir)
-    async with _serving(data_dir, embedder, scheduled=False) as rt:
+    async with serving_copy(arq_indexed, data_dir, embedder) as rt:
         yield rt
 
 

@@ -32,7 +32,7 @@ from memoryd.store.base import rid, unpack_vector
 from memoryd.store.blobs import BODY_CHARS
 from memoryd.views import session
 from memoryd.vocabulary import MENTIONS
-from tests.conftest import _serving, copy_data_dir, git_init, index_tree
+from tests.conftest import _serving, git_init, index_tree, serving_copy
 from tests.fixtures import CODERABBIT_SESSION, CODERABBIT_SUBAGENT, CODEX_ROLLOUT, S37, SMALL
 
 
@@ -59,8 +59,7 @@ async def sessions_stack(
     data_dir: Path, embedder: Embedder, ingested: Path
 ) -> AsyncIterator[Runtime]:
     """`stack` on a copy of `ingested`: each test changes its own."""
-    copy_data_dir(ingested, data_dir)
-    async with _serving(data_dir, embedder, scheduled=False) as rt:
+    async with serving_copy(ingested, data_dir, embedder) as rt:
         yield rt
 
 
