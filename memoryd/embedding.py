@@ -158,6 +158,11 @@ def batch_nice(caller: int | None = None) -> int:
     return min(MAX_NICE, caller + BATCH_NICE)
 
 
+def _width(model: TextEmbedding) -> int:
+    """The length of the model's vectors, by embedding a probe."""
+    return len(next(iter(model.embed(["dimension probe"]))))
+
+
 class Embedder:
     """One loaded model; `embed` takes texts in order and returns unit-length vectors."""
 
@@ -210,25 +215,24 @@ class Embedder:
         that thread (it would wait on itself)."""
         with self._loading:
             if self._model is None:
-                before = heap.anon_rss_bytes()
-                try:
-                    self._model = self._batches.submit(
-                        _load, self.model, self._cache_dir, self.embed_cores
-                    ).result()
-                except MemorydError:
-                    raise
-                except Exception as exc:  # fastembed raises plain ValueError/OSError variants
-                    raise MemorydError(
-                        f"cannot load embedding model {self.model!r}: {exc}"
-                    ) from None
-                [probe] = self._batches.submit(self._embed_batch, ["dimension probe"]).result()
-                self._dim = self._dims or len(probe)
-                # Building the inference session frees a large scratch heap that glibc would keep.
-                heap.trim()
-                log.info("model %s loaded (%d dims)", self.model, self._dim)
-                if self._loaded is not None and before is not None:
-                    self._loaded(max(0, (heap.anon_rss_bytes() or before) - before))
+                self._model = heap.told_what_it_took(self._load, self._loaded)
             return self._model
+
+    def _load(self) -> TextEmbedding:
+        try:
+            model = self._batches.submit(
+                _load, self.model, self._cache_dir, self.embed_cores
+            ).result()
+        except MemorydError:
+            raise
+        except Exception as exc:  # fastembed raises plain ValueError/OSError variants
+            raise MemorydError(f"cannot load embedding model {self.model!r}: {exc}") from None
+        width = self._batches.submit(_width, model).result()  # also warms the session up
+        self._dim = self._dims or width
+        # Building the inference session frees a large scratch heap that glibc would keep.
+        heap.trim()
+        log.info("model %s loaded (%d dims)", self.model, self._dim)
+        return model
 
     @property
     def dim(self) -> int:

@@ -15,7 +15,9 @@ import ctypes.util
 import functools
 import gc
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 _STATUS = Path("/proc/self/status")
 LINUX = sys.platform.startswith("linux")
@@ -52,6 +54,18 @@ class _MachTaskBasicInfo(ctypes.Structure):
 
 
 _MACH_TASK_BASIC_INFO = 20  # the flavor, from <mach/task_info.h>
+
+
+T = TypeVar("T")
+
+
+def told_what_it_took(load: Callable[[], T], told: Callable[[int], None] | None) -> T:
+    """`load()`, and `told` the anonymous memory it took (not told where that is unknown)."""
+    before = anon_rss_bytes() if told is not None else None
+    loaded = load()
+    if told is not None and before is not None:
+        told(max(0, (anon_rss_bytes() or before) - before))
+    return loaded
 
 
 def _mach_resident_bytes() -> int | None:

@@ -152,10 +152,7 @@ class WhenUsed:
         if self._embedder is None:
             with self._loading:
                 if self._embedder is None:
-                    before = heap.anon_rss_bytes()
-                    self._embedder = load()
-                    if self._loaded is not None and before is not None:
-                        self._loaded(max(0, (heap.anon_rss_bytes() or before) - before))
+                    self._embedder = heap.told_what_it_took(load, self._loaded)
         return self._embedder.embed(texts)
 
 
