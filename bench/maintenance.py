@@ -164,6 +164,10 @@ def age_from(row: dict[str, Any]) -> datetime:
     return row.get("last_accessed") or row["event_time"] or row["ingestion_time"]
 
 
+def idle_from(row: dict[str, Any]) -> datetime:
+    return row.get("last_accessed") or row["ingestion_time"] or row["event_time"]
+
+
 def expected_prunable(row: dict[str, Any], at: datetime, s: Settings) -> bool:
     """What decay then prune at `at` should do to this row (the README formula; the database
     counts whole seconds of age)."""
@@ -176,7 +180,8 @@ def expected_prunable(row: dict[str, Any], at: datetime, s: Settings) -> bool:
     half = s.half_life_days.get(row["kind"], s.default_half_life_days)
     boost = 1.0 + s.access_boost * math.log(1.0 + row.get("access_count", 0))
     importance = min(1.0, 0.5 ** (age / 86400.0 / half) * boost)
-    return importance < s.importance_floor and age > s.prune_idle_days * 86400
+    idle = (at - idle_from(row)).total_seconds() // 1
+    return importance < s.importance_floor and idle > s.prune_idle_days * 86400
 
 
 def synthesize(

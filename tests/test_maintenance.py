@@ -36,6 +36,8 @@ async def test_decay_pin_access_and_prune(stack: Runtime, tmp_path: Path) -> Non
     assert stack.redis is not None and stack.store is not None
     [job] = await queue.enqueue_ingest(stack.redis, [str(transcript)])
     await queue.wait_for(job, 300)
+    # Taken in as it happened, as live capture does (prune's idle window runs from then).
+    await stack.store.query("UPDATE memory SET ingestion_time = event_time;")
     memories = await _memories(stack)
     assert len(memories) == 22
     kinds: dict[str, list[str]] = {}
@@ -93,6 +95,36 @@ async def test_decay_pin_access_and_prune(stack: Runtime, tmp_path: Path) -> Non
     info = await queue.call(stack.redis, jobs.STATUS)
     assert set(info["maintenance"]) == {"decay", "prune"}
     assert info["maintenance"]["prune"]["result"]["deleted"]["memory"] == len(expected_gone)
+
+
+async def test_history_ingested_today_is_kept_its_idle_window_whatever_its_age(
+    stack: Runtime, tmp_path: Path
+) -> None:
+    """A new user's first start ingests months of transcripts: what faded with age is still
+    theirs to find for prune_idle_days after memoryd took it in."""
+    transcript = tmp_path / "session.jsonl"
+    transcript.write_bytes(SMALL.read_bytes())
+    assert stack.redis is not None
+    [job] = await queue.enqueue_ingest(stack.redis, [str(transcript)])
+    await queue.wait_for(job, 300)
+    memories = await _memories(stack)
+    taken_in = max(row["ingestion_time"] for row in memories.values())
+    idle = timedelta(days=stack.settings.prune_idle_days)
+    inside = taken_in + idle - timedelta(hours=1)
+    past = taken_in + idle + timedelta(hours=1)
+    # A year after the session, most of it has faded below the floor (worked out from the
+    # stored 1.0, so every faded row is rewritten: the set is exact).
+    assert inside - max(row["event_time"] for row in memories.values()) > timedelta(days=365)
+    await _run(stack, "decay", past)
+    faded = {k for k, row in (await _memories(stack)).items() if row["importance"] < 0.05}
+    assert len(faded) > 10
+    # Just inside the window, nothing goes; past it, unread, what faded goes.
+    kept = await _run(stack, "prune", inside)
+    assert kept["deleted"]["memory"] == 0
+    assert set(await _memories(stack)) == set(memories)
+    gone = await _run(stack, "prune", past)
+    assert gone["deleted"]["memory"] == len(faded)
+    assert set(await _memories(stack)) == set(memories) - faded
 
 
 @pytest.mark.e2e

@@ -35,6 +35,10 @@ def _age(field: str) -> str:
 
 
 _LAST_TOUCHED = "(last_accessed ?? event_time ?? ingestion_time)"
+# Idle runs from the last read or else from when memoryd took the memory in, not from when it
+# happened: months of transcripts a new user's first start ingests get their whole idle window
+# to be found before prune may take them.
+_LAST_KEPT = "(last_accessed ?? ingestion_time ?? event_time)"
 # A memory's importance at $at: 0.5^(age / half-life of its kind) x (1 + boost x ln(1 +
 # access_count)), capped at 1, where age runs from the last access or else the event (a time in
 # the future, from a fast clock, counts as age 0 instead of failing the statement).
@@ -52,7 +56,7 @@ _EXPIRED = f"valid_until IS NOT NONE AND {_age('valid_until')} > $retention"
 PRUNE_RULES = (
     ("code_chunk", _EXPIRED),
     ("memory", f"pinned = false AND {_EXPIRED}"),
-    ("memory", f"pinned = false AND {_IMPORTANCE} < $floor AND {_age(_LAST_TOUCHED)} > $idle"),
+    ("memory", f"pinned = false AND {_IMPORTANCE} < $floor AND {_age(_LAST_KEPT)} > $idle"),
 )
 PRUNED_TABLES = ("code_chunk", "memory")
 
