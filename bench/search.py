@@ -161,9 +161,11 @@ def build(
     took, took_cpu = took + time.perf_counter() - start, took_cpu + time.process_time() - cpu
     ix.close()
     size = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
+    # Retired by `retire`, or (`--fresh`) written so.
+    history = sum(docs[i].valid_until is not None for i in before)
     said = (
         f"build {n / took:,.0f} rows/s ({took:.0f} s, {took_cpu:.0f} CPU s of this process; "
-        f"upsert+commit per {batch:,}; {len(before):,} rows, {len(retired):,} of them retired, "
+        f"upsert+commit per {batch:,}; {len(before):,} rows, {history:,} of them retired, "
         f"then {len(after):,}); retire {len(retired) / max(retire, 1e-9):,.0f} rows/s; "
         f"on disk {size / 2**20:.0f} MiB; load {load()}"
     )
