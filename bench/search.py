@@ -4,7 +4,7 @@
     .venv/bin/python -m bench.search [--rows 10000 100000 1000000] [--trees DIR ...]
         [--vectors model|static|first-pass] [--first-pass FILE.npy] [--cache DIR]
         [--memory-share 0.5] [--retired-share 0.4] [--dtype f16] [--batch 1000] [--keep DIR]
-        [--connectivity N] [--expansion-add N] [--expansion-search N]
+        [--connectivity N] [--expansion-add N] [--expansion-search N] [--fresh]
 
 Rows, every text distinct (bench/corpus.py): code chunks of the `--trees` (default: the installed
 packages' source, code nobody here wrote) cut by the indexer's chunker, then line windows of the
@@ -36,12 +36,15 @@ vectors); then recall@10 of memoryd's k-NN against an exact scan of the rows tha
 filters (valid now; `as_of` over the retired rows too), with the load average. Build 1M rows
 outside the repo: `--cache` and TMPDIR on a disk with a few GB free, and `--keep DIR` to keep
 each size's index there and reuse it in later runs (same rows and settings: the caller's
-care), so a 1M index is built once.
+care), so a 1M index is built once. The rows are written in the order of their times (see
+`build`); `--fresh` writes the same rows at once, each in its final state, so that no slot of
+the ANN index is ever freed: the reference a build in time order is measured against.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import multiprocessing
 import os
 import pickle
@@ -110,24 +113,34 @@ class Queries:
 
 
 def build(
-    n: int, docs: list[Doc], vectors: np.ndarray, directory: Path, dtype: str, batch: int
+    n: int,
+    docs: list[Doc],
+    vectors: np.ndarray,
+    directory: Path,
+    args: argparse.Namespace,
 ) -> None:
     """The rows written in the order of their times, as the daemon meets them: those written
     before RETIRED_AT, then the history retired, then the rows written after it. So the rows
     written last take the slots the retired rows left in the ANN index of rows valid now, as
     a re-indexed file's new chunks take its old ones' (written before the retiring, they
-    left that index holding a freed slot for every retired row: 396k at 1M rows)."""
-    ix = SearchIndex(directory, dtype)
-    before = [i for i in range(n) if docs[i].valid_from < RETIRED_AT]
-    after = [i for i in range(n) if docs[i].valid_from >= RETIRED_AT]
-    retired = [docs[i].id for i in before if docs[i].valid_until is not None]
+    left that index holding a freed slot for every retired row: 396k at 1M rows), and the
+    index renews a graph once reused slots pass a share of it (their renewals are logged).
+    `--fresh`: every row at once in its final state, no slot freed (the reference)."""
+    ix, batch = SearchIndex(directory, args.dtype), args.batch
+    before = [i for i in range(n) if args.fresh or docs[i].valid_from < RETIRED_AT]
+    after = [i for i in range(n) if not args.fresh and docs[i].valid_from >= RETIRED_AT]
+    retired = [docs[i].id for i in before if not args.fresh and docs[i].valid_until is not None]
     generation = 0
 
     def write(rows: list[int]) -> None:
         nonlocal generation
         for lo in range(0, len(rows), batch):
             written = [
-                replace(docs[i], valid_until=None, vector=vectors[i] if docs[i].vector else None)
+                replace(
+                    docs[i],
+                    valid_until=docs[i].valid_until if args.fresh else None,
+                    vector=vectors[i] if docs[i].vector else None,
+                )
                 for i in rows[lo : lo + batch]
             ]
             ix.upsert(written, DEFAULT_MODEL)
@@ -148,9 +161,11 @@ def build(
     took, took_cpu = took + time.perf_counter() - start, took_cpu + time.process_time() - cpu
     ix.close()
     size = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
+    # Retired by `retire`, or (`--fresh`) written so.
+    history = sum(docs[i].valid_until is not None for i in before)
     said = (
         f"build {n / took:,.0f} rows/s ({took:.0f} s, {took_cpu:.0f} CPU s of this process; "
-        f"upsert+commit per {batch:,}; {len(before):,} rows, {len(retired):,} of them retired, "
+        f"upsert+commit per {batch:,}; {len(before):,} rows, {history:,} of them retired, "
         f"then {len(after):,}); retire {len(retired) / max(retire, 1e-9):,.0f} rows/s; "
         f"on disk {size / 2**20:.0f} MiB; load {load()}"
     )
@@ -290,13 +305,14 @@ def run(
         f"HNSW connectivity {ann.CONNECTIVITY}, expansion add {ann.EXPANSION_ADD} / search "
         f"{ann.EXPANSION_SEARCH}; load {load()}"
     )
-    kept = None if args.keep is None else args.keep / f"index-{n}-{args.vectors}-{args.dtype}"
+    name = f"index-{n}-{args.vectors}-{args.dtype}" + ("-fresh" if args.fresh else "")
+    kept = None if args.keep is None else args.keep / name
     directory = kept or workdir / f"index-{n}"
     if kept is not None and (kept / BUILT).exists():
         print(f"reusing the index built before in {kept}: {(kept / BUILT).read_text()}", end="")
     else:
         shutil.rmtree(directory, ignore_errors=True)  # a build cut short
-        build(n, docs, vectors, directory, args.dtype, args.batch)
+        build(n, docs, vectors, directory, args)
     # Spawned, not forked: a fork would count this process's rows and vectors as its memory.
     server = multiprocessing.get_context("spawn").Process(
         target=serve,
@@ -404,7 +420,13 @@ def main() -> None:
     parser.add_argument("--expansion-search", type=int, default=ann.EXPANSION_SEARCH)
     parser.add_argument("--batch", type=int, default=1000, help="rows per upsert and commit")
     parser.add_argument("--keep", type=Path, help="keep each size's index here, reuse it")
+    parser.add_argument(
+        "--fresh", action="store_true", help="write every row at once in its final state"
+    )
     args = parser.parse_args()
+    # Each renewal of a graph worn by reused slots, with its time (the build's part of it).
+    logging.basicConfig(format="  %(message)s")
+    logging.getLogger(ann.__name__).setLevel(logging.INFO)
     # The product's HNSW settings, or others to compare (this process's indexes only).
     ann.CONNECTIVITY, ann.EXPANSION_ADD = args.connectivity, args.expansion_add
     ann.EXPANSION_SEARCH = args.expansion_search

@@ -5,6 +5,7 @@ by the default model."""
 from __future__ import annotations
 
 import gc
+import json
 import os
 import stat
 import subprocess
@@ -641,21 +642,26 @@ PRODUCT_BEAM = ann.EXPANSION_SEARCH
 
 
 @pytest.fixture(scope="module")
-def numpy_blocks_vectors() -> tuple[np.ndarray, np.ndarray]:
-    """10,000 real texts (five-line blocks of numpy's installed source) and 60 task-style
-    queries, in the first-pass model's vectors (the vectors every chunk has first)."""
-    from bench.fresh_queries import take
-    from memoryd.static_embedding import load
-
+def numpy_blocks() -> list[str]:
+    """Real texts, all distinct in meaning: five-line blocks of numpy's installed source."""
     lines = [
         line
         for path in sorted(site_package("numpy").rglob("*.py"))
         for line in path.read_text(errors="replace").splitlines()
         if line.strip()
     ]
-    blocks = ["\n".join(lines[i : i + 5]) for i in range(0, len(lines), 5)]
-    assert len(blocks) >= 10_000
-    return load().embed(blocks[:10_000]), load().embed(take(60))
+    return ["\n".join(lines[i : i + 5]) for i in range(0, len(lines), 5)]
+
+
+@pytest.fixture(scope="module")
+def numpy_blocks_vectors(numpy_blocks: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The first 10,000 blocks and 60 task-style queries, in the first-pass model's vectors
+    (the vectors every chunk has first)."""
+    from bench.fresh_queries import take
+    from memoryd.static_embedding import load
+
+    assert len(numpy_blocks) >= 10_000
+    return load().embed(numpy_blocks[:10_000]), load().embed(take(60))
 
 
 @pytest.mark.parametrize("beam", [PRODUCT_BEAM, 64])
@@ -709,3 +715,119 @@ def test_the_exact_scan_reads_in_chunks_and_finds_the_top_10_of_one_full_scan(
         assert labels.tolist() == held[order].tolist()
         assert distances.tolist() == pytest.approx((1.0 - cosines[order]).tolist(), abs=1e-6)
         assert not set(labels.tolist()) & set(removed.tolist())
+
+
+# Re-indexing as a daemon meets it: CHURN_FIRST rows written, then CHURN_ROUNDS times a
+# CHURN_SHARE of the rows valid now retired and as many new rows written, in index jobs of
+# CHURN_BATCH rows (each committed).
+CHURN_FIRST, CHURN_SHARE, CHURN_ROUNDS, CHURN_BATCH = 2_000, 0.4, 4, 1_000
+# How far below a fresh build of the same rows a churned index's recall@10 may be.
+CHURN_MARGIN = 0.01
+
+
+@dataclass(frozen=True)
+class Churn:
+    docs: list[Doc]  # every row, in the order written; retired ones with their valid_until
+    retired: list[tuple[int, list[str]]]  # each round's time and rows retired, then new rows
+    queries: np.ndarray
+    model: str
+    fresh: float  # recall@10 of the same rows written at once, each in its final state
+
+    def recall(self, ix: SearchIndex) -> float:
+        """Mean recall@10 of the index's k-NN against an exact scan of the rows valid now."""
+        valid = [d for d in self.docs if d.valid_until is None]
+        matrix = np.asarray([d.vector for d in valid], np.float32)
+        found = 0
+        for query in self.queries:
+            exact = {valid[i].id for i in np.argsort(-(matrix @ query), kind="stable")[:10]}
+            got = {h.id for h in ix.knn(query, self.model, Filters(), 10)}
+            found += len(exact & got)
+        return found / (10 * len(self.queries))
+
+
+def _write(ix: SearchIndex, docs: list[Doc], model: str) -> None:
+    for start in range(0, len(docs), CHURN_BATCH):
+        ix.upsert(docs[start : start + CHURN_BATCH], model)
+        ix.commit()
+
+
+@pytest.fixture(scope="module")
+def churn(
+    tmp_path_factory: pytest.TempPathFactory,
+    numpy_blocks: list[str],
+    numpy_blocks_vectors: tuple[np.ndarray, np.ndarray],
+) -> Churn:
+    from memoryd.static_embedding import load
+
+    rows, queries = numpy_blocks_vectors
+    new = int(CHURN_FIRST * CHURN_SHARE)
+    total = CHURN_FIRST + CHURN_ROUNDS * new
+    assert total <= len(rows)
+    docs = [
+        Doc(
+            "code_chunk",
+            f"numpy#{i}",
+            "code",
+            numpy_blocks[i],
+            project="numpy",
+            path=f"blocks/{i // 100}.py",
+            valid_from=T0 + i,
+            vector=rows[i].tolist(),
+        )
+        for i in range(total)
+    ]
+    rng, valid, retired = np.random.default_rng(34), list(range(CHURN_FIRST)), []
+    for round_ in range(CHURN_ROUNDS):
+        gone = set(rng.choice(valid, new, replace=False).tolist())
+        at = T0 + total + round_
+        retired.append((at, [docs[i].id for i in sorted(gone)]))
+        docs = [replace(d, valid_until=at) if i in gone else d for i, d in enumerate(docs)]
+        written = CHURN_FIRST + round_ * new
+        valid = [i for i in valid if i not in gone] + list(range(written, written + new))
+    churn = Churn(docs, retired, queries, load().model, 0.0)
+    fresh = SearchIndex(tmp_path_factory.mktemp("fresh"))
+    _write(fresh, docs, churn.model)
+    assert fresh.vectors_held()["code"] == CHURN_FIRST
+    return replace(churn, fresh=churn.recall(fresh))
+
+
+@pytest.mark.parametrize("renew", [True, False])
+def test_an_index_churned_by_reindexing_keeps_the_recall_of_a_fresh_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, churn: Churn, renew: bool
+) -> None:
+    """usearch gives a removed row's slot to the next row added, while the other nodes keep
+    their links to it, now leading to an unrelated vector: rounds of retiring and writing
+    rows (files re-indexed) cost the valid-now index its recall. With its graph renewed once
+    reused slots pass RENEW_SHARE of its size, memoryd's k-NN over the churned index finds
+    the exact top 10 within CHURN_MARGIN of a fresh build of the same rows; never renewed, it
+    falls further behind (real first-pass vectors, a fixed schedule: the same figures every
+    run)."""
+    if not renew:
+        monkeypatch.setattr(ann, "RENEW_SHARE", float("inf"))
+    ix = SearchIndex(tmp_path / "churned")
+    _write(ix, [replace(d, valid_until=None) for d in churn.docs[:CHURN_FIRST]], churn.model)
+    written = CHURN_FIRST
+    for at, ids in churn.retired:
+        for start in range(0, len(ids), CHURN_BATCH):
+            ix.retire("code_chunk", ids[start : start + CHURN_BATCH], at)
+            ix.commit()
+        new = [replace(d, valid_until=None) for d in churn.docs[written : written + len(ids)]]
+        _write(ix, new, churn.model)
+        written += len(ids)
+    assert written == len(churn.docs) == len(ix)
+    held = ix.vectors_held()
+    assert held["code"] == CHURN_FIRST and held["code-past"] == len(churn.docs) - CHURN_FIRST
+    recall = churn.recall(ix)
+    assert (recall >= churn.fresh - CHURN_MARGIN) is renew, (recall, churn.fresh)
+    # The stamp keeps, per ANN index, its slots freed and not taken yet and those taken
+    # again since its graph was built: renewed, none (each round's new rows, 40% of the
+    # index, took slots past RENEW_SHARE at once); never renewed, every round's (none lost
+    # at a reopen).
+    # The renewed graph was checkpointed: reopened from disk, the index finds what it found.
+    ix.close()
+    reopened = SearchIndex(tmp_path / "churned")
+    reopened.commit()
+    stamp = json.loads((tmp_path / "churned" / index_module.STAMP).read_text())
+    reused = 0 if renew else CHURN_ROUNDS * int(CHURN_FIRST * CHURN_SHARE)
+    assert stamp["wear"]["code"] == [0, reused]
+    assert churn.recall(reopened) == recall

@@ -262,8 +262,10 @@ class SearchIndex:
         if self.fresh:
             self._commit_locked()
         else:
+            # Its slots freed and reused as of the stamp (Vectors.wear).
+            wear = stamp.get("wear", {})
             for name, vectors in self._vectors.items():
-                vectors.open(self._journal.get(name, 0))
+                vectors.open(self._journal.get(name, 0), wear.get(name, (0, 0)))
             self._measure_coverage()
 
     # -- the stamp --------------------------------------------------------------------------
@@ -486,7 +488,12 @@ class SearchIndex:
         self._pending.clear()
         self._measure_coverage()
         for name, vectors in self._vectors.items():
-            if name in self._erased or vectors.due(journal[name]):
+            # A graph worn by reused slots is renewed here, off the searches' path, and
+            # checkpointed so that a restart loads the fresh one.
+            renew = vectors.worn()
+            if renew:
+                vectors.renew()
+            if renew or name in self._erased or vectors.due(journal[name]):
                 vectors.checkpoint()
                 journal[name] = 0
         self._erased.clear()
@@ -500,6 +507,7 @@ class SearchIndex:
             "model": self._model,
             "dim": self._dim,
             "journal": self._journal,
+            "wear": {name: list(vectors.wear) for name, vectors in self._vectors.items()},
             "first_model": self._first_model,
         }
         tmp = self.directory / (STAMP + ".tmp")
