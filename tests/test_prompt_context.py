@@ -284,26 +284,3 @@ async def test_after_a_pause_the_briefing_says_where_the_work_stood(
         f"before a pause (nothing since {day}):"
     )
     assert session.endswith("): make from_dsn reject a redis DSN url with an unknown scheme")
-
-
-@pytest.mark.e2e
-async def test_a_prompt_is_not_told_again_what_the_briefing_said(
-    stack: Runtime, repo: Path
-) -> None:
-    """The briefing's line of the last session holds its goal; a prompt of the same session
-    near that goal is not given the goal's memory again (its room goes to the next item),
-    while a session that had no briefing is given it."""
-    memoryd = patient(stack)
-    goal = DONE_SESSION.split("#### ")[1].split("  \n")[0]
-    prompt = "is it done? the redis DSN url scheme check in from_dsn"
-    fresh = await prompt_context(memoryd, repo, prompt, "t-fresh")
-    assert sum(line.endswith(f"): {goal}") for line in items(fresh)) == 1, fresh
-    assert goal in await briefing(memoryd, repo, "t-told")
-    told = await prompt_context(memoryd, repo, prompt, "t-told")
-    assert told and goal not in told, told
-    # A compaction starts the session's context again: what the briefing said before it is
-    # gone from the agent's context, so it may be said again.
-    payload = {"session_id": "t-told", "cwd": str(repo), "source": "compact"}
-    await hooks.run(memoryd, "claude-code", "session-start", json.dumps(payload), str(repo), None)
-    state = hooks.State.load(memoryd.settings, "claude-code", "t-told", reset=False)
-    assert state.told() == [state.shown[-1]["text"]]

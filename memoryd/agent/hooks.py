@@ -83,9 +83,6 @@ BRIEFING_FILES = 8
 BRIEFING_SESSIONS = 1
 # Say nothing: fewer words than this, or an acknowledgement this short.
 MIN_WORDS = 4
-# A memory whose first words the session was shown already (a goal in the briefing's line of
-# its session, however cut) is not shown again.
-TOLD_WORDS = 8
 ACK_WORDS = 8
 _ACK = re.compile(
     r"^(ok(ay)?|sure|done|thanks?( you)?|great|got it|yes|no|perfect|alright|will do|"
@@ -146,12 +143,6 @@ class State:
             if not reset:
                 state.injected = list(recorded["injected"])
         return state
-
-    def told(self) -> list[str]:
-        """The texts injected since the session's last start (a compaction or a clear starts
-        it again, and what came before is no longer in the agent's context)."""
-        starts = [n for n, shown in enumerate(self.shown) if shown.get("event") == "SessionStart"]
-        return [shown["text"] for shown in self.shown[starts[-1] if starts else 0 :]]
 
     def save(self, added: Sequence[str], event: str = "", text: str = "") -> None:
         self.injected = [*self.injected, *added][-MAX_RECORDED:]
@@ -325,13 +316,11 @@ async def _briefing(
 
 
 async def _relevant(
-    memoryd: client.Client, payload: dict[str, Any], project: str, state: State
+    memoryd: client.Client, payload: dict[str, Any], project: str, seen: set[str]
 ) -> list[Item]:
     """Memories, code and docs near the prompt, above the relevance floor: files the prompt
-    names first, then by relevance; none that says nothing, repeats the prompt, another item
-    or what this session was told already (a briefing's goal), at most one per earlier
-    session (unless the prompt names it) and one per file."""
-    seen = set(state.injected)
+    names first, then by relevance; none that says nothing, repeats the prompt or another
+    item, at most one per earlier session (unless the prompt names it) and one per file."""
     prompt = str(payload.get("prompt") or "").strip()
     if not prompt:
         return []
@@ -349,7 +338,7 @@ async def _relevant(
     if not hits:
         return []
     records = await memoryd.get([_key(h) for h in hits], ITEM_CHARS * len(hits))
-    items = _pick(prompt, hits, records, said(" ".join(state.told())))
+    items = _pick(prompt, hits, records)
     memories = [item.key for item in items if item.key.startswith("memory:")]
     led = await memoryd.then_modified(memories) if memories else {}
     return [_then(item, led.get(item.key, [])) for item in items]
@@ -384,11 +373,7 @@ def _key(hit: SearchResult) -> str:
     return qualified("code_chunk" if hit.path is not None else hit.kind, hit.id)
 
 
-def _pick(
-    prompt: str, hits: Sequence[SearchResult], records: Sequence[Record], told: str = ""
-) -> list[Item]:
-    """The items of these hits (see `_relevant`); `told`: what this session was already
-    shown (`said`), whose memories' texts say nothing new, however the briefing cut them."""
+def _pick(prompt: str, hits: Sequence[SearchResult], records: Sequence[Record]) -> list[Item]:
     own = said(prompt)
     texts, sources, items = {own}, set(), []
     for hit, record in zip(hits, records, strict=True):
@@ -400,8 +385,6 @@ def _pick(
         else:
             text = said(record["text"])
             if contentless(record["text"]) or text in texts or (len(text) > 20 and text in own):
-                continue
-            if " ".join(text.split()[:TOLD_WORDS]) in told:
                 continue
             texts.add(text)
             source = "" if hit.session and hit.session in prompt else f"session:{hit.session}"
@@ -585,7 +568,7 @@ async def context_for(
     elif event == "SessionStart":
         head, items = await _briefing(memoryd, payload, scope.project)
     else:
-        items = await _relevant(memoryd, payload, scope.project, state)
+        items = await _relevant(memoryd, payload, scope.project, seen)
         head = "memoryd: earlier work related to this prompt (ids work with memoryd's get):"
     return pack(head, items, seen, limit)
 
