@@ -8,10 +8,10 @@ GIT_DIR: a repository with real history (a bare git dir or a working tree), fetc
 this repository. The standard setting (README, "bench/context.py"), 10 sessions each of six
 repositories that committed aider's `.aider.chat.history.md`: the two of the first setting
 whose HEAD has at most 300 files (the first index is most of a repository's time), and the
-first four others in the order the code index lists such repositories whose whole history is
-readable, whose HEAD has at most 300 files and at least 20 of whose commits qualify as
-sessions (below); a rule fixed before their results were seen. The sessions' rule, fixed
-before any result was seen:
+first four others in the order the code index lists such repositories whose snapshot holds
+every tree the bench checks out (a snapshot lacks files of 4 MiB and more), whose HEAD has at
+most 300 files and at least 20 of whose commits qualify as sessions (below); a rule fixed
+before their results were seen. The sessions' rule, fixed before any result was seen:
 
 Sessions. Public repositories that committed aider's `.aider.chat.history.md` rarely kept a
 history with several editing sessions (the ones fetched for this bench held 0 to 3), so
