@@ -5,7 +5,13 @@ real repositories' histories, against a code-only search of the same budget and 
         [--sessions 10] [--earlier 2]
 
 GIT_DIR: a repository with real history (a bare git dir or a working tree), fetched outside
-this repository. The rule, fixed before any result was seen:
+this repository. The standard setting (README, "bench/context.py"), 10 sessions each of six
+repositories that committed aider's `.aider.chat.history.md`: the two of the first setting
+whose HEAD has at most 300 files (the first index is most of a repository's time), and the
+first four others in the order the code index lists such repositories whose snapshot holds
+every tree the bench checks out (a snapshot lacks files of 4 MiB and more), whose HEAD has at
+most 300 files and at least 20 of whose commits qualify as sessions (below); a rule fixed
+before their results were seen. The sessions' rule, fixed before any result was seen:
 
 Sessions. Public repositories that committed aider's `.aider.chat.history.md` rarely kept a
 history with several editing sessions (the ones fetched for this bench held 0 to 3), so
@@ -80,7 +86,7 @@ from memoryd.agent_shared import qualified
 from memoryd.config import load_settings
 from memoryd.daemon.runtime import Runtime
 from memoryd.ids import entity_id
-from memoryd.results import SearchRequest
+from memoryd.results import FILE_KINDS, SearchRequest
 from memoryd.store import plain
 from memoryd.vocabulary import ERROR
 from memoryd.watch.transcripts import AIDER_LOG
@@ -156,6 +162,42 @@ def named(text: str, path: str, unique: dict[str, int]) -> bool:
     return (
         unique.get(base) == 1 and re.search(rf"(?<![\w./-]){re.escape(base)}\b", text) is not None
     )
+
+
+async def misses(
+    memoryd: client.Client,
+    prompt: str,
+    project: str,
+    missed: list[str],
+    earlier: list[Session],
+    baseline: str,
+    unique: dict[str, int],
+) -> list[str]:
+    """Why memoryd's hooks did not name each of these files: whether the code-only baseline
+    named it, where the prompt hook's own search ranked its best row (kind, rank among that
+    kind's hits, relevance; the hook's floor is memoryd's hook_min_relevance) and how many
+    replayed sessions before k one last modified it."""
+    # Only the kinds that are rows of files: a search of memories counts as reading them
+    # (access counts), which would change what later sessions are shown.
+    limits = tuple((kind, n) for kind, n in hooks.PROMPT_HITS if kind in FILE_KINDS)
+    kinds = tuple(kind for kind, _ in limits)
+    request = SearchRequest(prompt, kinds, project=project, limits=limits)
+    found = (await memoryd.search(request)).hits
+    lines = []
+    for f in missed:
+        ranks = {h.kind: 0 for h in found}
+        best = None
+        for h in found:
+            ranks[h.kind] += 1
+            if h.path == f and best is None:
+                best = f"{h.kind} #{ranks[h.kind]} at {h.score:.2f}"
+        ago = next((n for n, s in enumerate(reversed(earlier), 1) if f in s.files), None)
+        lines.append(
+            f"      missed {f}: code only {'named it' if named(baseline, f, unique) else 'no'}; "
+            f"prompt search {best or 'no row'}; "
+            + (f"modified {ago} sessions before" if ago else "modified by no replayed session")
+        )
+    return lines
 
 
 def indent(text: str) -> str:
@@ -365,6 +407,11 @@ async def evaluate(
                     ("code only", baseline),
                 ):
                     print(f"    {title}, for the files {sorted(relevant)}:\n{indent(text)}")
+                missed = sorted(f for f in relevant if not named(injected, f, unique))
+                for line in await misses(
+                    memoryd, s.prompt, project, missed, history[start:n], baseline, unique
+                ):
+                    print(line)
             said = indent(edit)
             scored = (
                 f"recall {e_recall:.2f} of {len(others)} other files, precision {e_precision:.2f}"

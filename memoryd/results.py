@@ -318,6 +318,14 @@ class Timeline(TypedDict):
     events: list[TimelineEvent]
 
 
+class EditedFiles(TypedDict):
+    """The files a session modified: the most edited first (then the first edited, then by
+    path), a few, and how many more."""
+
+    files: list[str]
+    more: int
+
+
 class RecentSession(TypedDict):
     session: str
     agent: str | None
@@ -326,6 +334,7 @@ class RecentSession(TypedDict):
     started_at: str | None
     ended_at: str | None
     goals: list[str]
+    modified: EditedFiles
 
 
 class FileChange(TypedDict):

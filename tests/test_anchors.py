@@ -212,7 +212,8 @@ def _shown(history: FileHistory, activity: RecentActivity) -> dict[str, str | No
     for anchor, lines, marker in (
         (edit["anchor"], history_lines, "MODIFIES ok via edit"),
         (note["anchor"], history_lines, note["id"]),
-        (change["anchor"], activity_lines, "modified connections.py"),
+        # The file's own line: the session's line names the file too, without a count.
+        (change["anchor"], activity_lines, "modified connections.py ×"),
         (note["anchor"], activity_lines, note["id"]),
     ):
         [line] = [line for line in lines if marker in line]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -188,6 +189,43 @@ async def test_the_pre_edit_hook_names_the_files_each_session_edited_along_with_
         f"- session [0-9a-f]{{32}} {when} along with c.py, a.py, f.py \\(\\+1 more\\); "
         "goal: rename the total helper everywhere; no failure followed",
         await _before_edit(memoryd, root, "b.py", "s1"),
+    )
+
+
+async def test_the_briefing_names_the_files_each_session_modified(
+    stack: Runtime, tmp_path: Path
+) -> None:
+    """At a session's start, each earlier session's line names the files it modified as the
+    pre-edit hook names them (the most edited first, at most three and how many more), ahead
+    of its goal: the newest session's files are what the next work most likely goes on with,
+    and the file list, ranked by how many sessions came back to a file, can leave them out."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    _write(root, *SOURCES)
+    git_init(root)
+    log = root / ".aider.chat.history.md"
+    # Both in the week before now, whenever the test runs.
+    days = [(datetime.now() - timedelta(days=n)).strftime("%Y-%m-%d %H:%M:%S") for n in (2, 1)]
+    log.write_text(
+        TWO_SESSIONS.replace("2026-11-20 10:00:00", days[0]).replace("2026-11-21 10:00:00", days[1])
+    )
+    await index_tree(stack, root)
+    memoryd = client.Client(stack.redis, stack.settings)
+    [report] = await memoryd.ingest([str(log)])
+    assert report["sessions"] == 2, report
+    payload = {"session_id": "s1", "cwd": str(root), "source": "startup"}
+    answer = await hooks.run(memoryd, "claude-code", "session-start", json.dumps(payload), "", None)
+    lines = json.loads(answer)["hookSpecificOutput"]["additionalContext"].splitlines()
+    sessions = [line for line in lines if line.startswith("- session ")]
+    when = r"\(aider, \d{4}-\d\d-\d\d \d\d:\d\d\)"
+    assert len(sessions) == 2, lines
+    assert re.fullmatch(
+        f"- session [0-9a-f]{{32}} {when} modified a.py: make the script faster", sessions[0]
+    )
+    assert re.fullmatch(
+        f"- session [0-9a-f]{{32}} {when} modified b.py, c.py, a.py \\(\\+2 more\\): "
+        "rename the total helper everywhere",
+        sessions[1],
     )
 
 

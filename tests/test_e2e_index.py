@@ -105,3 +105,34 @@ async def test_changed_and_deleted_files_are_retired(
     then = await queued_search(stack.redis, "package VERSION string", 10, "code", before_change)
     assert "version.py" in {h["path"] for h in then}
     assert "brand_new_marker_function" not in {h["name"] for h in then}
+
+
+async def test_a_renamed_class_moves_its_unchanged_methods_to_the_new_symbol(
+    stack: Runtime, tmp_path: Path
+) -> None:
+    """A method chunked on its own keeps its text (so its chunk) when its class is renamed;
+    its symbol is another one: the chunk's link moves to it (a link's ends cannot change in
+    place, and trying refused the whole file: its index stayed the old one)."""
+    body = "\n".join(f"        v{i} = x + {i}" for i in range(40))
+    method = "\n    def {name}(self, x):\n" + body + "\n        return x\n"
+    text = 'class Alpha:\n    """A thing."""\n' + method.format(name="first")
+    text += method.format(name="second")
+    root = tmp_path / "tree"
+    root.mkdir()
+    (root / "shapes.py").write_text(text)
+    await index_tree(stack, root)
+    (root / "shapes.py").write_text(text.replace("Alpha", "Beta"))
+    assert (await index_tree(stack, root))["indexed"] == 1
+    assert stack.store is not None
+    pid = projects.resolve(root).id
+    links = await stack.store.code_chunk_links(pid, "shapes.py")
+    assert [(c["name"], c["parent_name"]) for c in links] == [("first", "Beta"), ("second", "Beta")]
+    for chunk in links:
+        assert {(d["kind"], d["key"]) for d in chunk["defined_in"]} == {
+            ("file", f"{pid}:shapes.py"),
+            ("symbol", f"{pid}:shapes.py#Beta.{chunk['name']}"),
+        }
+    assert await stack.store.live_symbols(pid) == {
+        f"{pid}:shapes.py#Beta.first",
+        f"{pid}:shapes.py#Beta.second",
+    }

@@ -103,7 +103,7 @@ async def file_context(
             "goal": rows[s].get("goal"),
             "last_edit": last_edit[s],
             "anchor": code.get(s) or None,
-            "edited_with": _edited_with(others.get(s, [])),
+            "edited_with": edited_with(others.get(s, [])),
             "failures": [
                 {
                     "name": f["name"],
@@ -174,7 +174,7 @@ async def error_context(ctx: JobContext, project: str, text: str, session: str) 
     }
 
 
-def _edited_with(files: list[dict[str, Any]]) -> dict[str, Any]:
+def edited_with(files: list[dict[str, Any]]) -> dict[str, Any]:
     """The files a session edited most (then first, then by path: the same answer wherever
     the repository and the transcripts are), at most MAX_EDITED_WITH, and how many more."""
     files = sorted(files, key=lambda f: (-f["edits"], f["first_at"] or "", f["path"]))

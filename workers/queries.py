@@ -21,6 +21,7 @@ from memoryd.results import SearchRequest, SearchResult
 from memoryd.searchindex import search as search_module
 from memoryd.store import key_of, plain
 from memoryd.vocabulary import MODIFIES
+from workers.action_context import edited_with
 from workers.context import JobContext
 from workers.counts import Counted
 from workers.notes import notes_session_id
@@ -409,6 +410,7 @@ async def then_modified(ctx: JobContext, ids: list[str], most: int) -> dict[str,
 # Sessions and agents' notes a recent-activity answer looks at, at most.
 RECENT_SESSIONS = 20
 RECENT_NOTES = 20
+NO_EDITS = {"files": [], "more": 0}
 
 
 async def recent_activity(ctx: JobContext, project: str | None, since: str) -> dict[str, Any]:
@@ -425,6 +427,7 @@ async def recent_activity(ctx: JobContext, project: str | None, since: str) -> d
         else []
     )
     files = file_changes(outcomes)
+    modified = session_edits(outcomes)
     # How each file stands against what its last edit left, and each note against its code.
     edits = [f.pop("last_edit") for f in files]
     for change, state in zip(files, await action_states(store, edits), strict=True):
@@ -438,7 +441,7 @@ async def recent_activity(ctx: JobContext, project: str | None, since: str) -> d
                 k: s.get(k)
                 for k in ("session", "agent", "project", "git_branch", "started_at", "ended_at")
             }
-            | {"goals": s.get("goals") or []}
+            | {"goals": s.get("goals") or [], "modified": modified.get(s["session"], NO_EDITS)}
             for s in sessions
         ],
         "files": files,
@@ -479,6 +482,26 @@ def file_changes(actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
         entry["last_session"] = a["session"]
         entry["last_edit"] = a
     return sorted(changes.values(), key=lambda c: (c["last_at"] or "", c["file"]), reverse=True)
+
+
+def session_edits(actions: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The files each session modified successfully, named as the pre-edit hook names a
+    session's other files (edited_with): the briefing's line of the newest session then says
+    what the next work most likely goes on with, which its file list, ranked by how many
+    sessions came back to a file, can leave out."""
+    edits: dict[tuple[str, str], dict[str, Any]] = {}
+    for a in sorted(actions, key=_order):
+        if a["verb"] != MODIFIES.name or a.get("outcome") != "ok":
+            continue
+        path = split_file_key(a["target"])[1] if a.get("project") else a["target"]
+        entry = edits.setdefault(
+            (a["session"], a["target"]), {"path": path, "edits": 0, "first_at": a.get("event_time")}
+        )
+        entry["edits"] += 1
+    by_session: dict[str, list[dict[str, Any]]] = {}
+    for (session, _), entry in edits.items():
+        by_session.setdefault(session, []).append(entry)
+    return {session: edited_with(files) for session, files in by_session.items()}
 
 
 def open_failures(actions: list[dict[str, Any]]) -> list[dict[str, Any]]:

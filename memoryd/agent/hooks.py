@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from memoryd import client
-from memoryd.agent.present import activity_blocks, code_state
+from memoryd.agent.present import activity_blocks, code_state, edited_files
 from memoryd.agent_shared import clip, one_line, qualified
 from memoryd.anchors import GONE
 from memoryd.config import Settings
@@ -470,10 +470,10 @@ def file_items(context: dict[str, Any]) -> list[Item]:
             for f in s["failures"]
         ]
         after = "; ".join(outcome) or "no failure followed"
+        along = edited_files(s.get("edited_with"), "along with")
         text = (
             f"- session {s['session']} ({s.get('agent') or '?'}, {_when(s['last_edit'])}) "
-            f"edited it{code_state(s.get('anchor'))}{_along(s.get('edited_with'))}{goal}; "
-            f"{after}"
+            f"edited it{code_state(s.get('anchor'))}{along}{goal}; {after}"
         )
         # Clipped, not dropped: a long session's line must still fit the small budget.
         items.append(Item(f"edit:{s['session']}:{context['file']}", one_line(text, ITEM_CHARS)))
@@ -487,15 +487,6 @@ def file_items(context: dict[str, Any]) -> list[Item]:
         files = ", ".join(f"{c['path']} ({c['count']:g} commits)" for c in usually)
         items.append(Item(f"usually:{context['file']}", f"- usually changes with {files}"))
     return items
-
-
-def _along(edited: dict[str, Any] | None) -> str:
-    """The other files a session edited, ahead of its goal (which the line's budget may cut):
-    what the agent will likely edit next."""
-    if not edited or not edited["files"]:
-        return ""
-    more = f" (+{edited['more']} more)" if edited["more"] else ""
-    return f" along with {', '.join(edited['files'])}{more}"
 
 
 def error_items(context: dict[str, Any]) -> list[Item]:

@@ -8,6 +8,7 @@ from typing import Any
 
 from memoryd.agent_shared import MIN_BUDGET, Scope, clip, fit, one_line, qualified
 from memoryd.results import (
+    EditedFiles,
     FileHistory,
     Note,
     RecentActivity,
@@ -192,16 +193,26 @@ def note_line(note: Note) -> str:
     )
 
 
+def edited_files(edited: EditedFiles | None, lead: str) -> str:
+    """` <lead> a.py, b.py, c.py (+2 more)`; nothing when no file was edited."""
+    if not edited or not edited["files"]:
+        return ""
+    more = f" (+{edited['more']} more)" if edited["more"] else ""
+    return f" {lead} {', '.join(edited['files'])}{more}"
+
+
 def activity_blocks(activity: RecentActivity) -> list[str]:
-    """One line per session (with goals), per changed file, per open failure; with provenance
-    (which session, which tool, when)."""
+    """One line per session (the files it modified, ahead of its goals, which the line's
+    budget may cut), per changed file, per open failure; with provenance (which session,
+    which tool, when)."""
     lines = []
     for s in activity["sessions"]:
         goals = "; ".join(s["goals"][:2]) or "-"
         lines.append(
             one_line(
                 f"session {s['session']} ({s.get('agent')}, "
-                f"{_day(s.get('ended_at') or s.get('started_at'))}): {goals}",
+                f"{_day(s.get('ended_at') or s.get('started_at'))})"
+                f"{edited_files(s.get('modified'), 'modified')}: {goals}",
                 LINE_CHARS,
             )
         )

@@ -177,6 +177,10 @@ class CodeQueries(StoreBase):
             LET $entities = $entities.map(|$e| $e + {{ id: type::record("entity", $e.id),
                 project: $project, aliases: [$e.name], first_seen: $at, last_seen: $at }});
             {UPSERT_ENTITIES}
+            -- A link's ends cannot change in place: one whose chunk now defines another
+            -- symbol (its class renamed, its text the same) goes, and comes back to it below.
+            DELETE $edges.map(|$e| type::record("defined_in", $e.edge))
+                WHERE record::id(out) != $links[record::id(id)] RETURN NONE;
             INSERT RELATION INTO defined_in $edges.map(|$e| {{
                 id: type::record("defined_in", $e.edge), in: type::record("code_chunk", $e.chunk),
                 out: type::record("entity", $e.entity) }})
@@ -192,6 +196,7 @@ class CodeQueries(StoreBase):
                 "states": state_rows,
                 "entities": entity_rows,
                 "edges": edge_rows,
+                "links": {e["edge"]: e["entity"] for e in edge_rows},
                 "retire": retire_paths,
                 "project": project,
                 "at": at,
