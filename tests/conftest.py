@@ -26,7 +26,7 @@ from arq import ArqRedis
 
 from memoryd import jobs, projects, queue
 from memoryd.client import Client
-from memoryd.config import DEFAULT_MODEL, Settings, load_settings
+from memoryd.config import DEFAULT_MODEL, DEFAULT_SCHEDULE, SCHEDULE_OFF, Settings, load_settings
 from memoryd.daemon.runtime import Runtime
 from memoryd.embedded import EmbeddedRedis
 from memoryd.embedding import Embedder
@@ -183,6 +183,18 @@ def data_dir(short_tmp: Path) -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+# No scheduled upkeep in the daemons and workers a test starts, in this process or as a
+# `memoryd run`: a decay (minute 17 of every hour), reembed (every 5 minutes) or prune whose
+# slot fell inside a test changed the importance, vectors, rows or maintenance_run records it
+# compared, depending on the time of day the test ran (CI met it in tests/test_tailing.py).
+# Tests run upkeep themselves; one that schedules it says so.
+SCHEDULE_VARIABLE = "MEMORYD_MAINTENANCE_SCHEDULE"
+QUIET_SCHEDULE = dict.fromkeys(DEFAULT_SCHEDULE, SCHEDULE_OFF)
+# Decay's scheduled job registered with the workers (the test enqueues its slots itself), at a
+# minute no run meets: 29 February on a Monday (arq wants both), next in 2044.
+DECAY_REGISTERED = {**QUIET_SCHEDULE, jobs.DECAY.name: "0 0 29 2 1"}
+
+
 @pytest.fixture(autouse=True)
 def isolated_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No test reads the developer's own config file or MEMORYD_* environment."""
@@ -192,6 +204,15 @@ def isolated_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEMORYD_CONFIG", str(tmp_path / "no-config.toml"))
     # Never watch the transcripts of whoever runs the tests.
     monkeypatch.setenv("MEMORYD_TRANSCRIPTS", "[]")
+    monkeypatch.setenv(SCHEDULE_VARIABLE, json.dumps(QUIET_SCHEDULE))
+
+
+def env_without(*prefixes: str) -> dict[str, str]:
+    """This process's environment for a memoryd process a test starts: without the MEMORYD_*
+    settings of whoever runs the tests (a module's fixtures start before `isolated_config`)
+    nor the variables of `prefixes`, and with no scheduled upkeep (QUIET_SCHEDULE)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMORYD_", *prefixes))}
+    return env | {SCHEDULE_VARIABLE: json.dumps(QUIET_SCHEDULE)}
 
 
 def git_init(path: Path) -> None:
@@ -232,8 +253,10 @@ def embedder(tmp_path_factory: pytest.TempPathFactory) -> Embedder:
 
 
 @asynccontextmanager
-async def _serving(data_dir: Path, embedder: Embedder, scheduled: bool) -> AsyncIterator[Runtime]:
-    rt = Runtime(settings_for(data_dir), embedder)
+async def _serving(
+    data_dir: Path, embedder: Embedder, scheduled: bool, **settings: object
+) -> AsyncIterator[Runtime]:
+    rt = Runtime(settings_for(data_dir, **settings), embedder)
     try:
         await rt.start_queue(exclusive=True)
         await rt.serve(scheduled=scheduled)
@@ -339,8 +362,10 @@ async def arq_stack(
 
 @pytest_asyncio.fixture
 async def scheduled_stack(data_dir: Path, embedder: Embedder) -> AsyncIterator[Runtime]:
-    """The same with the daemon's schedule: its cron jobs are registered with the worker."""
-    async with _serving(data_dir, embedder, scheduled=True) as rt:
+    """The same with decay's scheduled job registered with the worker (DECAY_REGISTERED)."""
+    async with _serving(
+        data_dir, embedder, scheduled=True, maintenance_schedule=DECAY_REGISTERED
+    ) as rt:
         yield rt
 
 
@@ -504,8 +529,10 @@ class Lines:
 
 def cli_env() -> dict[str, str]:
     """The environment the CLI runs in for a test: no config or transcripts of the machine."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
-    return env | {"MEMORYD_CONFIG": "/nonexistent/memoryd.toml", "MEMORYD_TRANSCRIPTS": "[]"}
+    return env_without() | {
+        "MEMORYD_CONFIG": "/nonexistent/memoryd.toml",
+        "MEMORYD_TRANSCRIPTS": "[]",
+    }
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:

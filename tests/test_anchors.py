@@ -8,7 +8,6 @@ show them; and migration steps 028 and 031 anchoring notes and actions stored be
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import shutil
 import time
@@ -30,7 +29,7 @@ from memoryd.ids import file_key
 from memoryd.results import FileHistory, RecentActivity, SearchRequest
 from memoryd.scan import project_id_for
 from memoryd.vocabulary import FILE, MODIFIES
-from tests.conftest import MEMORYD, index_tree
+from tests.conftest import MEMORYD, cli_env, index_tree
 
 SYMBOL = "connections.py#RedisSettings.from_dsn"
 DECISION = "Decision: from_dsn rejects every DSN scheme but redis, rediss and unix."
@@ -300,8 +299,7 @@ async def test_a_sessions_edit_and_a_note_read_current_then_changed_then_deleted
 
 async def cli_history(stack: Runtime, path: Path) -> str:
     """`memoryd history PATH`, answered by this test's worker (so run without blocking it)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
-    env |= {"MEMORYD_CONFIG": "/nonexistent/memoryd.toml", "MEMORYD_TRANSCRIPTS": "[]"}
+    env = cli_env()
     data = str(stack.settings.data_dir)
     process = await asyncio.create_subprocess_exec(
         MEMORYD, "history", str(path), "--data-dir", data, stdout=PIPE, stderr=PIPE, env=env
