@@ -317,20 +317,50 @@ async def stack(data_dir: Path, embedder: Embedder) -> AsyncIterator[Runtime]:
         yield rt
 
 
-@pytest.fixture(scope="session")
-def arq_indexed(arq_tree: Path, embedder: Embedder, short_tmp: Path) -> Path:
-    """A data dir holding `arq_tree` indexed (its chunks, their vectors, the search indexes),
-    built once per worker: a test that needs the tree indexed only to ask about it, or to
-    change it, starts on a copy (`copy_data_dir`, `arq_stack`) instead of embedding its ~100
-    chunks again (7 CPU s each time)."""
+def indexed_template(tree: Path, embedder: Embedder, short_tmp: Path) -> Path:
+    """A data dir holding `tree` indexed (its chunks, their vectors, the search indexes, the
+    code graph): a test that needs the tree indexed only to ask about it, or to change it,
+    starts on a copy (`copy_data_dir`, `serving_copy`) instead of embedding its chunks again
+    (7 CPU s for arq's ~100). The index names the tree's path: the copy is of `tree` itself."""
     built = Path(tempfile.mkdtemp(dir=short_tmp))
 
     async def build() -> None:
         async with _serving(built, embedder, scheduled=False) as rt:
-            await index_tree(rt, arq_tree)
+            await index_tree(rt, tree)
 
     asyncio.run(build())
     return built
+
+
+def restored(tree: Path) -> Path:
+    """`tree` as its last commit left it: what a test before changed, staged, moved or added
+    (not committed, not gitignored) undone, for the next test on its indexed template."""
+    git(tree, "reset", "-q", "--hard")
+    git(tree, "clean", "-q", "-fd")
+    return tree
+
+
+@pytest.fixture(scope="module")
+def tree_indexed(tree: Path, embedder: Embedder, short_tmp: Path) -> Path:
+    """The module's `tree` (a module-scoped fixture of the module: a git tree of its own,
+    which its tests may change) indexed once for the module."""
+    return indexed_template(tree, embedder, short_tmp)
+
+
+@pytest_asyncio.fixture
+async def tree_stack(
+    tree: Path, tree_indexed: Path, data_dir: Path, embedder: Embedder
+) -> AsyncIterator[Runtime]:
+    """`stack` on a copy of `tree_indexed`, with `tree` as its last commit left it."""
+    restored(tree)
+    async with serving_copy(tree_indexed, data_dir, embedder) as rt:
+        yield rt
+
+
+@pytest.fixture(scope="session")
+def arq_indexed(arq_tree: Path, embedder: Embedder, short_tmp: Path) -> Path:
+    """`arq_tree` indexed (`indexed_template`), built once per worker."""
+    return indexed_template(arq_tree, embedder, short_tmp)
 
 
 def copy_data_dir(template: Path, into: Path) -> None:
