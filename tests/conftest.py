@@ -227,17 +227,37 @@ def git_init(path: Path) -> None:
         subprocess.run(["git", "-C", str(path), *args], check=True, env=env)
 
 
+def built_once(config: pytest.Config, name: str, build: Callable[[Path], None]) -> Path:
+    """The folder `name` of the run's folder, which `build` fills once for the whole run: the
+    first worker to ask builds it, another waits for it (a lock beside it) and takes it as
+    built. For what no test changes; the folder stays until pytest's own cleanup."""
+    folder = _run_folder(config) / name
+    with (_run_folder(config) / f"{name}.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = folder.with_name(f"{name}.built")
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            build(folder)
+            done.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
-def arq_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """arq's installed source, copied and git-initialised: a real tree nobody here wrote."""
-    root = tmp_path_factory.mktemp("src") / "arq"
-    shutil.copytree(site_package("arq"), root, ignore=shutil.ignore_patterns("__pycache__"))
-    (root / ".gitignore").write_text("ignored_dir/\n*.tmp\n")
-    (root / "ignored_dir").mkdir()
-    (root / "ignored_dir" / "secret.py").write_text("def hidden_function():\n    return 1\n")
-    (root / "scratch.tmp").write_text("temporary\n")
-    git_init(root)
-    return root
+def arq_tree(request: pytest.FixtureRequest) -> Path:
+    """arq's installed source, copied and git-initialised: a real tree nobody here wrote. One
+    for the run (`built_once`): `arq_indexed` names its path. A test that changes it changes a
+    copy."""
+
+    def build(root: Path) -> None:
+        ignore = shutil.ignore_patterns("__pycache__")
+        shutil.copytree(site_package("arq"), root, ignore=ignore)
+        (root / ".gitignore").write_text("ignored_dir/\n*.tmp\n")
+        (root / "ignored_dir").mkdir()
+        (root / "ignored_dir" / "secret.py").write_text("def hidden_function():\n    return 1\n")
+        (root / "scratch.tmp").write_text("temporary\n")
+        git_init(root)
+
+    return built_once(request.config, "arq", build)
 
 
 def settings_for(data_dir: Path, **extra: object) -> Settings:
@@ -317,11 +337,14 @@ async def stack(data_dir: Path, embedder: Embedder) -> AsyncIterator[Runtime]:
         yield rt
 
 
-def indexed_template(tree: Path, embedder: Embedder, short_tmp: Path) -> Path:
+def indexed_template(
+    tree: Path, embedder: Embedder, short_tmp: Path, into: Path | None = None
+) -> Path:
     """A data dir holding `tree` indexed (its chunks, their vectors, the search indexes, the
     code graph): a test that needs the tree indexed only to ask about it, or to change it,
     starts on a copy (`copy_data_dir`, `serving_copy`) instead of embedding its chunks again
-    (7 CPU s for arq's ~100). The index names the tree's path: the copy is of `tree` itself."""
+    (7 CPU s for arq's ~100). The index names the tree's path: the copy is of `tree` itself.
+    Built in `short_tmp` (the Redis socket's path must be short), then moved `into`, if given."""
     built = Path(tempfile.mkdtemp(dir=short_tmp))
 
     async def build() -> None:
@@ -329,7 +352,10 @@ def indexed_template(tree: Path, embedder: Embedder, short_tmp: Path) -> Path:
             await index_tree(rt, tree)
 
     asyncio.run(build())
-    return built
+    if into is None:
+        return built
+    shutil.move(built, into)
+    return into
 
 
 def restored(tree: Path) -> Path:
@@ -358,9 +384,16 @@ async def tree_stack(
 
 
 @pytest.fixture(scope="session")
-def arq_indexed(arq_tree: Path, embedder: Embedder, short_tmp: Path) -> Path:
-    """`arq_tree` indexed (`indexed_template`), built once per worker."""
-    return indexed_template(arq_tree, embedder, short_tmp)
+def arq_indexed(
+    request: pytest.FixtureRequest, arq_tree: Path, embedder: Embedder, short_tmp: Path
+) -> Path:
+    """`arq_tree` indexed (`indexed_template`), once for the run (`built_once`): each worker
+    that built it embedded the same ~100 chunks."""
+
+    def build(into: Path) -> None:
+        indexed_template(arq_tree, embedder, short_tmp, into)
+
+    return built_once(request.config, "arq-indexed", build)
 
 
 def copy_data_dir(template: Path, into: Path) -> None:
