@@ -35,6 +35,11 @@ from memoryd.paths import (
 from memoryd.vocabulary import DEFAULT_HALF_LIVES
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+# Texts per model call. Measured on 2 cores: one at a time is as fast as 32 (no padding to the
+# longest text of a batch; 238 source chunks took 13.5 CPU s one by one, 23.0 by 32, for the
+# same vectors) and the model's memory arena grows ~38 MB per text of a batch (32: +1.2 GB
+# resident, 4: +150 MB, 1: +20 MB).
+EMBED_BATCH = 1
 # When the workers run each maintenance task, as cron expressions ("off": never on a schedule).
 DEFAULT_SCHEDULE = {
     jobs.DECAY.name: "17 * * * *",
@@ -252,10 +257,7 @@ class Settings:
     db_reopen_mb: int = _bounded(96, ge=16)
 
     model: str = DEFAULT_MODEL
-    # Texts per model call. Measured on 2 cores: one at a time is as fast as 32 (no padding to
-    # the longest text of a batch) and the model's memory arena grows ~38 MB per text of a batch
-    # (32: +1.2 GB resident, 4: +150 MB, 1: +20 MB).
-    embed_batch_size: int = _bounded(1, ge=1, le=1024)
+    embed_batch_size: int = _bounded(EMBED_BATCH, ge=1, le=1024)  # EMBED_BATCH says why
     # The CPU budget of background embedding: threads of the model's session (the niced batch
     # thread and embed_cores - 1 workers). One leaves the other cores to queries and the rest
     # of the machine; a query runs on its caller's thread, not counted here.

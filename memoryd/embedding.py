@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from memoryd import heap
-from memoryd.config import DEFAULT_MODEL
+from memoryd.config import DEFAULT_MODEL, EMBED_BATCH
 from memoryd.errors import MemorydError
 
 # fastembed (and onnxruntime under it) is imported where a model loads: seconds on a loaded
@@ -170,7 +170,7 @@ class Embedder:
         self,
         model: str,
         cache_dir: Path,
-        batch_size: int = 32,
+        batch_size: int = EMBED_BATCH,
         embed_cores: int = 1,
         load_now: bool = True,
         loaded: Callable[[int], None] | None = None,

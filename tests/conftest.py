@@ -26,7 +26,7 @@ from arq import ArqRedis
 
 from memoryd import jobs, projects, queue
 from memoryd.client import Client
-from memoryd.config import DEFAULT_MODEL, Settings, load_settings
+from memoryd.config import DEFAULT_MODEL, DEFAULT_SCHEDULE, SCHEDULE_OFF, Settings, load_settings
 from memoryd.daemon.runtime import Runtime
 from memoryd.embedded import EmbeddedRedis
 from memoryd.embedding import Embedder
@@ -183,6 +183,18 @@ def data_dir(short_tmp: Path) -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+# No scheduled upkeep in the daemons and workers a test starts, in this process or as a
+# `memoryd run`: a decay (minute 17 of every hour), reembed (every 5 minutes) or prune whose
+# slot fell inside a test changed the importance, vectors, rows or maintenance_run records it
+# compared, depending on the time of day the test ran (CI met it in tests/test_tailing.py).
+# Tests run upkeep themselves; one that schedules it says so.
+SCHEDULE_VARIABLE = "MEMORYD_MAINTENANCE_SCHEDULE"
+QUIET_SCHEDULE = dict.fromkeys(DEFAULT_SCHEDULE, SCHEDULE_OFF)
+# Decay's scheduled job registered with the workers (the test enqueues its slots itself), at a
+# minute no run meets: 29 February on a Monday (arq wants both), next in 2044.
+DECAY_REGISTERED = {**QUIET_SCHEDULE, jobs.DECAY.name: "0 0 29 2 1"}
+
+
 @pytest.fixture(autouse=True)
 def isolated_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No test reads the developer's own config file or MEMORYD_* environment."""
@@ -192,6 +204,15 @@ def isolated_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEMORYD_CONFIG", str(tmp_path / "no-config.toml"))
     # Never watch the transcripts of whoever runs the tests.
     monkeypatch.setenv("MEMORYD_TRANSCRIPTS", "[]")
+    monkeypatch.setenv(SCHEDULE_VARIABLE, json.dumps(QUIET_SCHEDULE))
+
+
+def env_without(*prefixes: str) -> dict[str, str]:
+    """This process's environment for a memoryd process a test starts: without the MEMORYD_*
+    settings of whoever runs the tests (a module's fixtures start before `isolated_config`)
+    nor the variables of `prefixes`, and with no scheduled upkeep (QUIET_SCHEDULE)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMORYD_", *prefixes))}
+    return env | {SCHEDULE_VARIABLE: json.dumps(QUIET_SCHEDULE)}
 
 
 def git_init(path: Path) -> None:
@@ -206,17 +227,37 @@ def git_init(path: Path) -> None:
         subprocess.run(["git", "-C", str(path), *args], check=True, env=env)
 
 
+def built_once(config: pytest.Config, name: str, build: Callable[[Path], None]) -> Path:
+    """The folder `name` of the run's folder, which `build` fills once for the whole run: the
+    first worker to ask builds it, another waits for it (a lock beside it) and takes it as
+    built. For what no test changes; the folder stays until pytest's own cleanup."""
+    folder = _run_folder(config) / name
+    with (_run_folder(config) / f"{name}.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = folder.with_name(f"{name}.built")
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            build(folder)
+            done.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
-def arq_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """arq's installed source, copied and git-initialised: a real tree nobody here wrote."""
-    root = tmp_path_factory.mktemp("src") / "arq"
-    shutil.copytree(site_package("arq"), root, ignore=shutil.ignore_patterns("__pycache__"))
-    (root / ".gitignore").write_text("ignored_dir/\n*.tmp\n")
-    (root / "ignored_dir").mkdir()
-    (root / "ignored_dir" / "secret.py").write_text("def hidden_function():\n    return 1\n")
-    (root / "scratch.tmp").write_text("temporary\n")
-    git_init(root)
-    return root
+def arq_tree(request: pytest.FixtureRequest) -> Path:
+    """arq's installed source, copied and git-initialised: a real tree nobody here wrote. One
+    for the run (`built_once`): `arq_indexed` names its path. A test that changes it changes a
+    copy."""
+
+    def build(root: Path) -> None:
+        ignore = shutil.ignore_patterns("__pycache__")
+        shutil.copytree(site_package("arq"), root, ignore=ignore)
+        (root / ".gitignore").write_text("ignored_dir/\n*.tmp\n")
+        (root / "ignored_dir").mkdir()
+        (root / "ignored_dir" / "secret.py").write_text("def hidden_function():\n    return 1\n")
+        (root / "scratch.tmp").write_text("temporary\n")
+        git_init(root)
+
+    return built_once(request.config, "arq", build)
 
 
 def settings_for(data_dir: Path, **extra: object) -> Settings:
@@ -232,8 +273,10 @@ def embedder(tmp_path_factory: pytest.TempPathFactory) -> Embedder:
 
 
 @asynccontextmanager
-async def _serving(data_dir: Path, embedder: Embedder, scheduled: bool) -> AsyncIterator[Runtime]:
-    rt = Runtime(settings_for(data_dir), embedder)
+async def _serving(
+    data_dir: Path, embedder: Embedder, scheduled: bool, **settings: object
+) -> AsyncIterator[Runtime]:
+    rt = Runtime(settings_for(data_dir, **settings), embedder)
     try:
         await rt.start_queue(exclusive=True)
         await rt.serve(scheduled=scheduled)
@@ -294,20 +337,63 @@ async def stack(data_dir: Path, embedder: Embedder) -> AsyncIterator[Runtime]:
         yield rt
 
 
-@pytest.fixture(scope="session")
-def arq_indexed(arq_tree: Path, embedder: Embedder, short_tmp: Path) -> Path:
-    """A data dir holding `arq_tree` indexed (its chunks, their vectors, the search indexes),
-    built once per worker: a test that needs the tree indexed only to ask about it, or to
-    change it, starts on a copy (`copy_data_dir`, `arq_stack`) instead of embedding its ~100
-    chunks again (7 CPU s each time)."""
+def indexed_template(
+    tree: Path, embedder: Embedder, short_tmp: Path, into: Path | None = None
+) -> Path:
+    """A data dir holding `tree` indexed (its chunks, their vectors, the search indexes, the
+    code graph): a test that needs the tree indexed only to ask about it, or to change it,
+    starts on a copy (`copy_data_dir`, `serving_copy`) instead of embedding its chunks again
+    (7 CPU s for arq's ~100). The index names the tree's path: the copy is of `tree` itself.
+    Built in `short_tmp` (the Redis socket's path must be short), then moved `into`, if given."""
     built = Path(tempfile.mkdtemp(dir=short_tmp))
 
     async def build() -> None:
         async with _serving(built, embedder, scheduled=False) as rt:
-            await index_tree(rt, arq_tree)
+            await index_tree(rt, tree)
 
     asyncio.run(build())
-    return built
+    if into is None:
+        return built
+    shutil.move(built, into)
+    return into
+
+
+def restored(tree: Path) -> Path:
+    """`tree` as its last commit left it: what a test before changed, staged, moved or added
+    (not committed, not gitignored) undone, for the next test on its indexed template."""
+    git(tree, "reset", "-q", "--hard")
+    git(tree, "clean", "-q", "-fd")
+    return tree
+
+
+@pytest.fixture(scope="module")
+def tree_indexed(tree: Path, embedder: Embedder, short_tmp: Path) -> Path:
+    """The module's `tree` (a module-scoped fixture of the module: a git tree of its own,
+    which its tests may change) indexed once for the module."""
+    return indexed_template(tree, embedder, short_tmp)
+
+
+@pytest_asyncio.fixture
+async def tree_stack(
+    tree: Path, tree_indexed: Path, data_dir: Path, embedder: Embedder
+) -> AsyncIterator[Runtime]:
+    """`stack` on a copy of `tree_indexed`, with `tree` as its last commit left it."""
+    restored(tree)
+    async with serving_copy(tree_indexed, data_dir, embedder) as rt:
+        yield rt
+
+
+@pytest.fixture(scope="session")
+def arq_indexed(
+    request: pytest.FixtureRequest, arq_tree: Path, embedder: Embedder, short_tmp: Path
+) -> Path:
+    """`arq_tree` indexed (`indexed_template`), once for the run (`built_once`): each worker
+    that built it embedded the same ~100 chunks."""
+
+    def build(into: Path) -> None:
+        indexed_template(arq_tree, embedder, short_tmp, into)
+
+    return built_once(request.config, "arq-indexed", build)
 
 
 def copy_data_dir(template: Path, into: Path) -> None:
@@ -339,8 +425,10 @@ async def arq_stack(
 
 @pytest_asyncio.fixture
 async def scheduled_stack(data_dir: Path, embedder: Embedder) -> AsyncIterator[Runtime]:
-    """The same with the daemon's schedule: its cron jobs are registered with the worker."""
-    async with _serving(data_dir, embedder, scheduled=True) as rt:
+    """The same with decay's scheduled job registered with the worker (DECAY_REGISTERED)."""
+    async with _serving(
+        data_dir, embedder, scheduled=True, maintenance_schedule=DECAY_REGISTERED
+    ) as rt:
         yield rt
 
 
@@ -504,8 +592,10 @@ class Lines:
 
 def cli_env() -> dict[str, str]:
     """The environment the CLI runs in for a test: no config or transcripts of the machine."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
-    return env | {"MEMORYD_CONFIG": "/nonexistent/memoryd.toml", "MEMORYD_TRANSCRIPTS": "[]"}
+    return env_without() | {
+        "MEMORYD_CONFIG": "/nonexistent/memoryd.toml",
+        "MEMORYD_TRANSCRIPTS": "[]",
+    }
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -48,7 +48,7 @@ from tests.clients import (
     tool_search_outputs,
     tool_use,
 )
-from tests.conftest import MEMORYD, wait_live
+from tests.conftest import MEMORYD, env_without, wait_live
 from workers.ingest import OWN_ANSWER
 
 FIXTURES = Path(__file__).parent / "fixtures" / "transcripts" / "claude-code"
@@ -77,8 +77,7 @@ TOOLS = [
 
 
 def clean_env(data: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
-    return env | {
+    return env_without() | {
         "MEMORYD_CONFIG": "/nonexistent/memoryd.toml",
         "MEMORYD_TRANSCRIPTS": "[]",
         "MEMORYD_DATA_DIR": str(data),

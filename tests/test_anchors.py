@@ -8,7 +8,6 @@ show them; and migration steps 028 and 031 anchoring notes and actions stored be
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import shutil
 import time
@@ -30,28 +29,32 @@ from memoryd.ids import file_key
 from memoryd.results import FileHistory, RecentActivity, SearchRequest
 from memoryd.scan import project_id_for
 from memoryd.vocabulary import FILE, MODIFIES
-from tests.conftest import MEMORYD, index_tree
+from tests.conftest import MEMORYD, cli_env, index_tree
 
 SYMBOL = "connections.py#RedisSettings.from_dsn"
 DECISION = "Decision: from_dsn rejects every DSN scheme but redis, rediss and unix."
 WHEN = r"\d{4}-\d\d-\d\d \d\d:\d\d"
 
 
-async def indexed_copy(
-    stack: Runtime, arq_tree: Path, tmp_path: Path
-) -> tuple[Path, str, client.Client]:
-    """A copy of arq's tree indexed by the daemon's jobs: its root, project and a client."""
-    repo = tmp_path / "arq"
+@pytest.fixture(scope="module")
+def tree(arq_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of arq's tree, which the tests change (`tree_stack` serves it indexed)."""
+    repo = tmp_path_factory.mktemp("anchors") / "arq"
     shutil.copytree(arq_tree, repo)
-    await index_tree(stack, repo)
-    return repo, project_id_for(repo), client.Client(stack.redis, stack.settings)
+    return repo
+
+
+def project_client(stack: Runtime, repo: Path) -> tuple[str, client.Client]:
+    """The project of the indexed copy of arq's tree (`tree`), and a client of `stack`."""
+    return project_id_for(repo), client.Client(stack.redis, stack.settings)
 
 
 @pytest.mark.e2e
 async def test_a_decision_about_a_function_reads_current_then_changed_then_deleted(
-    stack: Runtime, arq_tree: Path, tmp_path: Path
+    tree_stack: Runtime, tree: Path
 ) -> None:
-    repo, project, memoryd = await indexed_copy(stack, arq_tree, tmp_path)
+    stack, repo = tree_stack, tree
+    project, memoryd = project_client(stack, repo)
     done = await memoryd.remember(DECISION, "decision", [SYMBOL], cwd=repo, project=project)
     memory = done["id"]
     assert done["files"] == [f"{project}:{SYMBOL}"]
@@ -97,10 +100,9 @@ async def test_a_decision_about_a_function_reads_current_then_changed_then_delet
 
 
 @pytest.mark.e2e
-async def test_a_symbol_the_index_does_not_keep_is_refused(
-    stack: Runtime, arq_tree: Path, tmp_path: Path
-) -> None:
-    repo, _, memoryd = await indexed_copy(stack, arq_tree, tmp_path)
+async def test_a_symbol_the_index_does_not_keep_is_refused(tree_stack: Runtime, tree: Path) -> None:
+    stack, repo = tree_stack, tree
+    _, memoryd = project_client(stack, repo)
     with pytest.raises(Exception, match=r"no indexed symbol .*connections.py#RedisSettings.nope"):
         await memoryd.remember(
             DECISION, "decision", ["connections.py#RedisSettings.nope"], cwd=repo
@@ -117,10 +119,11 @@ async def _one_line_into_from_dsn(stack: Runtime, repo: Path) -> None:
 
 @pytest.mark.e2e
 async def test_step_028_anchors_notes_written_before_at_the_code_of_their_time(
-    stack: Runtime, arq_tree: Path, tmp_path: Path
+    tree_stack: Runtime, tree: Path
 ) -> None:
+    stack, repo = tree_stack, tree
     assert stack.store is not None
-    repo, project, memoryd = await indexed_copy(stack, arq_tree, tmp_path)
+    project, memoryd = project_client(stack, repo)
     files = [SYMBOL, "cron.py"]
     done = await memoryd.remember(DECISION, "decision", files, cwd=repo, project=project)
     memory = done["id"]
@@ -143,13 +146,14 @@ async def test_step_028_anchors_notes_written_before_at_the_code_of_their_time(
 
 @pytest.mark.e2e
 async def test_step_032_gives_notes_file_anchors_the_actions_digest_their_states_kept(
-    stack: Runtime, arq_tree: Path, tmp_path: Path
+    tree_stack: Runtime, tree: Path
 ) -> None:
     """A note's file anchors as memoryd kept them before step 032 (the chunks' `file_hash`):
     after the step each is the digest an action keeps of the same chunks, and reads as it
     did (a file changed since: changed, with its lines; one unchanged: current)."""
+    stack, repo = tree_stack, tree
     assert stack.store is not None
-    repo, project, memoryd = await indexed_copy(stack, arq_tree, tmp_path)
+    project, memoryd = project_client(stack, repo)
     files = ["connections.py", "cron.py", SYMBOL]
     done = await memoryd.remember(DECISION, "decision", files, cwd=repo, project=project)
     memory, key = done["id"], done["id"].split(":", 1)[1]
@@ -223,13 +227,14 @@ def _shown(history: FileHistory, activity: RecentActivity) -> dict[str, str | No
 
 @pytest.mark.e2e
 async def test_a_sessions_edit_and_a_note_read_current_then_changed_then_deleted_in_history(
-    stack: Runtime, arq_tree: Path, tmp_path: Path
+    tree_stack: Runtime, tree: Path
 ) -> None:
     """An aider session edits connections.py; a decision names the file. file_history and
     recent_activity (their data and the MCP tools' text) say how the file stands against what
     the edit left and what the note saw: current, changed since (2 lines), file deleted."""
+    stack, repo = tree_stack, tree
     assert stack.store is not None
-    repo, project, memoryd = await indexed_copy(stack, arq_tree, tmp_path)
+    project, memoryd = project_client(stack, repo)
     source = repo / "connections.py"
     check = "        conf = urlparse(dsn)\n"
     text = source.read_text()
@@ -301,8 +306,7 @@ async def test_a_sessions_edit_and_a_note_read_current_then_changed_then_deleted
 
 async def cli_history(stack: Runtime, path: Path) -> str:
     """`memoryd history PATH`, answered by this test's worker (so run without blocking it)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
-    env |= {"MEMORYD_CONFIG": "/nonexistent/memoryd.toml", "MEMORYD_TRANSCRIPTS": "[]"}
+    env = cli_env()
     data = str(stack.settings.data_dir)
     process = await asyncio.create_subprocess_exec(
         MEMORYD, "history", str(path), "--data-dir", data, stdout=PIPE, stderr=PIPE, env=env

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -37,7 +36,7 @@ from tests.clients import (
     tool_results,
     tool_use,
 )
-from tests.conftest import MEMORYD, git_init, wait_live
+from tests.conftest import MEMORYD, env_without, git_init, wait_live
 
 FIXTURE = (
     Path(__file__).parent
@@ -60,12 +59,7 @@ class Daemon:
 
 def daemon_env(data: Path, home: Path) -> dict[str, str]:
     """The daemon's environment: the agents' default transcript folders, under `home`."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("MEMORYD_", "CLAUDE_", "CODEX_", "GEMINI_"))
-    }
-    return env | {
+    return env_without("CLAUDE_", "CODEX_", "GEMINI_") | {
         "HOME": str(home),
         "CLAUDE_CONFIG_DIR": str(home / ".claude"),
         "CODEX_HOME": str(home / ".codex"),

@@ -29,13 +29,24 @@ pytestmark = pytest.mark.e2e
 ARQ = Path(__file__).parent / "data" / "arq"
 
 
-@pytest.fixture
-def arq_repo(tmp_path: Path) -> Path:
+def _arq_repo(folder: Path) -> Path:
     """arq 0.28.0's source as vendored in tests/data/arq (MIT), as a git repository."""
-    root = tmp_path / "arq-src"
+    root = folder / "arq-src"
     shutil.copytree(ARQ, root)
     git_init(root)
     return root
+
+
+@pytest.fixture
+def arq_repo(tmp_path: Path) -> Path:
+    return _arq_repo(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The repo of the tests that start on it indexed (`tree_stack`): indexing it was most of
+    each test's time."""
+    return _arq_repo(tmp_path_factory.mktemp("codegraph"))
 
 
 def _links(links: list[Any]) -> list[tuple[str, str, int, float]]:
@@ -48,8 +59,8 @@ async def _related(rt: Runtime, root: Path, target: str, **kw: Any) -> Any:
         return await memoryd.related(target, cwd=str(root), **kw)
 
 
-async def test_callers_importers_and_impact_in_arq(stack: Runtime, arq_repo: Path) -> None:
-    await index_tree(stack, arq_repo)
+async def test_callers_importers_and_impact_in_arq(tree_stack: Runtime, tree: Path) -> None:
+    stack, arq_repo = tree_stack, tree
     doc = await _related(stack, arq_repo, "arq/connections.py#create_pool")
     assert doc["target"]["kind"] == "symbol"
     assert _links(doc["definitions"]) == [
@@ -101,8 +112,8 @@ async def test_callers_importers_and_impact_in_arq(stack: Runtime, arq_repo: Pat
     assert (impact["tests"], impact["failures"]) == ([], [])
 
 
-async def test_a_rename_moves_definitions_and_their_edges(stack: Runtime, arq_repo: Path) -> None:
-    await index_tree(stack, arq_repo)
+async def test_a_rename_moves_definitions_and_their_edges(tree_stack: Runtime, tree: Path) -> None:
+    stack, arq_repo = tree_stack, tree
     before = await _related(stack, arq_repo, "arq/utils.py#to_unix_ms")
     assert _links(before["callers"]) == [
         ("arq/connections.py#ArqRedis.enqueue_job", "arq/connections.py", 164, 1.0),
@@ -126,9 +137,9 @@ async def test_a_rename_moves_definitions_and_their_edges(stack: Runtime, arq_re
 
 
 async def test_a_deleted_files_edges_retire_and_come_back_as_of(
-    stack: Runtime, arq_repo: Path
+    tree_stack: Runtime, tree: Path
 ) -> None:
-    await index_tree(stack, arq_repo)
+    stack, arq_repo = tree_stack, tree
     before = await _related(stack, arq_repo, "arq/cron.py")
     assert [x["key"].split("#")[1] for x in before["definitions"]][:4] == [
         "CronJob",
@@ -148,8 +159,8 @@ async def test_a_deleted_files_edges_retire_and_come_back_as_of(
         assert then[part] == before[part], part
 
 
-async def test_related_and_impact_over_the_mcp_sdk_client(stack: Runtime, arq_repo: Path) -> None:
-    await index_tree(stack, arq_repo)
+async def test_related_and_impact_over_the_mcp_sdk_client(tree_stack: Runtime, tree: Path) -> None:
+    stack, arq_repo = tree_stack, tree
     async with McpClient(build_server(stack.settings, arq_repo)) as mcp:
         related = await mcp.call_tool("related", {"target": "create_pool", "max_chars": 700})
         impact = await mcp.call_tool("impact", {"paths": ["arq/connections.py"], "depth": 1})
@@ -177,13 +188,13 @@ async def test_related_and_impact_over_the_mcp_sdk_client(stack: Runtime, arq_re
 
 
 async def test_migration_29_fills_the_graph_of_a_database_indexed_before_it(
-    stack: Runtime, arq_repo: Path
+    tree_stack: Runtime, tree: Path
 ) -> None:
     """A database indexed by a memoryd without the code graph (its graph rows removed and
     step 029 not recorded) gets the same graph from the backfill as indexing gives."""
+    stack, arq_repo = tree_stack, tree
     assert stack.store is not None
     store = stack.store
-    await index_tree(stack, arq_repo)
     indexed = await _related(stack, arq_repo, "arq/connections.py")
     tables = ("defines", "imports", "calls", "inherits", "code_ref")
     counts = await store.table_counts()

@@ -64,8 +64,8 @@ async def test_index_then_search_finds_the_one_function(stack: Runtime, arq_tree
     assert all("ignored_dir" not in h["path"] for h in hidden)
 
 
-async def test_indexing_twice_leaves_the_same_rows(stack: Runtime, arq_tree: Path) -> None:
-    await index_tree(stack, arq_tree)
+async def test_indexing_twice_leaves_the_same_rows(arq_stack: Runtime, arq_tree: Path) -> None:
+    stack = arq_stack  # the first index: `arq_indexed`'s
     first = await _chunk_ids(stack)
     assert stack.store is not None
     counts_first = await stack.store.counts()

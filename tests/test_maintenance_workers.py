@@ -27,10 +27,15 @@ from memoryd.errors import MemorydError
 from memoryd.searchindex.index import STAMP
 from memoryd.searchindex.indexsync import SEARCH_DIR
 from memoryd.store import Store
-from tests.conftest import MEMORYD, settings_for, wait_for_workers
-
-# Nothing else scheduled, and decay not before next New Year: the tests start runs themselves.
-QUIET = {"decay": "0 0 1 1 *", "prune": "off", "reembed": "off"}
+from tests.conftest import (
+    DECAY_REGISTERED,
+    MEMORYD,
+    SCHEDULE_VARIABLE,
+    env_without,
+    settings_for,
+    wait_for_workers,
+)
+from workers.registry import cron_jobs
 
 
 def test_cron_expressions_become_arq_schedules() -> None:
@@ -78,6 +83,15 @@ def test_schedule_config_keeps_defaults_and_refuses_nonsense(
     monkeypatch.setenv("MEMORYD_MAINTENANCE_SCHEDULE", '{"prune": "every night"}')
     with pytest.raises(MemorydError, match="'every night': expected 5 fields"):
         load_settings()
+
+
+def test_the_daemons_of_a_test_schedule_no_upkeep_unless_it_asks(data_dir: Path) -> None:
+    """A scheduled decay or reembed whose slot fell inside a test changed what it compared
+    (tests/conftest.py, QUIET_SCHEDULE): the settings a test's daemons read, in this process
+    or from `env_without` in another, schedule nothing; DECAY_REGISTERED only decay."""
+    assert cron_jobs(settings_for(data_dir).maintenance_schedule) == []
+    assert cron_jobs(json.loads(env_without()[SCHEDULE_VARIABLE])) == []
+    assert [job.name for job in cron_jobs(DECAY_REGISTERED)] == ["cron:decay"]
 
 
 @pytest.mark.e2e
@@ -147,7 +161,7 @@ async def test_two_worker_processes_run_each_scheduled_slot_once(tmp_path: Path)
 async def test_a_run_finding_the_task_running_is_skipped_when_scheduled_and_waits_when_asked(
     data_dir: Path, embedder: Embedder
 ) -> None:
-    rt = Runtime(settings_for(data_dir, maintenance_schedule=QUIET), embedder)
+    rt = Runtime(settings_for(data_dir, maintenance_schedule=DECAY_REGISTERED), embedder)
     try:
         await rt.start_queue(exclusive=True)
         await rt.serve()
@@ -212,7 +226,7 @@ async def _kill_half_way(
 
     daemon = subprocess.Popen(
         [MEMORYD, "run", "--data-dir", str(data_dir)],
-        env={**os.environ, **env, "MEMORYD_MAINTENANCE_SCHEDULE": json.dumps(QUIET)},
+        env={**os.environ, **env},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -287,7 +301,7 @@ async def test_a_reembed_killed_half_way_leaves_a_consistent_database_and_the_ne
 
     # Built with the default model: arq's tree indexed, then a session ingested.
     copy_data_dir(arq_indexed, data_dir)
-    first = Runtime(settings_for(data_dir, maintenance_schedule=QUIET), embedder)
+    first = Runtime(settings_for(data_dir), embedder)
     try:
         await first.start_queue(exclusive=True)
         await first.serve()
@@ -337,7 +351,7 @@ async def test_a_reembed_killed_half_way_leaves_a_consistent_database_and_the_ne
     for key, vector in zip(order, cls.embed([texts[key] for key in order]), strict=True):
         assert np.allclose(halfway[key][1], vector, atol=1e-3), key  # stored as half floats
 
-    settings = settings_for(data_dir, model=CLS_MODEL, maintenance_schedule=QUIET)
+    settings = settings_for(data_dir, model=CLS_MODEL)
     result, dump = await _next_start_finishes(settings, killed, None)  # loads the CLS model
     assert result["remaining"] == dict.fromkeys(VECTOR_TABLES, 0)
     final = _vectors(dump)
@@ -360,7 +374,7 @@ async def test_a_prune_killed_half_way_leaves_no_dangling_edge_and_the_next_run_
     # Every file but one is deleted: its chunks are retired now, expired a retention later.
     tree = tmp_path / "tree"
     shutil.copytree(arq_tree, tree)
-    first = Runtime(settings_for(data_dir, maintenance_schedule=QUIET), embedder)
+    first = Runtime(settings_for(data_dir), embedder)
     try:
         await first.start_queue(exclusive=True)
         await first.serve()
@@ -398,7 +412,7 @@ async def test_a_prune_killed_half_way_leaves_no_dangling_edge_and_the_next_run_
         assert str(edge["in"].id) in left and str(edge["out"].id) in entities, edge["id"]
     assert {str(e["in"].id) for e in halfway["defined_in"]} == left
 
-    settings = settings_for(data_dir, maintenance_schedule=QUIET, maintenance_batch=1)
+    settings = settings_for(data_dir, maintenance_batch=1)
     result, final = await _next_start_finishes(settings, killed, embedder)
     # The run again deletes exactly what the killed one left, then the orphaned entities.
     assert result["deleted"] == {

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -14,7 +13,7 @@ import pytest
 from memoryd.daemon.runtime import Runtime
 from memoryd.embedding import Embedder
 from memoryd.store import QueryFailed
-from tests.conftest import MEMORYD, Lines, cli, git_init, status_of, wait_daemon
+from tests.conftest import MEMORYD, Lines, cli, env_without, git_init, status_of, wait_daemon
 from tests.fixtures import RENDERER, S37, SMALL
 
 # Each test here runs a whole scenario through a daemon or the full stack: not the quick loop.
@@ -54,8 +53,7 @@ def test_a_private_span_is_stored_nowhere(
 
 
 def memoryd(config: Path, *args: str, transcripts: str = "[]") -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
-    env |= {"MEMORYD_CONFIG": str(config), "MEMORYD_TRANSCRIPTS": transcripts}
+    env = env_without() | {"MEMORYD_CONFIG": str(config), "MEMORYD_TRANSCRIPTS": transcripts}
     return subprocess.run([MEMORYD, *args], capture_output=True, text=True, timeout=600, env=env)
 
 
@@ -233,8 +231,10 @@ def test_the_daemon_log_holds_no_prompt(two_dirs: tuple[Path, Path], tmp_path: P
     )
     git_init(repo)
     config, log_file = tmp_path / "none.toml", tmp_path / "daemon.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
-    env |= {"MEMORYD_CONFIG": str(config), "MEMORYD_TRANSCRIPTS": json.dumps([str(folder)])}
+    env = env_without() | {
+        "MEMORYD_CONFIG": str(config),
+        "MEMORYD_TRANSCRIPTS": json.dumps([str(folder)]),
+    }
     with log_file.open("w") as log:
         daemon = subprocess.Popen(
             [MEMORYD, "run", "--data-dir", str(data), "--repo", str(repo), "--log-format", "json"],
@@ -309,8 +309,10 @@ def test_a_running_daemon_keeps_excluded_files_out_and_captures_nothing_while_pa
     git_init(repo)
     config = tmp_path / "memoryd.toml"
     config.write_text(f"exclude = {json.dumps([str(repo / 'vault')])}\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
-    env |= {"MEMORYD_CONFIG": str(config), "MEMORYD_TRANSCRIPTS": json.dumps([str(folder)])}
+    env = env_without() | {
+        "MEMORYD_CONFIG": str(config),
+        "MEMORYD_TRANSCRIPTS": json.dumps([str(folder)]),
+    }
     args = ("--data-dir", str(data))
     daemon = subprocess.Popen(
         [MEMORYD, "run", *args, "--repo", str(repo)],

@@ -53,8 +53,7 @@ def _docs(root: Path, project: str, files: tuple[str, ...]) -> list[Doc]:
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Corpus:
-    embedder = Embedder(DEFAULT_MODEL, tmp_path_factory.mktemp("models"))
+def corpus(embedder: Embedder) -> Corpus:
     docs = _docs(site_package("numpy") / "ma", "ma", MA_FILES) + _docs(
         site_package("arq"), "arq", ARQ_FILES
     )

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from memoryd import queue
-from memoryd.config import DEFAULT_SCHEDULE, SCHEDULE_OFF
 from memoryd.daemon.runtime import Runtime
 from memoryd.store import Store
 from tests.conftest import MEMORYD
@@ -45,13 +44,9 @@ COMPARED = (
 
 
 def _start(data_dir: Path, transcripts: Path, log: Path) -> subprocess.Popen[str]:
-    env = {
-        **os.environ,
-        "MEMORYD_TRANSCRIPTS": json.dumps([str(transcripts)]),
-        # The hourly decay would lower the old transcript's importance in this database only,
-        # whenever the run spans its minute; the comparison is of what capture wrote.
-        "MEMORYD_MAINTENANCE_SCHEDULE": json.dumps(dict.fromkeys(DEFAULT_SCHEDULE, SCHEDULE_OFF)),
-    }
+    # os.environ has no scheduled upkeep (tests/conftest.py, QUIET_SCHEDULE): an hourly decay
+    # would lower the old transcript's importance in this database only.
+    env = {**os.environ, "MEMORYD_TRANSCRIPTS": json.dumps([str(transcripts)])}
     with log.open("a") as out:
         return subprocess.Popen(
             [MEMORYD, "run", "--data-dir", str(data_dir)],
