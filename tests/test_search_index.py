@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import os
 import stat
 import subprocess
@@ -848,6 +849,7 @@ def _found_by_their_vectors(ix: SearchIndex, valid: list[Doc], model: str) -> No
 def test_an_index_churned_by_reindexing_keeps_the_recall_of_a_fresh_build(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
     churn: Churn,
     held: list[HeldThread],
     renew: bool,
@@ -863,6 +865,8 @@ def test_an_index_churned_by_reindexing_keeps_the_recall_of_a_fresh_build(
     that replaces the worn one holds exactly the rows valid now, each with its vector."""
     if not renew:
         monkeypatch.setattr(ann, "RENEW_SHARE", float("inf"))
+    # Small enough that the renewal's thread brings over the first rounds' writes itself.
+    monkeypatch.setattr(ann, "RENEW_CHUNK", 1000)
     ix = SearchIndex(tmp_path / "churned")
     _write(ix, [replace(d, valid_until=None) for d in churn.docs[:CHURN_FIRST]], churn.model)
     _churn_round(ix, churn, 0)
@@ -872,11 +876,13 @@ def test_an_index_churned_by_reindexing_keeps_the_recall_of_a_fresh_build(
     _churn_round(ix, churn, 2)
     assert len(held) == renew  # one at a time
     for thread in held:
-        thread.join()  # built over the rows valid now (those retired meanwhile left out)
+        # Built over the rows valid now (those retired meanwhile left out), then the
+        # rounds' writes brought over by the thread (more than RENEW_CHUNK of them).
+        thread.join()
     # After the build, before the swap: 100 pairs of rows valid throughout swap their
     # vectors (the set of vectors valid now, so the exact top 10 of each query, stays that
     # of the fresh build), and the last round retires rows the build read. Its first commit
-    # swaps the fresh graph in, bringing over these rows and those written since its start.
+    # swaps the fresh graph in, bringing over these rows: only these (200 + 800).
     gone = {i for _, ids in churn.retired for i in ids}
     kept = [i for i, d in enumerate(churn.docs[:CHURN_FIRST]) if d.id not in gone][:200]
     docs = list(churn.docs)
@@ -886,7 +892,10 @@ def test_an_index_churned_by_reindexing_keeps_the_recall_of_a_fresh_build(
             replace(docs[b], vector=docs[a].vector),
         )
     ix.upsert([docs[i] for i in kept], churn.model)
+    caplog.set_level(logging.INFO, ann.__name__)
     _churn_round(ix, churn, 3)
+    swaps = [r.args for r in caplog.records if r.args and r.args[0] == "vectors-code"]
+    assert [(size, swapped) for _, size, _, swapped, _ in swaps] == [(1200, 1000)] * renew
     # The rows brought over took freed slots past RENEW_SHARE of the fresh graph (1,200 rows
     # once the round's retirement is in): a second renewal started at that commit, and the
     # round's new rows were written while it was held.

@@ -80,7 +80,8 @@ def _new(dim: int, dtype: str | ScalarKind) -> Index:
 
 class _Renewal:
     """A fresh graph built in a thread of its own from the vectors a worn one held at the
-    start (its labels then), and the labels writes touched since, which the swap brings over."""
+    start (its labels then), and the labels writes touched since, which are brought over into
+    it: by its thread while they are many, then by the swap."""
 
     def __init__(self, worn: Index, build: Callable[[_Renewal], None]) -> None:
         self.labels = np.asarray(worn.keys[:], np.uint64)
@@ -91,6 +92,22 @@ class _Renewal:
         self.built = False
         self.started = time.perf_counter()
         self.thread = Thread(target=build, args=(self,), name="renew-ann", daemon=True)
+        # The fresh graph's slots freed and not taken yet, and taken again (Vectors.wear).
+        self.free = self.reused = 0
+
+    def bring_over(self, touched: set[int], held: np.ndarray, vectors: np.ndarray) -> None:
+        """The writes since the build read these labels: each out of the fresh graph, and
+        those the worn graph holds (`held`) set again with their `vectors`. Only one thread
+        at a time uses the fresh graph until it takes the worn one's place: no lock."""
+        keys = np.fromiter(touched, np.uint64, len(touched))
+        gone = keys[np.asarray(self.fresh.contains(keys), bool).reshape(-1)] if len(keys) else keys
+        if len(gone):
+            self.fresh.remove(gone)
+        if len(held):
+            self.fresh.add(held, vectors, threads=ADD_THREADS)
+        taken = min(len(held), self.free + len(gone))
+        self.free += len(gone) - taken
+        self.reused += taken
 
 
 class Vectors:
@@ -261,25 +278,21 @@ class Vectors:
         return swapped
 
     def _swap(self, renewal: _Renewal) -> None:
-        # Only the writer changes the worn graph: it holds these vectors until the swap.
-        touched = list(renewal.touched)
-        held, vectors = self.get(touched)
+        # Only the writer changes the worn graph, and searches go on in it meanwhile.
+        last = len(renewal.touched)
+        renewal.bring_over(renewal.touched, *self.get(list(renewal.touched)))
         with self._lock:
             reused = self._reused
-            # The fresh graph's wear counts from here: what bringing the writes over reuses.
-            self._index, self._free, self._reused = renewal.fresh, 0, 0
-            self._remove(touched)
-            if len(held):
-                self._add(held, vectors)
+            self._index, self._free, self._reused = renewal.fresh, renewal.free, renewal.reused
             if renewal.erased and self._free:
                 self._overwrite(self._free)
         log.info(
             "%s: a fresh ANN graph of %d vectors (adds had taken %d freed slots; %d labels "
-            "written meanwhile brought over) in %.1f s",
+            "written since the build read them brought over by the swap) in %.1f s",
             self._checkpoint.stem,
             renewal.fresh.size,
             reused,
-            len(touched),
+            last,
             time.perf_counter() - renewal.started,
         )
 
@@ -294,6 +307,17 @@ class Vectors:
             keys, vectors = self.get(renewal.labels[start : start + RENEW_CHUNK])
             if len(keys):
                 renewal.fresh.add(keys, vectors, threads=ADD_THREADS)
+        # The writes made meanwhile are brought over here while they are many and fewer
+        # each round, so that the writer's swap has few left to bring over.
+        before = float("inf")
+        while not renewal.stopped:
+            with self._lock:
+                touched = renewal.touched
+                if not RENEW_CHUNK < len(touched) < before:
+                    break
+                renewal.touched = set()
+            renewal.bring_over(touched, *self.get(list(touched)))
+            before = len(touched)
         renewal.built = True
 
     def wait_renewal(self) -> bool:
