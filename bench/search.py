@@ -159,6 +159,11 @@ def build(
     start, cpu = time.perf_counter(), time.process_time()
     write(after)
     took, took_cpu = took + time.perf_counter() - start, took_cpu + time.process_time() - cpu
+    # A renewal still under way when the writes end is waited for (a close would abandon
+    # it): the searches below meet the graph the daemon has once it is done.
+    start = time.perf_counter()
+    ix.settle()
+    settle = time.perf_counter() - start
     ix.close()
     size = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
     # Retired by `retire`, or (`--fresh`) written so.
@@ -167,6 +172,7 @@ def build(
         f"build {n / took:,.0f} rows/s ({took:.0f} s, {took_cpu:.0f} CPU s of this process; "
         f"upsert+commit per {batch:,}; {len(before):,} rows, {history:,} of them retired, "
         f"then {len(after):,}); retire {len(retired) / max(retire, 1e-9):,.0f} rows/s; "
+        f"renewals waited for after the writes {settle:.1f} s; "
         f"on disk {size / 2**20:.0f} MiB; load {load()}"
     )
     print(said, flush=True)

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import os
 import stat
 import subprocess
 import sys
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -790,9 +793,65 @@ def churn(
     return replace(churn, fresh=churn.recall(fresh))
 
 
+class HeldThread(threading.Thread):
+    """A renewal's thread held before its first step until someone joins it (a test's
+    `settle`, a close): the writes a test makes meanwhile all come during the renewal."""
+
+    started: ClassVar[list[HeldThread]] = []
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.go = threading.Event()
+        HeldThread.started.append(self)
+
+    def run(self) -> None:
+        self.go.wait()
+        super().run()
+
+    def join(self, timeout: float | None = None) -> None:
+        self.go.set()
+        super().join(timeout)
+
+
+@pytest.fixture
+def held(monkeypatch: pytest.MonkeyPatch) -> list[HeldThread]:
+    """The renewals' threads this test started, each held (HeldThread)."""
+    monkeypatch.setattr(ann, "Thread", HeldThread)
+    monkeypatch.setattr(HeldThread, "started", [])
+    return HeldThread.started
+
+
+def _churn_round(ix: SearchIndex, churn: Churn, round_: int) -> None:
+    """Round `round_` of the churn: its rows retired, then as many new rows written."""
+    at, ids = churn.retired[round_]
+    for start in range(0, len(ids), CHURN_BATCH):
+        ix.retire("code_chunk", ids[start : start + CHURN_BATCH], at)
+        ix.commit()
+    written = CHURN_FIRST + round_ * len(ids)
+    new = [replace(d, valid_until=None) for d in churn.docs[written : written + len(ids)]]
+    _write(ix, new, churn.model)
+
+
+def _found_by_their_vectors(ix: SearchIndex, valid: list[Doc], model: str) -> None:
+    """Each of these rows is found with its vector by an exact scan of its file's rows in
+    the ANN index of rows valid now (as some texts repeat, a row may tie with its twins)."""
+    twins: dict[bytes, set[str]] = {}
+    for d in valid:
+        twins.setdefault(np.asarray(d.vector, np.float32).tobytes(), set()).add(d.id)
+    for d in valid:
+        [top] = ix.knn(d.vector, model, Filters(path=d.path), 1)
+        assert top.id in twins[np.asarray(d.vector, np.float32).tobytes()]
+        assert top.score == pytest.approx(1.0, abs=1e-3)
+
+
 @pytest.mark.parametrize("renew", [True, False])
 def test_an_index_churned_by_reindexing_keeps_the_recall_of_a_fresh_build(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, churn: Churn, renew: bool
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    churn: Churn,
+    held: list[HeldThread],
+    renew: bool,
 ) -> None:
     """usearch gives a removed row's slot to the next row added, while the other nodes keep
     their links to it, now leading to an unrelated vector: rounds of retiring and writing
@@ -800,22 +859,59 @@ def test_an_index_churned_by_reindexing_keeps_the_recall_of_a_fresh_build(
     reused slots pass RENEW_SHARE of its size, memoryd's k-NN over the churned index finds
     the exact top 10 within CHURN_MARGIN of a fresh build of the same rows; never renewed, it
     falls further behind (real first-pass vectors, a fixed schedule: the same figures every
-    run)."""
+    run). The renewal runs beside the writer: the rounds after the first, and rows whose
+    vectors change, are all written while it is held before its first step; the fresh graph
+    that replaces the worn one holds exactly the rows valid now, each with its vector."""
     if not renew:
         monkeypatch.setattr(ann, "RENEW_SHARE", float("inf"))
+    # Small enough that the renewal's thread brings over the first rounds' writes itself.
+    monkeypatch.setattr(ann, "RENEW_CHUNK", 1000)
     ix = SearchIndex(tmp_path / "churned")
     _write(ix, [replace(d, valid_until=None) for d in churn.docs[:CHURN_FIRST]], churn.model)
-    written = CHURN_FIRST
-    for at, ids in churn.retired:
-        for start in range(0, len(ids), CHURN_BATCH):
-            ix.retire("code_chunk", ids[start : start + CHURN_BATCH], at)
-            ix.commit()
-        new = [replace(d, valid_until=None) for d in churn.docs[written : written + len(ids)]]
-        _write(ix, new, churn.model)
-        written += len(ids)
-    assert written == len(churn.docs) == len(ix)
-    held = ix.vectors_held()
-    assert held["code"] == CHURN_FIRST and held["code-past"] == len(churn.docs) - CHURN_FIRST
+    _churn_round(ix, churn, 0)
+    # The first round's new rows took freed slots past RENEW_SHARE: a renewal started.
+    assert len(held) == renew and all(t.is_alive() for t in held)
+    _churn_round(ix, churn, 1)
+    _churn_round(ix, churn, 2)
+    assert len(held) == renew  # one at a time
+    for thread in held:
+        # Built over the rows valid now (those retired meanwhile left out), then the
+        # rounds' writes brought over by the thread (more than RENEW_CHUNK of them).
+        thread.join()
+    # After the build, before the swap: 100 pairs of rows valid throughout swap their
+    # vectors (the set of vectors valid now, so the exact top 10 of each query, stays that
+    # of the fresh build), and the last round retires rows the build read. Its first commit
+    # swaps the fresh graph in, bringing over these rows: only these (200 + 800).
+    gone = {i for _, ids in churn.retired for i in ids}
+    kept = [i for i, d in enumerate(churn.docs[:CHURN_FIRST]) if d.id not in gone][:200]
+    docs = list(churn.docs)
+    for a, b in zip(kept[:100], kept[100:], strict=True):
+        docs[a], docs[b] = (
+            replace(docs[a], vector=docs[b].vector),
+            replace(docs[b], vector=docs[a].vector),
+        )
+    ix.upsert([docs[i] for i in kept], churn.model)
+    caplog.set_level(logging.INFO, ann.__name__)
+    _churn_round(ix, churn, 3)
+    swaps = [r.args for r in caplog.records if r.args and r.args[0] == "vectors-code"]
+    assert [(size, swapped) for _, size, _, swapped, _ in swaps] == [(1200, 1000)] * renew
+    # The rows brought over took freed slots past RENEW_SHARE of the fresh graph (1,200 rows
+    # once the round's retirement is in): a second renewal started at that commit, and the
+    # round's new rows were written while it was held.
+    assert len(held) == 2 * renew and all(t.is_alive() for t in held[1:])
+    ix.settle()
+    assert len(held) == 2 * renew and not any(t.is_alive() for t in held)
+    churn = replace(churn, docs=docs)
+    assert len(churn.docs) == len(ix)
+    counts = ix.vectors_held()
+    assert counts["code"] == CHURN_FIRST and counts["code-past"] == len(docs) - CHURN_FIRST
+    # Every row valid now is found with its vector (the swapped ones with their new one) by
+    # an exact scan of its file's rows in the ANN index of rows valid now (as some texts
+    # repeat, a row may tie with its twins): with the count above, that index's labels are
+    # exactly the rows valid now. The rows retired during the renewals are not among them.
+    valid = [d for d in docs if d.valid_until is None]
+    assert len(valid) == CHURN_FIRST
+    _found_by_their_vectors(ix, valid, churn.model)
     recall = churn.recall(ix)
     assert (recall >= churn.fresh - CHURN_MARGIN) is renew, (recall, churn.fresh)
     # The stamp keeps, per ANN index, its slots freed and not taken yet and those taken
@@ -827,6 +923,72 @@ def test_an_index_churned_by_reindexing_keeps_the_recall_of_a_fresh_build(
     reopened = SearchIndex(tmp_path / "churned")
     reopened.commit()
     stamp = json.loads((tmp_path / "churned" / index_module.STAMP).read_text())
-    reused = 0 if renew else CHURN_ROUNDS * int(CHURN_FIRST * CHURN_SHARE)
+    # (Never renewed: the slots of each round and of the 200 rows whose vectors changed.)
+    reused = 0 if renew else CHURN_ROUNDS * int(CHURN_FIRST * CHURN_SHARE) + len(kept)
     assert stamp["wear"]["code"] == [0, reused]
     assert churn.recall(reopened) == recall
+
+
+def test_a_close_during_a_renewal_abandons_it_and_the_next_start_renews_again(
+    tmp_path: Path, churn: Churn, held: list[HeldThread]
+) -> None:
+    """A stop while a worn graph is being renewed abandons the renewal: the worn graph and
+    its journal are checkpointed as they are, with every row, and the wear kept in the stamp
+    has the first commit after the reopen renew the graph again."""
+    ix = SearchIndex(tmp_path / "churned")
+    _write(ix, [replace(d, valid_until=None) for d in churn.docs[:CHURN_FIRST]], churn.model)
+    _churn_round(ix, churn, 0)
+    _churn_round(ix, churn, 1)  # during the renewal
+    [renewal] = held
+    assert renewal.is_alive()
+    ix.close()
+    assert not renewal.is_alive()
+    reopened = SearchIndex(tmp_path / "churned")
+    rows = int(CHURN_FIRST * CHURN_SHARE)
+    assert len(reopened) == CHURN_FIRST + 2 * rows
+    assert reopened.vectors_held() == {
+        **dict.fromkeys(reopened.vectors_held(), 0),
+        "code": CHURN_FIRST,
+        "code-past": 2 * rows,
+    }
+    valid = [replace(d, valid_until=None) for d in churn.docs[: CHURN_FIRST + 2 * rows]]
+    retired = {i for _, ids in churn.retired[:2] for i in ids}
+    assert reopened.vector_of("code_chunk", [d.id for d in valid]) == dict.fromkeys(
+        (d.id for d in valid), "full"
+    )
+    reopened.commit()
+    assert len(held) == 2 and held[1].is_alive()
+    reopened.settle()
+    _found_by_their_vectors(reopened, [d for d in valid if d.id not in retired], churn.model)
+    stamp = json.loads((tmp_path / "churned" / index_module.STAMP).read_text())
+    assert stamp["wear"]["code"] == [0, 0]
+    reopened.close()
+
+
+def test_a_row_forgotten_during_a_renewal_leaves_no_byte_in_the_fresh_graph(
+    tmp_path: Path, churn: Churn, held: list[HeldThread]
+) -> None:
+    """A renewal's build copies the vectors of the worn graph: a row forgotten after its
+    vector was copied is taken out of the fresh graph too, its slot written over, before the
+    swap's checkpoint saves that graph."""
+    ix = SearchIndex(tmp_path / "churned")
+    _write(ix, [replace(d, valid_until=None) for d in churn.docs[:CHURN_FIRST]], churn.model)
+    _churn_round(ix, churn, 0)
+    [renewal] = held
+    renewal.join()  # it copied every row valid now
+    _, retired = churn.retired[0]
+    doomed = next(d for d in churn.docs if d.id not in retired)
+    # Its vector as the graphs hold it, and as the journal does.
+    forms = [np.asarray(doomed.vector, dtype).tobytes() for dtype in (np.float16, np.float32)]
+
+    def holding() -> set[str]:
+        files = [p for p in (tmp_path / "churned").rglob("*") if p.is_file()]
+        return {p.name for p in files for form in forms if form in p.read_bytes()}
+
+    assert holding() == {"vectors-code.journal"}
+    ix.forget([("code_chunk", doomed.id)])
+    ix.commit()  # swaps the fresh graph in and checkpoints it
+    assert holding() == set()
+    assert len(held) == 1 and ix.vectors_held()["code"] == CHURN_FIRST - 1
+    ix.close()
+    assert holding() == set()

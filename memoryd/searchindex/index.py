@@ -488,12 +488,10 @@ class SearchIndex:
         self._pending.clear()
         self._measure_coverage()
         for name, vectors in self._vectors.items():
-            # A graph worn by reused slots is renewed here, off the searches' path, and
-            # checkpointed so that a restart loads the fresh one.
-            renew = vectors.worn()
-            if renew:
-                vectors.renew()
-            if renew or name in self._erased or vectors.due(journal[name]):
+            # A graph worn by reused slots is rebuilt in the background (Vectors.renew), and
+            # checkpointed once swapped in, so that a restart loads the fresh one.
+            renewed = vectors.renew()
+            if renewed or name in self._erased or vectors.due(journal[name]):
                 vectors.checkpoint()
                 journal[name] = 0
         self._erased.clear()
@@ -519,10 +517,20 @@ class SearchIndex:
         os.replace(tmp, self.directory / STAMP)
         _private(self.directory)
 
+    def settle(self) -> None:
+        """Commit until no ANN graph is worn or being renewed, waiting for each renewal's
+        build (a commit swaps it in, checkpoints it, and starts another if the writes it
+        brought over wore it again): for a bench or a test that measures renewed graphs."""
+        self.commit()
+        while [vectors.wait_renewal() for vectors in self._vectors.values()].count(True):
+            self.commit()
+
     def close(self) -> None:
-        """Checkpoint the vectors (a quick start next time) and let tantivy's merges finish."""
+        """Checkpoint the vectors (a quick start next time) and let tantivy's merges finish.
+        A renewal under way is abandoned: the wear kept in the stamp starts it again."""
         with self._write:
             for vectors in self._vectors.values():
+                vectors.stop_renewal()
                 vectors.flush()
             self._lexical.commit()
             for vectors in self._vectors.values():

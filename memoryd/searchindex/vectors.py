@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 import os
 import struct
-import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from threading import Lock, Thread
 
 import numpy as np
 import onnxruntime  # noqa: F401  # before usearch: in the other order, loading onnxruntime segfaults
@@ -62,7 +62,8 @@ ADD_THREADS = 1
 # of 4k: 0.962; the same removals with no slot reused 0.995; usearch's remove(compact=True),
 # which cuts the links to removed slots, 0.915 (bench/search.py measures 100k and 1M).
 RENEW_SHARE = 0.25
-# Vectors a renewal reads from the worn graph at a time (under the lock searches take).
+# Vectors a renewal reads from the worn graph at a time (under the lock searches take); a
+# stop waits for at most one chunk's adds.
 RENEW_CHUNK = 4096
 
 
@@ -77,6 +78,38 @@ def _new(dim: int, dtype: str | ScalarKind) -> Index:
     )
 
 
+class _Renewal:
+    """A fresh graph built in a thread of its own from the vectors a worn one held at the
+    start (its labels then), and the labels writes touched since, which are brought over into
+    it: by its thread while they are many, then by the swap."""
+
+    def __init__(self, worn: Index, build: Callable[[_Renewal], None]) -> None:
+        self.labels = np.asarray(worn.keys[:], np.uint64)
+        self.fresh = _new(worn.ndim, worn.dtype)
+        self.touched: set[int] = set()
+        self.erased = False  # the swap overwrites the slots it frees
+        self.stopped = False
+        self.built = False
+        self.started = time.perf_counter()
+        self.thread = Thread(target=build, args=(self,), name="renew-ann", daemon=True)
+        # The fresh graph's slots freed and not taken yet, and taken again (Vectors.wear).
+        self.free = self.reused = 0
+
+    def bring_over(self, touched: set[int], held: np.ndarray, vectors: np.ndarray) -> None:
+        """The writes since the build read these labels: each out of the fresh graph, and
+        those the worn graph holds (`held`) set again with their `vectors`. Only one thread
+        at a time uses the fresh graph until it takes the worn one's place: no lock."""
+        keys = np.fromiter(touched, np.uint64, len(touched))
+        gone = keys[np.asarray(self.fresh.contains(keys), bool).reshape(-1)] if len(keys) else keys
+        if len(gone):
+            self.fresh.remove(gone)
+        if len(held):
+            self.fresh.add(held, vectors, threads=ADD_THREADS)
+        taken = min(len(held), self.free + len(gone))
+        self.free += len(gone) - taken
+        self.reused += taken
+
+
 class Vectors:
     """One writer, many readers: every use of the usearch index holds `_lock` (its removals
     are not safe against concurrent searches). It counts the slots that removals freed and
@@ -87,12 +120,13 @@ class Vectors:
         self._journal = directory / (name + JOURNAL_SUFFIX)
         # For new indexes: a checkpoint keeps the type it was saved with.
         self._dtype = dtype
-        self._lock = threading.Lock()
+        self._lock = Lock()
         self._index: Index | None = None
         self._pending = bytearray()
         # Slots freed and not taken yet; slots taken again since the graph was built.
         self._free = 0
         self._reused = 0
+        self._renewal: _Renewal | None = None
 
     @property
     def dim(self) -> int | None:
@@ -156,22 +190,36 @@ class Vectors:
         taken = min(len(labels), self._free)
         self._free -= taken
         self._reused += taken
+        if self._renewal is not None:
+            self._renewal.touched.update(labels.tolist())
 
     def _remove(self, labels: Sequence[int] | np.ndarray) -> np.ndarray:
         """Remove those of `labels` the index holds; returns them."""
-        if self._index is None or self._index.size == 0:
+        if self._index is None or self._index.size == 0 or not len(labels):
             return np.empty(0, np.uint64)
         keys = np.asarray(labels, np.uint64)
         present = keys[np.asarray(self._index.contains(keys), bool).reshape(-1)]
         if len(present):
             self._index.remove(present)
             self._free += len(present)
+            if self._renewal is not None:
+                self._renewal.touched.update(present.tolist())
         return present
+
+    def _overwrite(self, n: int) -> None:
+        """Placeholders, under labels no row has (row labels are 63-bit), take `n` freed
+        slots and are removed in turn: usearch keeps a removed vector in its slot (and in
+        every save) until an add takes the slot again."""
+        assert self._index is not None
+        fill = np.arange(n, dtype=np.uint64) + np.uint64(_PLACEHOLDER)
+        self._add(fill, np.ones((n, self._index.ndim), np.float32))
+        self._remove(fill)
 
     # -- writes (the writer thread) ------------------------------------------------------
 
     def reset(self, dim: int | None) -> None:
         """Drop every vector; the next vectors have `dim` components (None: no index)."""
+        self.stop_renewal()
         with self._lock:
             self._index = _new(dim, self._dtype) if dim else None
             self._free = self._reused = 0
@@ -197,51 +245,96 @@ class Vectors:
             self._pending += _HEAD.pack(_REMOVE, label, 0)
 
     def erase(self, labels: Sequence[int]) -> bool:
-        """Remove, leaving no byte of the vectors in the index: usearch keeps a removed
-        vector in its slot (and in every save) until an add takes the slot again. So
-        placeholders, under labels no row has (row labels are 63-bit), take the freed slots
-        and are removed in turn. The journal still holds the vectors as they were set: the
+        """Remove, leaving no byte of the vectors in the index (`_overwrite`), nor in a
+        fresh graph being built. The journal still holds the vectors as they were set: the
         caller checkpoints next. Returns whether any was held."""
         with self._lock:
             present = self._remove(labels)
             if len(present):
-                assert self._index is not None
-                fill = np.arange(len(present), dtype=np.uint64) + np.uint64(_PLACEHOLDER)
-                self._add(fill, np.ones((len(present), self._index.ndim), np.float32))
-                self._remove(fill)
+                self._overwrite(len(present))
+                if self._renewal is not None:
+                    self._renewal.erased = True
         self._journal_removals(present)
         return len(present) > 0
 
-    def worn(self) -> bool:
-        """Whether adds took enough freed slots to cost the graph its recall (RENEW_SHARE)."""
-        return self._index is not None and self._reused > RENEW_SHARE * self._index.size
-
-    def renew(self) -> None:
-        """Replace the graph by a fresh one of the vectors it holds (same labels and
-        vectors, so the journal replays over either alike; the caller checkpoints next).
-        The writer's call: no write comes meanwhile, while searches go on in the worn graph,
-        which is read a chunk at a time and swapped for the fresh one at the end."""
-        started = time.perf_counter()
-        with self._lock:
-            worn = self._index
-            assert worn is not None
-            labels = np.asarray(worn.keys[:], np.uint64)
-        fresh = _new(worn.ndim, worn.dtype)
-        for start in range(0, len(labels), RENEW_CHUNK):
-            chunk = labels[start : start + RENEW_CHUNK]
+    def renew(self) -> bool:
+        """The writer's call at each commit. A graph in which adds took freed slots past
+        RENEW_SHARE of its size is rebuilt in a thread of its own (one at a time, ADD_THREADS),
+        while writes go on in the worn graph and searches read it. Once built, the fresh graph
+        takes the worn one's place here, with the labels written since brought over; it holds
+        the same labels and vectors, so the journal replays over either alike. Returns whether
+        it did (the caller checkpoints next)."""
+        renewal, swapped = self._renewal, False
+        if renewal is not None and not renewal.thread.is_alive():
+            self._renewal = None
+            if renewal.built:  # else its thread failed (threading logs why): started again
+                self._swap(renewal)
+                swapped = True
+        index = self._index
+        if self._renewal is None and index is not None and self._reused > RENEW_SHARE * index.size:
             with self._lock:
-                vectors = np.asarray(worn.get(chunk), np.float32).reshape(len(chunk), -1)
-            fresh.add(chunk, vectors, threads=ADD_THREADS)
+                self._renewal = _Renewal(index, self._build)
+            self._renewal.thread.start()
+        return swapped
+
+    def _swap(self, renewal: _Renewal) -> None:
+        # Only the writer changes the worn graph, and searches go on in it meanwhile.
+        last = len(renewal.touched)
+        renewal.bring_over(renewal.touched, *self.get(list(renewal.touched)))
         with self._lock:
-            self._index = fresh
-            reused, self._free, self._reused = self._reused, 0, 0
+            reused = self._reused
+            self._index, self._free, self._reused = renewal.fresh, renewal.free, renewal.reused
+            if renewal.erased and self._free:
+                self._overwrite(self._free)
         log.info(
-            "%s: a fresh ANN graph of %d vectors (adds had taken %d freed slots) in %.1f s",
+            "%s: a fresh ANN graph of %d vectors (adds had taken %d freed slots; %d labels "
+            "written since the build read them brought over by the swap) in %.1f s",
             self._checkpoint.stem,
-            len(labels),
+            renewal.fresh.size,
             reused,
-            time.perf_counter() - started,
+            last,
+            time.perf_counter() - renewal.started,
         )
+
+    def _build(self, renewal: _Renewal) -> None:
+        """The renewal's thread: the fresh graph of the vectors its labels hold now, read a
+        chunk at a time (those removed since the start are left out, and the swap brings
+        over every label written since). The worn graph stays the index until the swap: a
+        reset or a close stops this thread before it replaces it."""
+        for start in range(0, len(renewal.labels), RENEW_CHUNK):
+            if renewal.stopped:
+                return
+            keys, vectors = self.get(renewal.labels[start : start + RENEW_CHUNK])
+            if len(keys):
+                renewal.fresh.add(keys, vectors, threads=ADD_THREADS)
+        # The writes made meanwhile are brought over here while they are many and fewer
+        # each round, so that the writer's swap has few left to bring over.
+        before = float("inf")
+        while not renewal.stopped:
+            with self._lock:
+                touched = renewal.touched
+                if not RENEW_CHUNK < len(touched) < before:
+                    break
+                renewal.touched = set()
+            renewal.bring_over(touched, *self.get(list(touched)))
+            before = len(touched)
+        renewal.built = True
+
+    def wait_renewal(self) -> bool:
+        """Until a renewal's build is done (the next `renew` swaps it in); returns whether
+        one was under way."""
+        if self._renewal is None:
+            return False
+        self._renewal.thread.join()
+        return True
+
+    def stop_renewal(self) -> None:
+        """Abandon a renewal (a close, a reset): the worn graph and the journal stay as valid
+        as ever, and the wear they keep in the stamp renews it at a later commit."""
+        renewal, self._renewal = self._renewal, None
+        if renewal is not None:
+            renewal.stopped = True
+            renewal.thread.join()
 
     def flush(self) -> int:
         """Append pending changes to the journal, durably; returns the committed length."""
