@@ -401,6 +401,15 @@ async def test_a_memory_search_counts_as_a_read_of_what_it_returns(
     assert set(read) == {hit["id"] for hit in hits}
     assert all(row["access_count"] == 1 and row["last_accessed"] for row in read.values())
 
+    # Searches answered at once bump the same memories at once: every read counts (the engine
+    # refuses all but one of such writes at once; before they took turns, reads were lost).
+    keys = sorted(read)
+    for _ in range(30):
+        stack.store.later(stack.store.bump_access("memory", keys, datetime.now(UTC)), "reads")
+    await stack.store.settled()
+    counts = {k: row["access_count"] for k, row in (await _memories(stack)).items() if k in read}
+    assert counts == dict.fromkeys(keys, 31)
+
 
 async def test_a_scheduled_run_cut_short_by_a_stop_runs_again_in_full(
     scheduled_stack: Runtime,

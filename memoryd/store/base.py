@@ -122,6 +122,9 @@ class StoreBase:
         self._db = connection
         self.url = connection.url
         self._later: set[asyncio.Task[None]] = set()
+        # `later` writes go one at a time: concurrent searches bump the same memories, and the
+        # engine refuses all but one of such writes at once.
+        self._later_turn = asyncio.Lock()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -154,7 +157,8 @@ class StoreBase:
 
         async def run() -> None:
             try:
-                await write
+                async with self._later_turn:
+                    await write
             except Exception as exc:
                 log.warning("%s not recorded: %s", what, exc)
 

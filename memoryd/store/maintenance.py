@@ -204,10 +204,12 @@ class MaintenanceQueries(StoreBase):
         return bool(rows[0])
 
     async def bump_access(self, table: str, keys: Sequence[str], at: datetime) -> None:
-        """Reading a memory counts: decay starts again from now, and often-read ones last."""
+        """Reading a memory counts: decay starts again from now, and often-read ones last.
+        A transaction, so that the store retries it when another process bumps the same
+        memories at once (the engine refuses all but one of such writes)."""
         if keys:
             await self.query(
-                "UPDATE $ids SET access_count += 1, last_accessed = $at",
+                "BEGIN; UPDATE $ids SET access_count += 1, last_accessed = $at; COMMIT;",
                 {"ids": [rid(table, k) for k in keys], "at": at},
             )
 
