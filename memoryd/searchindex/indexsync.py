@@ -277,7 +277,13 @@ class IndexSync:
         except Exception as exc:
             await self._failed(exc)
         except BaseException:
-            self.index.invalidate()
+            try:
+                self.index.invalidate()
+            except OSError as exc:
+                # The disk refuses the stamp too (full, read-only, as a stop finds it): the one
+                # on disk still names the last commit, which the next start brings up to date.
+                # The cancellation goes on, not this as a failure of the job.
+                log.warning("search indexes not stamped stale: %s", exc)
             raise
 
     async def _failed(self, exc: Exception) -> None:
