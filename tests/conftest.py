@@ -37,7 +37,7 @@ MEMORYD = str(VENV_BIN / "memoryd")
 T = TypeVar("T")
 
 
-# --- running side by side (pyproject's addopts: `-n 2 --dist loadgroup`) ---
+# --- running side by side (pyproject's addopts: `-n 3 --dist loadgroup`) ---
 
 
 GROUPS = "xdist-groups.json"  # in the run's folder: test id -> its group, from a worker
