@@ -41,6 +41,7 @@ def engine_message(text: str) -> str:
 
 _TRANSACTION_ATTEMPTS = 6
 _ROLLED_BACK = "not executed due to a failed transaction"
+_CONFLICT = "Transaction write conflict"
 
 
 def now() -> datetime:
@@ -194,11 +195,13 @@ class StoreBase:
         return self._db.growth
 
     async def query(self, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
-        """Run statements; one result per statement. A failed transaction (another writer
-        touched the same rows) is retried; any other failure raises with the engine's own
-        message, not the generic 'failed transaction' of the statements it rolled back."""
+        """Run statements; one result per statement. A failed transaction, or a single
+        statement that lost a write conflict (another writer touched the same rows), is
+        retried: either wrote nothing. Statements run one by one are not, since those before
+        the failure stay written. Any other failure raises with the engine's own message, not
+        the generic 'failed transaction' of the statements it rolled back."""
         transaction = sql.lstrip().startswith("BEGIN")
-        for attempt in range(_TRANSACTION_ATTEMPTS if transaction else 1):
+        for attempt in range(_TRANSACTION_ATTEMPTS):
             response = await self._db.query_raw(sql, params or {})
             if "error" in response:
                 error = response["error"]
@@ -210,7 +213,8 @@ class StoreBase:
             cause = engine_message(
                 str(next((f for f in failures if _ROLLED_BACK not in str(f)), failures[0]))
             )
-            if attempt + 1 < _TRANSACTION_ATTEMPTS and transaction:
+            retried = transaction or (len(statements) == 1 and _CONFLICT in cause)
+            if attempt + 1 < _TRANSACTION_ATTEMPTS and retried:
                 log.info("transaction failed (%s); retrying", cause[:200])
                 await asyncio.sleep(0.05 * 2**attempt)
                 continue
