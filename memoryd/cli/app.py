@@ -254,6 +254,39 @@ def _describe(rt: Runtime) -> str:
     return f"data dir {s.data_dir}; {redis}; database {s.database_url}; model {s.model}"
 
 
+def _until_stopped(
+    settings: Settings,
+    *,
+    serves: bool,
+    watches: bool,
+    started: Callable[[str, int], str],
+    exclusive: bool = False,
+) -> None:
+    """The long-running commands' one shape: a runtime that serves jobs, watches repositories
+    and transcripts, or both, until SIGINT/SIGTERM (or until its worker ends)."""
+    from memoryd.daemon.runtime import Runtime
+
+    watched = _watched(settings) if watches else []
+
+    async def main() -> None:
+        async with Runtime(settings) as rt:
+            redis = await rt.start_queue(exclusive=exclusive)
+            if serves:
+                await rt.serve()
+            endpoint = await _start_metrics(rt)
+            watchers = await _start_watchers(redis, settings, watched) if watches else []
+            log.info("%s", started(_describe(rt), len(watched)))
+            try:
+                await _until_signal(*([rt.wait_serving()] if serves else []))
+            finally:
+                for watcher in watchers:
+                    await watcher.stop()
+                if endpoint is not None:
+                    await endpoint.close()
+
+    _run(main)
+
+
 @app.command()
 def run(
     repo: Repos = None,
@@ -267,26 +300,13 @@ def run(
         data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url, extra_repos=repo
     )
     _setup_logging("INFO", log_format or settings.log_format)
-    from memoryd.daemon.runtime import Runtime
-
-    watched = _watched(settings)
-
-    async def main() -> None:
-        async with Runtime(settings) as rt:
-            redis = await rt.start_queue(exclusive=True)
-            await rt.serve()
-            endpoint = await _start_metrics(rt)
-            watchers = await _start_watchers(redis, settings, watched)
-            log.info("memoryd running: %s; watching %d repos", _describe(rt), len(watched))
-            try:
-                await _until_signal(rt.wait_serving())
-            finally:
-                for watcher in watchers:
-                    await watcher.stop()
-                if endpoint is not None:
-                    await endpoint.close()
-
-    _run(main)
+    _until_stopped(
+        settings,
+        serves=True,
+        watches=True,
+        exclusive=True,
+        started=lambda where, repos: f"memoryd running: {where}; watching {repos} repos",
+    )
     log.info("memoryd stopped")
 
 
@@ -300,21 +320,9 @@ def worker(
     """Run one worker (server mode: many of them against one Redis and one SurrealDB server)."""
     settings = _settings(data_dir=data_dir, redis_url=redis_url, surreal_url=surreal_url)
     _setup_logging("INFO", log_format or settings.log_format)
-    from memoryd.daemon.runtime import Runtime
-
-    async def main() -> None:
-        async with Runtime(settings) as rt:
-            await rt.start_queue()
-            await rt.serve()
-            endpoint = await _start_metrics(rt)
-            log.info("worker running: %s", _describe(rt))
-            try:
-                await _until_signal(rt.wait_serving())
-            finally:
-                if endpoint is not None:
-                    await endpoint.close()
-
-    _run(main)
+    _until_stopped(
+        settings, serves=True, watches=False, started=lambda where, _: f"worker running: {where}"
+    )
 
 
 @app.command()
@@ -327,25 +335,12 @@ def watch(
     """Run the watcher alone: it enqueues jobs for the workers and never touches the database."""
     settings = _settings(data_dir=data_dir, redis_url=redis_url, extra_repos=repo)
     _setup_logging("INFO", log_format or settings.log_format)
-    from memoryd.daemon.runtime import Runtime
-
-    watched = _watched(settings)
-
-    async def main() -> None:
-        async with Runtime(settings) as rt:
-            redis = await rt.start_queue()
-            endpoint = await _start_metrics(rt)
-            watchers = await _start_watchers(redis, settings, watched)
-            log.info("watching %d repos and transcripts; %s", len(watched), _describe(rt))
-            try:
-                await _until_signal()
-            finally:
-                for watcher in watchers:
-                    await watcher.stop()
-                if endpoint is not None:
-                    await endpoint.close()
-
-    _run(main)
+    _until_stopped(
+        settings,
+        serves=False,
+        watches=True,
+        started=lambda where, repos: f"watching {repos} repos and transcripts; {where}",
+    )
 
 
 @app.command()
