@@ -75,7 +75,8 @@ def _project(project_id: str | None) -> Ref | None:
     return Ref("project", project_id) if project_id else None
 
 
-def _entity_row(entity: Entity, seen: datetime) -> dict[str, Any]:
+def entity_row(entity: Entity, seen: datetime) -> dict[str, Any]:
+    """An entity's row as a job writes it (seen now; its form as written is an alias)."""
     return {
         "id": Ref("entity", entity_id(entity.kind, entity.key)),
         "kind": entity.kind,
@@ -148,7 +149,7 @@ def rows_for(result: ParseResult, path: str) -> Rows:
     entities: dict[str, dict[str, Any]] = {}
 
     def entity(e: Entity, seen: datetime | None) -> Ref:
-        row = _entity_row(e, seen or now)
+        row = entity_row(e, seen or now)
         key = row["id"].key
         if key in entities:
             # Seen again in this batch: the earliest and latest sightings, whatever the order,

@@ -25,7 +25,7 @@ from memoryd.store import Ref
 from memoryd.store.recall import NOTES_AGENT
 from memoryd.vocabulary import MENTIONS, SYMBOL
 from workers.context import JobContext
-from workers.ingest import EMBED_CHARS
+from workers.ingest import EMBED_CHARS, entity_row
 from workers.stages.entities import Entity, canonical_file
 
 # Characters a note may hold: a decision with its reasons, not a document.
@@ -124,7 +124,7 @@ async def remember(
             "embedding_model": embedder.model,
             "anchors": make_anchors(targets, chunks, at),
         },
-        [_entity_row(e, at) for e in entities],
+        [entity_row(e, at) for e in entities],
         [
             {
                 "id": Ref(MENTIONS.table, MENTIONS.row_id(memory_id, e.kind, e.key)),
@@ -144,17 +144,4 @@ async def remember(
         "kind": kind,
         "pinned": True,
         "files": [e.key for e in entities],
-    }
-
-
-def _entity_row(entity: Entity, seen: datetime) -> dict[str, Any]:
-    return {
-        "id": Ref("entity", entity_id(entity.kind, entity.key)),
-        "kind": entity.kind,
-        "key": entity.key,
-        "name": entity.name,
-        "project": Ref("project", entity.project_id) if entity.project_id else None,
-        "aliases": [entity.raw],
-        "first_seen": seen,
-        "last_seen": seen,
     }
