@@ -215,13 +215,16 @@ class FileHistory(TypedDict):
     chunks: list[ChunkRef]
 
 
-class ReplayEvent(TypedDict):
+class TimelineEvent(TypedDict):
     id: str
     seq: int
     kind: str
     tool: str | None
     event_time: str | None
     text: str
+
+
+class ReplayEvent(TimelineEvent):
     edges: list[Action]
 
 
@@ -297,15 +300,6 @@ class Record(TypedDict, total=False):
     text: str
     truncated: bool
     anchor: str | None
-
-
-class TimelineEvent(TypedDict):
-    id: str
-    seq: int
-    kind: str
-    tool: str | None
-    event_time: str | None
-    text: str
 
 
 class Timeline(TypedDict):
