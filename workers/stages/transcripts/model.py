@@ -54,7 +54,6 @@ from memoryd.ids import stable_id
 from workers.stages.entities import (
     NAME,
     READ,
-    URL,
     WRITE,
     Entity,
     Project,
@@ -457,7 +456,7 @@ def safe_target(t: Target, memory: SecretMemory | None = None) -> Target:
 def safe_entity(e: Entity, memory: SecretMemory | None = None) -> Entity:
     """Redact the parts of an entity that keep free text (raw alias; URL key; error name)."""
     raw = safe_text(e.raw, CAP_DETAIL, memory)
-    key = redact(e.key, memory) if e.kind == URL else e.key
+    key = redact(e.key, memory) if e.kind == vocabulary.URL else e.key
     name = safe_text(e.name, 200, memory)
     if (raw, key, name) == (e.raw, e.key, e.name):
         return e
