@@ -13,7 +13,7 @@ is a run of words from one line of that part holding at least two words that no 
 `RARE` memories contain; its answer is every memory that holds all of the question's words.
 Each question is asked as `search --kind memory`, and a hit is an answer among the first k.
 
-Tool results are stored capped at 4,000 characters (workers/stages/transcripts/model.py), under the
+Tool results are stored capped at 4,000 characters (workers/stages/transcripts/events.py), under the
 bound, so their search text is their whole text. The database is then kept, and the search
 indexes are rebuilt from it with the whole text of every memory indexed (what the bound
 replaced), to compare the two on the same rows.

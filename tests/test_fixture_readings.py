@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from workers.stages.transcripts import detect_agent, parser_for, split_lines
-from workers.stages.transcripts.model import Action, Denied, Memory, ParseResult, Source, Triggered
+from workers.stages.transcripts.events import Action, Denied, Memory, Source, Triggered
+from workers.stages.transcripts.state import ParseResult
 
 FIXTURES = Path(__file__).parent / "fixtures" / "transcripts"
 TRANSCRIPTS = sorted(

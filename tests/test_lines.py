@@ -175,7 +175,7 @@ def test_a_line_nested_100000_deep_is_one_bad_line() -> None:
 
 def test_each_parser_skips_a_line_nested_too_deep_and_keeps_the_rest() -> None:
     from workers.stages.transcripts import parser_for
-    from workers.stages.transcripts.model import Memory, Source
+    from workers.stages.transcripts.events import Memory, Source
 
     deep = b"{" + b'"a":{' * 100_000 + b"}" * 100_001
     claude = {"type": "user", "sessionId": "s", "cwd": "/p", "timestamp": "2026-01-01T00:00:00Z"}

@@ -16,17 +16,9 @@ from workers.ingest import OWN_ANSWER, rows_for, without_own_answers
 from workers.stages.entities import error_signature, files_in_command, guess_home
 from workers.stages.transcripts import claude_code as cc
 from workers.stages.transcripts import codex as cx
+from workers.stages.transcripts.events import Action, Denied, Goal, Memory, Source, Triggered
 from workers.stages.transcripts.lines import split_lines
-from workers.stages.transcripts.model import (
-    Action,
-    Denied,
-    Goal,
-    Memory,
-    ParseResult,
-    ParserState,
-    Source,
-    Triggered,
-)
+from workers.stages.transcripts.state import ParseResult, ParserState
 
 REPO = "/home/ann/repo"
 PROJECTS = [("repo", REPO)]

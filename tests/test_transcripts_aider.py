@@ -16,8 +16,9 @@ import pytest
 
 from workers.stages.transcripts import ParserState, detect_agent
 from workers.stages.transcripts import aider as ad
+from workers.stages.transcripts.events import Action, Goal, Memory, Source
 from workers.stages.transcripts.lines import split_lines
-from workers.stages.transcripts.model import Action, Goal, Memory, ParseResult, Source
+from workers.stages.transcripts.state import ParseResult
 
 LOG = Path(__file__).parent / "fixtures" / "transcripts" / "aider" / "chat-history.md"
 # Where the log would sit: the root of the repository aider worked in (not this machine's).

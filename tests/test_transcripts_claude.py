@@ -27,19 +27,19 @@ from tests.fixtures import (
 )
 from workers.stages.transcripts import ParserState, detect_agent, parser_for
 from workers.stages.transcripts import claude_code as cc
-from workers.stages.transcripts.lines import split_lines
-from workers.stages.transcripts.model import (
+from workers.stages.transcripts.events import (
     Action,
     Denied,
     Event,
     Goal,
     Memory,
-    ParseResult,
     Source,
     Spawned,
     Summary,
     Triggered,
 )
+from workers.stages.transcripts.lines import split_lines
+from workers.stages.transcripts.state import ParseResult
 
 CB2E = "cb2e607c-c758-415a-8b45-c49e4631906a"
 CCLOG = "/Users/dain/workspace/claude-code-log"

@@ -18,17 +18,9 @@ import pytest
 from tests.fixtures import CODEX_ROLLOUT
 from workers.stages.transcripts import ParserState, detect_agent, parser_for
 from workers.stages.transcripts import codex as cx
+from workers.stages.transcripts.events import Action, Denied, Event, Goal, Memory, Source, Triggered
 from workers.stages.transcripts.lines import split_lines
-from workers.stages.transcripts.model import (
-    Action,
-    Denied,
-    Event,
-    Goal,
-    Memory,
-    ParseResult,
-    Source,
-    Triggered,
-)
+from workers.stages.transcripts.state import ParseResult
 
 SESSION = "019e1625-789d-76c0-80ab-3724b5ddb799"
 REPO = "/Users/Sample_User/repos/codemie-ai/codemie-code"

@@ -17,16 +17,9 @@ import pytest
 
 from workers.stages.transcripts import ParserState, detect_agent
 from workers.stages.transcripts import gemini as gm
+from workers.stages.transcripts.events import Action, Event, Goal, Memory, Source, Triggered
 from workers.stages.transcripts.lines import split_lines
-from workers.stages.transcripts.model import (
-    Action,
-    Event,
-    Goal,
-    Memory,
-    ParseResult,
-    Source,
-    Triggered,
-)
+from workers.stages.transcripts.state import ParseResult
 
 ROOT = Path(__file__).parent / "fixtures" / "transcripts" / "gemini"
 JANE = ROOT / "session-2025-12-01T21-45-5b959dae.json"

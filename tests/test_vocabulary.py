@@ -10,7 +10,7 @@ from memoryd.config import Settings
 from memoryd.ids import entity_id, file_entity_id, split_file_key
 from memoryd.store import SCHEMA_DIR
 from workers.stages.entities import canonical_file
-from workers.stages.transcripts import model
+from workers.stages.transcripts import events
 
 _RELATION = re.compile(
     r"DEFINE TABLE IF NOT EXISTS (\w+) TYPE RELATION IN (\w+) OUT (\w+)", re.IGNORECASE
@@ -28,7 +28,7 @@ def test_every_relation_table_of_the_schema_is_a_declared_edge_and_back() -> Non
 
 
 def test_parsers_and_views_use_the_declared_verbs() -> None:
-    assert (model.READS, model.MODIFIES, model.EXECUTES) == vocabulary.ACTION_VERBS
+    assert (events.READS, events.MODIFIES, events.EXECUTES) == vocabulary.ACTION_VERBS
     assert vocabulary.HISTORY_EDGE_TABLES == ("reads", "modifies", "denied", "mentions")
     assert "has_goal" not in vocabulary.REPLAY_EDGE_TABLES
     assert "defined_in" not in vocabulary.TRANSCRIPT_EDGE_TABLES

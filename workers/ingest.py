@@ -49,7 +49,7 @@ from workers.stages.transcripts import (
     read_lines,
     split_lines,
 )
-from workers.stages.transcripts.model import norm_time
+from workers.stages.transcripts.text import norm_time
 
 log = logging.getLogger(__name__)
 

@@ -52,18 +52,16 @@ from workers.stages.entities import (
     guess_home,
 )
 from workers.stages.transcripts import ParserState, codex, parser_for
-from workers.stages.transcripts.model import (
+from workers.stages.transcripts.events import (
     CAP_DETAIL,
     ERROR,
     EXECUTES,
     OK,
     PERMISSION_DENIED,
     Source,
-    safe_entity,
-    safe_target,
-    safe_text,
     shell_targets,
 )
+from workers.stages.transcripts.text import safe_entity, safe_target, safe_text
 
 if TYPE_CHECKING:
     from memoryd.config import Settings

@@ -22,23 +22,21 @@ from collections.abc import Iterable
 from types import ModuleType
 from typing import Protocol, cast
 
-from workers.stages.transcripts.lines import Line, Skipped, decode_line, read_lines, split_lines
-from workers.stages.transcripts.model import (
+from workers.stages.transcripts.events import (
     Action,
     Denied,
     Event,
     Goal,
     Media,
     Memory,
-    ParseResult,
-    ParserState,
     SessionInfo,
     Source,
     Spawned,
     Summary,
     Triggered,
-    pending_actions,
 )
+from workers.stages.transcripts.lines import Line, Skipped, decode_line, read_lines, split_lines
+from workers.stages.transcripts.state import ParseResult, ParserState, pending_actions
 
 __all__ = [
     "Action",

@@ -30,21 +30,20 @@ from datetime import datetime
 from typing import Any
 
 from memoryd.ids import stable_id
-from workers.stages.transcripts.lines import Line
-from workers.stages.transcripts.model import (
+from workers.stages.transcripts.emitter import Emitter
+from workers.stages.transcripts.events import (
     CAP_TEXT,
     CAP_TOOL_INPUT,
     MODIFIES,
     OK,
     READS,
-    Emitter,
-    ParseResult,
-    ParserState,
     Source,
     Target,
-    norm_time,
     shell_targets,
 )
+from workers.stages.transcripts.lines import Line
+from workers.stages.transcripts.state import ParseResult, ParserState
+from workers.stages.transcripts.text import norm_time
 
 AGENT = "aider"
 _START = re.compile(r"^# aider chat started at (\S+ \S+)")

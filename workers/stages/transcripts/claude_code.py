@@ -28,9 +28,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from memoryd.ids import stable_id
 from workers.stages.entities import canonical_error, canonical_tool, canonical_url
-from workers.stages.transcripts.lines import Line, decode_line
-from workers.stages.transcripts.model import (
+from workers.stages.transcripts.emitter import Emitter
+from workers.stages.transcripts.events import (
     CAP_TOOL_INPUT,
     CAP_TOOL_OUTPUT,
     ERROR,
@@ -40,16 +41,14 @@ from workers.stages.transcripts.model import (
     PERMISSION_DENIED,
     READS,
     USER_REJECTED,
-    Emitter,
     Media,
-    ParseResult,
-    ParserState,
     Source,
     Target,
-    norm_time,
     shell_targets,
-    stable_id,
 )
+from workers.stages.transcripts.lines import Line, decode_line
+from workers.stages.transcripts.state import ParseResult, ParserState
+from workers.stages.transcripts.text import norm_time
 
 AGENT = "claude-code"
 

@@ -42,8 +42,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from workers.stages.entities import Entity, canonical_error, canonical_tool
-from workers.stages.transcripts.lines import Line, decode_line
-from workers.stages.transcripts.model import (
+from workers.stages.transcripts.emitter import Emitter
+from workers.stages.transcripts.events import (
     CAP_TOOL_INPUT,
     CAP_TOOL_OUTPUT,
     ERROR,
@@ -52,14 +52,13 @@ from workers.stages.transcripts.model import (
     OK,
     PERMISSION_DENIED,
     USER_REJECTED,
-    Emitter,
-    ParseResult,
-    ParserState,
     Source,
     Target,
-    norm_time,
     shell_targets,
 )
+from workers.stages.transcripts.lines import Line, decode_line
+from workers.stages.transcripts.state import ParseResult, ParserState
+from workers.stages.transcripts.text import norm_time
 
 AGENT = "codex"
 

@@ -41,8 +41,8 @@ from workers.stages.entities import (
     canonical_url,
     normalize_path,
 )
-from workers.stages.transcripts.lines import DEEP, Line
-from workers.stages.transcripts.model import (
+from workers.stages.transcripts.emitter import Emitter
+from workers.stages.transcripts.events import (
     CAP_TOOL_INPUT,
     CAP_TOOL_OUTPUT,
     ERROR,
@@ -51,14 +51,13 @@ from workers.stages.transcripts.model import (
     OK,
     READS,
     USER_REJECTED,
-    Emitter,
-    ParseResult,
-    ParserState,
     Source,
     Target,
-    norm_time,
     shell_targets,
 )
+from workers.stages.transcripts.lines import DEEP, Line
+from workers.stages.transcripts.state import ParseResult, ParserState
+from workers.stages.transcripts.text import norm_time
 
 AGENT = "gemini"
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
