@@ -277,10 +277,10 @@ async def test_a_long_embedding_says_what_it_does(
     end of the first embedding job (the model runs at low priority; the machine was busy)."""
     import logging
 
-    from workers import indexing
+    from workers import vectors
 
-    caplog.set_level(logging.INFO, logger="workers.indexing")
-    monkeypatch.setattr(indexing, "EMBED_PROGRESS_SECONDS", 0.0)  # a line before every part
+    caplog.set_level(logging.INFO, logger="workers.vectors")
+    monkeypatch.setattr(vectors, "EMBED_PROGRESS_SECONDS", 0.0)  # a line before every part
     rt = Runtime(settings_for(data_dir, index_write_chunks=40), embedder)
     try:
         await rt.start_queue(exclusive=True)

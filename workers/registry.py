@@ -25,9 +25,10 @@ from workers import graph_views as codegraph_views
 from workers.cochange import update_cochange
 from workers.context import JobContext
 from workers.counts import Counted
-from workers.indexing import embed_chunks, index_files
+from workers.indexing import index_files
 from workers.ingest import ingest_transcript
 from workers.stages.reader import Reader
+from workers.vectors import embed_chunks
 
 log = logging.getLogger(__name__)
 
