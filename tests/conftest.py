@@ -486,7 +486,7 @@ def expected_index(root: Path, project_id: str, max_chars: int) -> dict[str, lis
 
     from memoryd.config import DEFAULT_SECRET_FILES
     from memoryd.scan import generated_by_name, read_source, secret_file, walk
-    from workers.indexing import plan_file
+    from workers.stages.file_plan import plan_file
 
     index: dict[str, list[tuple]] = {}
     for rel in walk(root):

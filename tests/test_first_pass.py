@@ -32,7 +32,7 @@ from tests.test_index_phases import (
     stopped_between_the_phases,
     stored_chunks,
 )
-from workers.indexing import plan_file
+from workers.stages.file_plan import plan_file
 
 pytestmark = pytest.mark.e2e
 

@@ -12,7 +12,7 @@ import pytest
 from memoryd.config import DEFAULT_SECRET_FILES
 from memoryd.scan import editor_temp, read_source, secret_file, walk, wanted, wanted_paths
 from tests.conftest import git
-from workers.indexing import plan_file
+from workers.stages.file_plan import plan_file
 
 
 @pytest.mark.parametrize(
