@@ -105,7 +105,7 @@ async def test_commands_through_the_daemon_import_nothing_heavy(arq_stack: Runti
 
 
 def test_status_summarises_a_maintenance_result_without_cutting_a_key() -> None:
-    from memoryd.cli.app import _summary
+    from memoryd.cli.text import summary
 
     result = {
         "deleted": {"code_chunk": 120, "memory": 4031, "entity": 77},
@@ -114,9 +114,9 @@ def test_status_summarises_a_maintenance_result_without_cutting_a_key() -> None:
         "seconds": 12.5,
         "sample": ["a", "b"],
     }
-    assert _summary(result, width=200) == (
+    assert summary(result, width=200) == (
         "deleted.code_chunk 120, deleted.memory 4031, deleted.entity 77, dry_run False, "
         "batches 9, seconds 12.5, sample [2]"
     )
-    assert _summary(result, width=60) == "deleted.code_chunk 120, deleted.memory 4031, …"
-    assert _summary({"note": "x" * 30}, width=10) == "note xxxx…"
+    assert summary(result, width=60) == "deleted.code_chunk 120, deleted.memory 4031, …"
+    assert summary({"note": "x" * 30}, width=10) == "note xxxx…"

@@ -218,7 +218,7 @@ async def test_status_says_what_a_first_index_waits_for(
     project it says the vectors done, the pass the rest wait for, and the time left at the
     model's rate of late; once embedded, every valid chunk's vector is done."""
     from memoryd import embedding
-    from memoryd.cli.app import print_status
+    from memoryd.cli.text import print_status
     from memoryd.client import Client
 
     # The model's rate, measured on texts of its own (no batch runs while the model is held,

@@ -23,6 +23,7 @@ from memoryd import jobs
 # Each command imports the rest where it uses it.
 from memoryd.agent import cli as agent_cli
 from memoryd.cli import logs
+from memoryd.cli.text import one_line, print_status, status_head
 from memoryd.errors import MemorydError
 from memoryd.vocabulary import SEARCH_KINDS_BY_NAME
 
@@ -588,7 +589,7 @@ def history(
     for s in doc["sessions"]:
         verbs = _sum_counts({f"{a['verb']} {a['outcome'] or a['reason']}": 1} for a in s["actions"])
         print(f"\n{s['session']}  {s['agent']}  {s['started_at'] or '?'} .. {s['ended_at'] or '?'}")
-        print(f"  goal: {_one_line(s['goal'])}")
+        print(f"  goal: {one_line(s['goal'])}")
         print("  did:  " + ", ".join(f"{k} ×{v}" for k, v in verbs.items()))
         # How the file stands against what the session's last read or edit of it saw or left.
         anchored = [a for a in s["actions"] if a.get("anchor")]
@@ -597,10 +598,10 @@ def history(
         for e in s["errors"]:
             times = f" (×{e['count']})" if e["count"] > 1 else ""
             message = re.sub(r"(?i)^error:\s*", "", e["message"] or e["error"])
-            print(f"  error{times}: {_one_line(message)}")
+            print(f"  error{times}: {one_line(message)}")
     for n in doc["notes"]:
         code = f" (code {n['anchor']})" if n["anchor"] else ""
-        print(f"\n{n['kind']} {n['id']}  {n['event_time'] or '?'}{code}\n  {_one_line(n['text'])}")
+        print(f"\n{n['kind']} {n['id']}  {n['event_time'] or '?'}{code}\n  {one_line(n['text'])}")
     if doc["chunks"]:
         print("\ncurrent chunks:")
         for c in doc["chunks"]:
@@ -671,7 +672,7 @@ def session(
         print(json.dumps(doc, indent=2))
         return
     print(f"{doc['session']}  {doc['agent']}  {doc['cwd'] or ''}  {doc['git_branch'] or ''}")
-    print(f"goal: {_one_line(doc['goal'])}")
+    print(f"goal: {one_line(doc['goal'])}")
     for ev in doc["events"]:
         edges = "; ".join(
             f"{e['verb']} {e['target']}"
@@ -680,7 +681,7 @@ def session(
             for e in ev["edges"]
         )
         tool = f" {ev['tool']}" if ev["tool"] else ""
-        print(f"{ev['seq']:>5} {ev['kind']}{tool}: {_one_line(ev['text'])}")
+        print(f"{ev['seq']:>5} {ev['kind']}{tool}: {one_line(ev['text'])}")
         if edges:
             print(f"        -> {edges}")
     for sub in doc["subagents"]:
@@ -695,11 +696,6 @@ def _timestamp(text: str) -> datetime:
         _fail(MemorydError(f"--as-of: not an ISO-8601 time: {text!r}"))
         raise
     return moment.astimezone(UTC)
-
-
-def _one_line(text: str | None, width: int = 120) -> str:
-    flat = " ".join((text or "-").split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
 maintenance_app = typer.Typer(help="Scheduled upkeep, run now: decay, prune, reembed.")
@@ -979,7 +975,7 @@ def status(
         if as_json:
             print(json.dumps(info, indent=2, default=str))
         else:
-            _status_head(info)
+            status_head(info)
             print(
                 f"daemon        starting or stopping (pid {starting}): its database is not open "
                 "to queries; ask again in a moment"
@@ -1008,54 +1004,6 @@ def _status_over_channel(settings: Settings) -> dict[str, Any] | None:
     return {**local_status(settings), **info}
 
 
-def print_status(info: dict[str, Any]) -> None:
-    """`status` for people: a line per fact."""
-    _status_head(info)
-    print(f"daemon        {'running' if info['daemon_running'] else 'not running'}")
-    if info["paused_since"]:
-        print(f"capture       paused since {info['paused_since']} (`memoryd resume`)")
-    print(f"model         {info['model']}")
-    kept = info["remembered"]
-    print(
-        "agents        "
-        + ", ".join(f"{a} {'on' if on else 'off'}" for a, on in kept["agents"].items())
-    )
-    for label in ("transcripts", "repos", "exclude", "include"):
-        print(f"{label:<14}{', '.join(kept[label]) or '-'}")
-    first = sum(info["waiting_for_first_vector"].values())
-    if first:
-        print(f"vectors       {first} rows wait for their first vector")
-    waiting = sum(info["waiting_for_reembed"].values())
-    print(f"re-embedding  {waiting} rows wait for the configured model")
-    print(f"schema        {info['schema_version']}")
-    q = info["queue"]
-    oldest = q["oldest_job_age_seconds"]
-    waited = f", oldest waiting {oldest:.0f}s" if oldest is not None else ""
-    print(
-        f"queue         {q['jobs']} jobs waiting{waited}, {q['queries']} queries; last hour "
-        f"{q['last_hour']['done']} done, {q['last_hour']['failed']} failed"
-    )
-    if info["database_bytes"] is not None:
-        print(f"database size {info['database_bytes'] / 1e6:.1f} MB")
-    for root, lag in info["transcript_lag"].items():
-        print(f"transcripts   {root}: {lag['bytes']} bytes in {lag['files']} files not ingested")
-    ago = info["counted_seconds_ago"]
-    print(f"rows          {'counted now' if ago < 1 else f'counted {ago:.0f}s ago'}")
-    for table, n in info["counts"].items():
-        print(f"  {table:<14}{n}")
-    print(f"  {'valid chunks':<14}{info['valid_chunks']}")
-    for p in info["projects"]:
-        progress = _progress_line(p, ago)
-        print(f"project       {p['id']}  {p['root']}  {progress}")
-        if p["index"] and p["index"]["last_error"]:
-            print(f"              last error: {_one_line(p['index']['last_error'])}")
-    for f in info["skipped_files"]:
-        where = f["project"] or "transcript"
-        print(f"skipped       {where}  {f['path']}: {_one_line(f['reason'])}")
-    for task, run in info["maintenance"].items():
-        print(f"last {task:<9}{run['finished_at']}  {_summary(run['result'])}")
-
-
 def _daemon_not_answering(settings: Settings) -> int | None:
     """The pid of a daemon of this data dir that does not answer on its channel yet (it is
     starting, or stopping), else None."""
@@ -1067,75 +1015,6 @@ def _daemon_not_answering(settings: Settings) -> int | None:
     if owner is None or channel.listening(settings.channel_socket):
         return None
     return owner
-
-
-def _status_head(info: dict[str, Any]) -> None:
-    print(f"data dir      {info['data_dir']}")
-    print(f"config file   {info['config_file']}")
-    print(f"redis         {info['redis']} ({info['redis_mode']})")
-    print(f"surrealdb     {info['surreal']} ({info['surreal_mode']})")
-
-
-def _progress_line(project: dict[str, Any], counted_ago: float) -> str:
-    """`ready 120/120 files, 950 chunks, <start> .. <end>` (or `indexing … since <start>`),
-    and how many chunks, found by words already, still wait for their vectors, with the vectors
-    done, the pass they wait for and the time left: while any wait, the project is
-    `embedding`, not `ready` (the counts are as old as the row counts)."""
-    index, owed = project["index"], project["vectors_owed"]
-    if index is None:
-        return "not indexed yet"
-    state = "embedding" if index["state"] == "ready" and owed else index["state"]
-    done = f"{state} {index['files_done']}/{index['files_total']} files"
-    started = _short_time(index["started_at"])
-    when = (
-        f"{started} .. {_short_time(index['finished_at'])}"
-        if index["finished_at"]
-        else f"since {started}"
-    )
-    age = f", counted {counted_ago:.0f}s ago" if counted_ago >= 1 else ""
-    vectors = ""
-    if owed:
-        left = project["vectors_seconds_left"]
-        eta = f"about {_duration(left)} left" if left is not None else "time left not known yet"
-        vectors = (
-            f" ({project['vectors_done']} vectors done, {owed} waiting for the "
-            f"{project['vector_pass']} pass, {eta}{age})"
-        )
-    return f"{done}, {index['chunks']} chunks{vectors}, {when}"
-
-
-def _duration(seconds: int) -> str:
-    """`45s`, `12 min`, `3.5 h`."""
-    if seconds < 90:
-        return f"{seconds}s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def _short_time(iso: str) -> str:
-    """`2026-11-23T11:36:59.611335Z` as `2026-11-23 11:36:59Z`: seconds are enough here."""
-    return datetime.fromisoformat(iso).strftime("%Y-%m-%d %H:%M:%SZ")
-
-
-def _summary(result: Any, width: int = 100) -> str:
-    """A maintenance result on one line: `key value` pairs (nested keys dotted), cut after the
-    last pair that fits, never inside one."""
-
-    def pairs(value: Any, prefix: str = "") -> list[str]:
-        if isinstance(value, dict):
-            return [p for k, v in value.items() for p in pairs(v, f"{prefix}{k}.")]
-        if isinstance(value, list):
-            return [f"{prefix[:-1]} [{len(value)}]"]
-        return [f"{prefix[:-1]} {value}"]
-
-    line = ""
-    for pair in pairs(result) if isinstance(result, dict) else [str(result)]:
-        more = f"{line}, {pair}" if line else pair
-        if len(more) > width:
-            return f"{line}, …" if line else pair[: width - 1] + "…"
-        line = more
-    return line
 
 
 @app.command()
