@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.fresh_queries import take
-from bench.search import cached_code_docs
+from bench.search import cached_code_docs, exact_top
 from memoryd.searchindex import vectors as ann
 from memoryd.searchindex.index import OVERSAMPLE
 from memoryd.searchindex.vectors import EXPANSION_SEARCH, Vectors
@@ -55,16 +55,6 @@ def real_vectors(args: argparse.Namespace, n: int) -> np.ndarray:
         np.save(args.vectors, done)
         print(f"  first-pass vectors: {len(done):,}/{n:,}; load {loadavg()}", flush=True)
     return done
-
-
-def exact_top(queries: np.ndarray, matrix: np.ndarray, labels: np.ndarray) -> list[set[int]]:
-    # The vectors are unit rows (or zero), so the dot product orders as cosine distance does.
-    # argpartition, not a full sort: at 1M rows a sort per query costs minutes.
-    found = []
-    for lo in range(0, len(queries), 50):
-        scores = queries[lo : lo + 50] @ matrix.T
-        found += [set(labels[row].tolist()) for row in np.argpartition(-scores, K, axis=1)[:, :K]]
-    return found
 
 
 def run(n: int, vectors: np.ndarray, queries: np.ndarray, args: argparse.Namespace) -> None:
