@@ -68,8 +68,8 @@ def detect_path(path: str) -> bool:
 def parse(
     lines: Iterable[Line], state: ParserState | None = None, source: Source | str = ""
 ) -> ParseResult:
-    src = source if isinstance(source, Source) else Source(source)
-    em = Emitter(state.copy() if state else new_state(), src)
+    em = Emitter.for_parse(AGENT, state, source)
+    src = em.source
     ctx = em.state.context
     root = posixpath.dirname(src.path.replace("\\", "/")) or None
     placed: list[tuple[int, int]] = []  # (event index, byte offset) since the last known time

@@ -196,8 +196,7 @@ def parse(
     lines: Iterable[Line], state: ParserState | None = None, source: Source | str = ""
 ) -> ParseResult:
     """Parse complete lines (from a stored offset) into events; never raises on bad input."""
-    src = source if isinstance(source, Source) else Source(source)
-    em = Emitter(state.copy() if state else new_state(), src)
+    em = Emitter.for_parse(AGENT, state, source)
     unknown: dict[str, tuple[int, int]] = {}  # type -> (first offset, lines) in this batch
     for line in lines:
         decoded = decode_line(line)

@@ -143,12 +143,11 @@ def parse(
     lines: Iterable[Line], state: ParserState | None = None, source: Source | str = ""
 ) -> ParseResult:
     """Parse complete lines (from a stored offset) into events; never raises on bad input."""
-    src = source if isinstance(source, Source) else Source(source)
-    st = state.copy() if state else new_state()
+    em = Emitter.for_parse(AGENT, state, source)
+    src, st = em.source, em.state
     if "session_id" not in st.context:
         m = _UUID_IN_NAME.search(src.path)
         st.context["session_id"] = m.group(1).lower() if m else None
-    em = Emitter(st, src)
     for line in lines:
         decoded = decode_line(line)
         for s in decoded.skipped:

@@ -67,6 +67,13 @@ class Emitter:
         self.secrets = SecretMemory(source.path, state.secrets)
         state.secrets = self.secrets.fingerprints
 
+    @classmethod
+    def for_parse(cls, agent: str, state: ParserState | None, source: Source | str) -> Emitter:
+        """One parse call's emitter: on a copy of `state` (a parse never changes the caller's),
+        or on a new state of `agent`."""
+        src = source if isinstance(source, Source) else Source(source)
+        return cls(state.copy() if state else ParserState(agent=agent), src)
+
     def safe(self, text: str, cap: int) -> str:
         """Redacted and capped, with what this transcript revealed before."""
         return safe_text(text, cap, self.secrets)

@@ -108,8 +108,7 @@ def parse(
     lines: Iterable[Line], state: ParserState | None = None, source: Source | str = ""
 ) -> ParseResult:
     """Parse complete lines of either layout; never raises on bad input."""
-    src = source if isinstance(source, Source) else Source(source)
-    em = Emitter(state.copy() if state else new_state(), src)
+    em = Emitter.for_parse(AGENT, state, source)
     ctx = em.state.context
     for line in lines:
         if line.oversize and ctx.get("buf") is not None:
