@@ -173,20 +173,6 @@ async def test_odd_entries_in_a_transcript_folder_are_skipped_with_one_line_each
     assert [r["path"] for r in await stack.store.skipped_files(50)] == [e[1] for e in expected[:3]]
 
 
-async def test_one_files_skip_record_written_by_jobs_at_once_is_written(
-    stack: Runtime, tmp_path: Path
-) -> None:
-    """The watcher's job and a fresh one can skip the same file at once (a fresh clone's run
-    failed so: "Transaction write conflict"). The engine refuses all but one of such writes
-    at once; the others are tried again, so none fails its job."""
-    assert stack.store is not None
-    path = str(tmp_path / "pipe.jsonl")
-    reasons = [f"not a regular file ({n})" for n in range(20)]
-    await asyncio.gather(*(stack.store.skip_transcript_file(path, 7, r) for r in reasons))
-    [row] = await stack.store.skipped_files(50)
-    assert row["path"] == path and row["reason"] in reasons
-
-
 async def _sessions_once(rt: Runtime, wanted: set[str], deadline: float) -> set[str]:
     """The sessions' external ids once every one of `wanted` is among them (bounded)."""
     assert rt.store is not None

@@ -41,7 +41,8 @@ def engine_message(text: str) -> str:
 
 _TRANSACTION_ATTEMPTS = 6
 _ROLLED_BACK = "not executed due to a failed transaction"
-_CONFLICT = "Transaction write conflict"
+# How the engine says another writer won (surrealkv's and the server's words).
+_RETRIABLE = re.compile(r"can be retried|retry the transaction|retry required", re.IGNORECASE)
 
 
 def now() -> datetime:
@@ -195,11 +196,12 @@ class StoreBase:
         return self._db.growth
 
     async def query(self, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
-        """Run statements; one result per statement. A failed transaction, or a single
-        statement that lost a write conflict (another writer touched the same rows), is
-        retried: either wrote nothing. Statements run one by one are not, since those before
-        the failure stay written. Any other failure raises with the engine's own message, not
-        the generic 'failed transaction' of the statements it rolled back."""
+        """Run statements; one result per statement. A transaction or a single statement that
+        lost to another writer (the engine says it can be retried) is run again: either wrote
+        nothing. Statements run one by one are not, since those before the failure stay
+        written; nor is a failure that would only fail again (a full disk, a value the schema
+        refuses). It raises with the engine's own message, not the generic 'failed
+        transaction' of the statements it rolled back."""
         transaction = sql.lstrip().startswith("BEGIN")
         for attempt in range(_TRANSACTION_ATTEMPTS):
             response = await self._db.query_raw(sql, params or {})
@@ -213,7 +215,11 @@ class StoreBase:
             cause = engine_message(
                 str(next((f for f in failures if _ROLLED_BACK not in str(f)), failures[0]))
             )
-            retried = transaction or (len(statements) == 1 and _CONFLICT in cause)
+            # A transaction whose every statement says only "rolled back" failed at its commit:
+            # a conflict, whatever words the engine gives it.
+            unsaid = all(_ROLLED_BACK in str(f) for f in failures)
+            retriable = _RETRIABLE.search(cause) is not None or (transaction and unsaid)
+            retried = retriable and (transaction or len(statements) == 1)
             if attempt + 1 < _TRANSACTION_ATTEMPTS and retried:
                 log.info("transaction failed (%s); retrying", cause[:200])
                 await asyncio.sleep(0.05 * 2**attempt)
