@@ -19,7 +19,6 @@ from tests.conftest import (
     MEMORYD,
     daemon_status,
     expected_index,
-    two_package_tree,
     wait_daemon,
 )
 
@@ -61,10 +60,10 @@ def test_default_mode_opens_no_port_and_keeps_files_private(data_dir: Path, arq_
 
 
 async def test_sigterm_mid_indexing_then_restart_equals_an_uninterrupted_run(
-    data_dir: Path, tmp_path: Path
+    data_dir: Path, arq_tree: Path
 ) -> None:
-    root = two_package_tree(tmp_path)
-    total = sum(1 for _ in (root).rglob("*.py"))
+    root = arq_tree
+    total = len(list(walk(root)))
     stopped_dir = Path(str(data_dir) + "-stopped")
     cmd = [MEMORYD, "run", "--data-dir", str(stopped_dir), "--repo", str(root)]
     # Small jobs, so the stop lands between commits with much of the work still to do (the

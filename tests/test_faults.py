@@ -144,9 +144,9 @@ def _redis_pid(line: str) -> int:
 
 
 async def test_redis_killed_mid_indexing_is_restarted_and_the_index_completes(
-    data_dir: Path, tmp_path: Path
+    data_dir: Path, arq_tree: Path
 ) -> None:
-    root = two_package_tree(tmp_path)
+    root = arq_tree
     project = projects.resolve(root)
     # What a clean run stores: every chunk of every file, by the pure stages alone.
     want = expected_index(root, project.id, Settings().chunk_max_chars)
@@ -197,8 +197,11 @@ async def test_redis_killed_mid_indexing_is_restarted_and_the_index_completes(
 INDEXED_SOME = r": [1-9]\d*/\d+ files"
 
 
-def _one_shot_index(data_dir: Path, root: Path) -> subprocess.Popen[str]:
+def _one_shot_index(
+    data_dir: Path, root: Path, extra: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
     env = {**os.environ, "MEMORYD_INDEX_BATCH_FILES": "4", "MEMORYD_LOG_FORMAT": "human"}
+    env |= extra or {}
     return subprocess.Popen(
         [MEMORYD, "index", str(root), "--data-dir", str(data_dir), "--json"],
         env=env,
@@ -209,11 +212,13 @@ def _one_shot_index(data_dir: Path, root: Path) -> subprocess.Popen[str]:
 
 
 def test_redis_killed_under_a_one_shot_index_is_restarted_and_the_report_is_whole(
-    data_dir: Path, tmp_path: Path
+    data_dir: Path, arq_tree: Path
 ) -> None:
-    root = two_package_tree(tmp_path)
+    root = arq_tree
     want = expected_index(root, projects.resolve(root).id, Settings().chunk_max_chars)
-    command = _one_shot_index(data_dir, root)
+    # A progress line as soon as the first job is done, so the kill lands with the tree's
+    # vectors still to embed (the default's 5 s can pass the whole index on a fast machine).
+    command = _one_shot_index(data_dir, root, {"MEMORYD_PROGRESS_SECONDS": "0.2"})
     try:
         lines = Lines(command)
         lines.wait_for(INDEXED_SOME)  # a job is done, the others queued or under way
@@ -237,13 +242,13 @@ def test_redis_killed_under_a_one_shot_index_is_restarted_and_the_report_is_whol
 
 
 async def test_a_one_shot_command_goes_on_when_the_command_serving_its_jobs_ends_first(
-    data_dir: Path, tmp_path: Path, embedder: Embedder
+    data_dir: Path, arq_tree: Path, embedder: Embedder
 ) -> None:
     """`memoryd index` started while another one-shot command (an `ingest`) served the data
     dir put its jobs on that command's queue; when that one ended first, the index ended
     with "Redis unreachable for 10s while waiting for job …" and exit 1. Its jobs are kept in
     the private Redis's append-only file: it serves them itself now, to the whole report."""
-    root = two_package_tree(tmp_path)
+    root = arq_tree
     project = projects.resolve(root)
     want = expected_index(root, project.id, Settings().chunk_max_chars)
     first = Runtime(settings_for(data_dir), embedder)  # the first command, in this process
