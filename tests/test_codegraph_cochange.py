@@ -90,6 +90,26 @@ async def test_files_that_change_together(stack: Runtime, tmp_path: Path) -> Non
     ]
 
 
+async def test_a_file_that_is_not_indexed_is_left_out_of_changes_with(
+    stack: Runtime, tmp_path: Path
+) -> None:
+    """History pairs every source file git holds, but memoryd keeps no entity for one it does
+    not index (generated, excluded, too large): `related` answered such a pair with a crash
+    (its path unknown) and now leaves it out."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    _write(root, "a.py", "b.py", "h_pb2.py")
+    git_init(root)
+    _commit(root, "a.py", "h_pb2.py")
+    _commit(root, "a.py", "b.py")
+    report = await index_tree(stack, root)
+    assert (report["indexed"], report["skipped"]) == (2, 1)
+    assert await _counted(stack, root) == {"commits": 3, "pairs": 3}
+    async with client.connect(stack.settings) as memoryd:
+        doc = await memoryd.related(str(root / "a.py"), cwd=str(root))
+    assert [(c["path"], c["count"]) for c in doc["changes_with"]] == [("b.py", 2.0)]
+
+
 async def _before_edit(memoryd: client.Client, root: Path, name: str, session: str) -> str:
     payload = {
         "session_id": session,

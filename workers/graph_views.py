@@ -173,9 +173,11 @@ async def co_changed(store: Store, ids: list[str], limit: int) -> list[dict[str,
     rows += await store.graph_edges("changes_with", "out", ids, limit=CO_CHANGE_ROWS)
     best: dict[str, dict[str, Any]] = {}
     for row in rows:
-        path = _path_of(row["other_key"])
-        if row["other"] in ids:
+        # History pairs every source file git holds; one memoryd does not index (generated,
+        # excluded, too large) has no entity, so no path to show: left out.
+        if row["other"] in ids or row["other_key"] is None:
             continue
+        path = _path_of(row["other_key"])
         entry = best.setdefault(path, {"path": path, "count": 0.0, "last_at": None})
         entry["count"] = round(entry["count"] + float(row["count"]), 3)
         when = plain(row["last_at"])
