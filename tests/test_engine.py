@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import logging
 import re
 import subprocess
@@ -163,3 +164,33 @@ def test_closing_waits_for_the_engines_calls_even_when_their_callers_gave_up(
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [str(rows)]
+
+
+_ENDED = """
+import atexit, sys
+atexit.register(lambda: print("finalized", file=sys.stderr))
+from memoryd.entry import main
+sys.argv = ["memoryd", *sys.argv[1:]]
+main()
+"""
+
+
+def test_a_command_that_opened_the_database_ends_without_finalizing(tmp_path: Path) -> None:
+    """The engine's threads may still drop what they held when a command is done; one that
+    touches the interpreter while it finalizes aborts the process (134 after the work was
+    done: open, write, close and exit aborted 5 times in 100 at load ~6; ended without
+    finalizing, 0 in 150). Its exit code and output stay the command's."""
+
+    def memoryd(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", _ENDED, *args], capture_output=True, text=True, timeout=600
+        )
+
+    data = str(tmp_path / "data")
+    status = memoryd("status", "--data-dir", data, "--json")
+    assert (status.returncode, status.stderr) == (0, "")
+    assert json.loads(status.stdout)["data_dir"] == data
+    missing = memoryd("session", "nope", "--data-dir", data)
+    assert (missing.returncode, missing.stderr) == (1, "memoryd: no session 'nope'\n")
+    light = memoryd("--version")  # no database: an ordinary end
+    assert (light.returncode, light.stdout, light.stderr) == (0, "memoryd 0.1.0\n", "finalized\n")

@@ -134,9 +134,17 @@ def _lock_message(url: str) -> str:
     )
 
 
+# Whether this process opened a database. The embedded engine's threads then live until the
+# process ends, and one that touches the interpreter while it finalizes aborts the process
+# (memoryd/entry.py ends such a process without finalizing it).
+opened = False
+
+
 async def _connect(
     url: str, namespace: str, database: str, user: str | None, password: str | None
 ) -> Any:
+    global opened
+    opened = True
     if (root := files_of(url)) is not None:
         await asyncio.to_thread(_replace_files, root)
     try:
