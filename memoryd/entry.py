@@ -5,9 +5,6 @@ full CLI."""
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import os
 import sys
 
 LIGHT = frozenset({"mcp", "hook", "integrate"})
@@ -39,10 +36,14 @@ def _end(code: object) -> None:
     """Exit with `code`. A process that opened the embedded database ends without finalizing
     the interpreter: the engine's threads may still be dropping what they held, and one that
     touches the interpreter while it finalizes aborts the process (exit 134 after the command's
-    work was done: 5 of 100 one-shot runs on a loaded machine)."""
+    work was done: 5 of 100 runs that opened, wrote and closed it on a loaded machine)."""
     engine = sys.modules.get("memoryd.store.connection")
     if engine is None or not engine.opened:
         raise SystemExit(code)
+    import contextlib  # here: the hook's path (above) stays as light as it was
+    import logging
+    import os
+
     if code is not None and not isinstance(code, int):
         print(code, file=sys.stderr)  # what SystemExit does with a message
         code = 1
